@@ -1,0 +1,48 @@
+#include "runtime/Copy.h"
+
+#include <cstring>
+#include <string>
+
+#include "runtime/Error.h"
+#include "runtime/KernelLaunch.h"
+#include "runtime/Runtime.h"
+
+namespace nrtsim {
+
+namespace {
+void require_device_pointer(const void* ptr, size_t bytes, const char* role) {
+  Runtime& runtime = Runtime::get();
+  const int device = runtime.device_of(ptr);
+  if (device < 0 || (bytes > 0 && runtime.device_of(static_cast<const char*>(ptr) + bytes - 1) != device)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string("copy: the ") + role + " range of " + std::to_string(bytes) +
+                    " bytes is not inside one allocation in neuron HBM");
+  }
+}
+}  // namespace
+
+void copy(Stream& stream, void* dst, const void* src, size_t bytes, CopyKind kind) {
+  if (bytes == 0) return;
+  if (dst == nullptr || src == nullptr) {
+    throw Error(ErrorCode::kInvalidArgument, "copy: null pointer");
+  }
+  const char* op = nullptr;
+  switch (kind) {
+    case CopyKind::kHostToDevice:
+      require_device_pointer(dst, bytes, "destination");
+      op = "nrtsim::copy_host_to_device";
+      break;
+    case CopyKind::kDeviceToHost:
+      require_device_pointer(src, bytes, "source");
+      op = "nrtsim::copy_device_to_host";
+      break;
+    case CopyKind::kDeviceToDevice:
+      require_device_pointer(src, bytes, "source");
+      require_device_pointer(dst, bytes, "destination");
+      op = "nrtsim::copy_device_to_device";
+      break;
+  }
+  launch(stream, KernelInfo{op, 0, bytes, Engine::kDma}, [&] { std::memmove(dst, src, bytes); });
+}
+
+}  // namespace nrtsim

@@ -1,0 +1,17 @@
+// Host <-> HBM and HBM <-> HBM transfers: DMA work, ordered on a stream like any kernel.
+#pragma once
+
+#include <cstddef>
+
+#include "runtime/Stream.h"
+
+namespace nrtsim {
+
+enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
+
+// Copies `bytes` from `src` to `dst` in `stream`'s order and records it in the execution trace.
+// Device-side pointers are checked against the HBM of the runtime's cores: a host pointer passed
+// as a device one is an Error(kInvalidArgument), not a silent memcpy.
+void copy(Stream& stream, void* dst, const void* src, size_t bytes, CopyKind kind);
+
+}  // namespace nrtsim

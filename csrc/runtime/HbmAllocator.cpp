@@ -1,0 +1,73 @@
+#include "runtime/HbmAllocator.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "runtime/Error.h"
+
+namespace nrtsim {
+
+HbmAllocator::HbmAllocator(int device_index, uint64_t capacity)
+    : device_index_(device_index), capacity_(capacity) {}
+
+HbmAllocator::~HbmAllocator() {
+  // The process is going away; give the host memory back.
+  for (auto& [address, size] : live_) std::free(reinterpret_cast<void*>(address));
+}
+
+void* HbmAllocator::allocate(size_t bytes) {
+  const size_t size = rounded(bytes == 0 ? 1 : bytes);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (size > capacity_ - used_) {
+    throw OutOfMemoryError(device_index_, bytes, capacity_ - used_, capacity_);
+  }
+  void* ptr = std::aligned_alloc(kAlignment, size);
+  if (ptr == nullptr) {
+    // The simulated core has room but the host does not: report it the same way, since the
+    // user's remedy (smaller tensors) is the same.
+    throw OutOfMemoryError(device_index_, bytes, capacity_ - used_, capacity_);
+  }
+  used_ += size;
+  live_.emplace(reinterpret_cast<uintptr_t>(ptr), size);
+  return ptr;
+}
+
+void HbmAllocator::free(void* ptr) {
+  if (ptr == nullptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == live_.end()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "HbmAllocator::free: pointer was not allocated on neuron:" +
+                    std::to_string(device_index_));
+  }
+  used_ -= it->second;
+  live_.erase(it);
+  std::free(ptr);
+}
+
+bool HbmAllocator::owns(const void* ptr) const {
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_.upper_bound(address);
+  if (it == live_.begin()) return false;
+  --it;
+  return address < it->first + it->second;
+}
+
+uint64_t HbmAllocator::used() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return used_;
+}
+
+uint64_t HbmAllocator::free_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return capacity_ - used_;
+}
+
+size_t HbmAllocator::live_allocations() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return live_.size();
+}
+
+}  // namespace nrtsim

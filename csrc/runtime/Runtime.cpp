@@ -1,0 +1,84 @@
+#include "runtime/Runtime.h"
+
+#include <pthread.h>
+
+#include <atomic>
+#include <mutex>
+
+#include "runtime/Error.h"
+
+namespace nrtsim {
+
+namespace {
+std::atomic<Runtime*> g_runtime{nullptr};
+std::atomic<bool> g_forked_child{false};
+std::once_flag g_init_once;
+
+void mark_forked_child() {
+  if (g_runtime.load() != nullptr) g_forked_child.store(true);
+}
+}  // namespace
+
+Runtime::Runtime(Topology topology) : topology_(std::move(topology)) {
+  for (const auto& info : topology_.cores()) cores_.push_back(std::make_unique<NeuronCore>(info));
+}
+
+Runtime& Runtime::get() {
+  if (g_forked_child.load(std::memory_order_relaxed)) {
+    throw Error(ErrorCode::kBadFork,
+                "the neuron device was initialised in the parent process and cannot be used in a "
+                "forked child. To use neuron with multiprocessing, use the 'spawn' start method "
+                "(torch.multiprocessing.set_start_method('spawn'), or DataLoader "
+                "multiprocessing_context='spawn')");
+  }
+  Runtime* runtime = g_runtime.load(std::memory_order_acquire);
+  if (runtime != nullptr) return *runtime;
+  std::call_once(g_init_once, [] {
+    // Never destroyed: tensors held by static objects may be freed during exit.
+    auto* created = new Runtime(Topology::build(TopologyConfig::from_environment()));
+    pthread_atfork(nullptr, nullptr, mark_forked_child);
+    g_runtime.store(created, std::memory_order_release);
+  });
+  // If the environment was bad, call_once rethrew and will retry on the next call.
+  return *g_runtime.load(std::memory_order_acquire);
+}
+
+bool Runtime::is_initialized() noexcept { return g_runtime.load() != nullptr; }
+
+bool Runtime::in_forked_child() noexcept { return g_forked_child.load(); }
+
+int Runtime::visible_device_count() noexcept {
+  if (Runtime* runtime = g_runtime.load()) return runtime->device_count();
+  try {
+    return Topology::build(TopologyConfig::from_environment()).device_count();
+  } catch (...) {
+    return 0;
+  }
+}
+
+std::string Runtime::configuration_error() {
+  try {
+    Topology::build(TopologyConfig::from_environment());
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+NeuronCore& Runtime::core(int device_index) {
+  topology_.core(device_index);  // validates, with the message that lists the visible range
+  return *cores_[device_index];
+}
+
+int Runtime::device_of(const void* ptr) const {
+  for (const auto& core : cores_) {
+    if (core->hbm().owns(ptr)) return core->device_index();
+  }
+  return -1;
+}
+
+void Runtime::synchronize() {
+  for (auto& core : cores_) core->synchronize();
+}
+
+}  // namespace nrtsim

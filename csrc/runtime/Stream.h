@@ -1,0 +1,57 @@
+// An in-order execution queue on one NeuronCore.
+//
+// nrtsim executes work on the thread that submits it, so a submission has finished when submit()
+// returns. The stream still keeps the books of an asynchronous queue (a ticket per submission and
+// the last completed ticket) and serialises submissions from different host threads, so events,
+// queries and waits have exactly the semantics they would have on a queue that runs ahead.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+
+namespace nrtsim {
+
+class Stream {
+ public:
+  Stream(int device_index, uint32_t id, int priority)
+      : device_index_(device_index), id_(id), priority_(priority) {}
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  int device_index() const { return device_index_; }
+  uint32_t id() const { return id_; }
+  int priority() const { return priority_; }  // 0 normal, negative = higher priority
+
+  // Runs `work` after everything submitted before it. An exception from `work` propagates to the
+  // caller; the submission still counts as completed so that the stream stays usable.
+  template <class Work>
+  void submit(Work&& work) {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    const uint64_t ticket = submitted_.fetch_add(1, std::memory_order_relaxed) + 1;
+    struct Complete {
+      std::atomic<uint64_t>& completed;
+      uint64_t ticket;
+      ~Complete() { completed.store(ticket, std::memory_order_release); }
+    } complete{completed_, ticket};
+    work();
+  }
+
+  uint64_t submitted() const { return submitted_.load(std::memory_order_acquire); }
+  uint64_t completed() const { return completed_.load(std::memory_order_acquire); }
+  bool reached(uint64_t ticket) const { return completed() >= ticket; }
+  bool query() const { return completed() >= submitted(); }
+  // Returns once all work submitted before the call has completed.
+  void synchronize() { std::lock_guard<std::recursive_mutex> lock(mutex_); }
+
+ private:
+  const int device_index_;
+  const uint32_t id_;
+  const int priority_;
+  // Recursive: a kernel may itself enqueue onto its stream (e.g. a copy inside a fallback).
+  std::recursive_mutex mutex_;
+  std::atomic<uint64_t> submitted_{0};
+  std::atomic<uint64_t> completed_{0};
+};
+
+}  // namespace nrtsim
