@@ -12,8 +12,10 @@ namespace nrtsim {
 namespace {
 void require_device_pointer(const void* ptr, size_t bytes, const char* role) {
   Runtime& runtime = Runtime::get();
+  // Checking both ends is not enough: the range could run from one allocation into another
+  // over host memory that is no tensor's.
   const int device = runtime.device_of(ptr);
-  if (device < 0 || (bytes > 0 && runtime.device_of(static_cast<const char*>(ptr) + bytes - 1) != device)) {
+  if (device < 0 || !runtime.core(device).hbm().owns(ptr, bytes)) {
     throw Error(ErrorCode::kInvalidArgument,
                 std::string("copy: the ") + role + " range of " + std::to_string(bytes) +
                     " bytes is not inside one allocation in neuron HBM");

@@ -18,7 +18,8 @@ HbmAllocator::~HbmAllocator() {
 void* HbmAllocator::allocate(size_t bytes) {
   const size_t size = rounded(bytes == 0 ? 1 : bytes);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (size > capacity_ - used_) {
+  // `bytes` is checked too: rounding a request within kAlignment of SIZE_MAX wraps to 0.
+  if (bytes > capacity_ - used_ || size > capacity_ - used_) {
     throw OutOfMemoryError(device_index_, bytes, capacity_ - used_, capacity_);
   }
   void* ptr = std::aligned_alloc(kAlignment, size);
@@ -53,6 +54,16 @@ bool HbmAllocator::owns(const void* ptr) const {
   if (it == live_.begin()) return false;
   --it;
   return address < it->first + it->second;
+}
+
+bool HbmAllocator::owns(const void* ptr, size_t bytes) const {
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_.upper_bound(address);
+  if (it == live_.begin()) return false;
+  --it;
+  const uintptr_t end = it->first + it->second;
+  return address < end && bytes <= end - address;
 }
 
 uint64_t HbmAllocator::used() const {

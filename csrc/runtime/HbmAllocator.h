@@ -25,6 +25,8 @@ class HbmAllocator {
   void free(void* ptr);
 
   bool owns(const void* ptr) const;  // true for any address inside a live allocation
+  // True when all of [ptr, ptr + bytes) lies inside one live allocation.
+  bool owns(const void* ptr, size_t bytes) const;
   uint64_t capacity() const { return capacity_; }
   uint64_t used() const;
   uint64_t free_bytes() const;

@@ -12,7 +12,10 @@ namespace nrtsim {
 namespace {
 std::atomic<Runtime*> g_runtime{nullptr};
 std::atomic<bool> g_forked_child{false};
-std::once_flag g_init_once;
+// A mutex, not std::call_once: the runtime must be retried after a bad environment, and
+// call_once after an exceptional run hangs on several libstdc++ targets (GCC PR 66146), musl
+// and under ThreadSanitizer.
+std::mutex g_init_mutex;
 
 void mark_forked_child() {
   if (g_runtime.load() != nullptr) g_forked_child.store(true);
@@ -33,14 +36,15 @@ Runtime& Runtime::get() {
   }
   Runtime* runtime = g_runtime.load(std::memory_order_acquire);
   if (runtime != nullptr) return *runtime;
-  std::call_once(g_init_once, [] {
-    // Never destroyed: tensors held by static objects may be freed during exit.
-    auto* created = new Runtime(Topology::build(TopologyConfig::from_environment()));
-    pthread_atfork(nullptr, nullptr, mark_forked_child);
-    g_runtime.store(created, std::memory_order_release);
-  });
-  // If the environment was bad, call_once rethrew and will retry on the next call.
-  return *g_runtime.load(std::memory_order_acquire);
+  std::lock_guard<std::mutex> lock(g_init_mutex);
+  runtime = g_runtime.load(std::memory_order_acquire);
+  if (runtime != nullptr) return *runtime;
+  // If the environment is bad this throws before anything is stored; the next call retries.
+  // Never destroyed: tensors held by static objects may be freed during exit.
+  runtime = new Runtime(Topology::build(TopologyConfig::from_environment()));
+  pthread_atfork(nullptr, nullptr, mark_forked_child);
+  g_runtime.store(runtime, std::memory_order_release);
+  return *runtime;
 }
 
 bool Runtime::is_initialized() noexcept { return g_runtime.load() != nullptr; }

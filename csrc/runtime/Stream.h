@@ -28,12 +28,20 @@ class Stream {
   template <class Work>
   void submit(Work&& work) {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
-    const uint64_t ticket = submitted_.fetch_add(1, std::memory_order_relaxed) + 1;
+    submitted_.fetch_add(1, std::memory_order_relaxed);
+    ++depth_;
+    // Work nested inside other work on this stream (same thread, lock held) completes with the
+    // outermost submission: completing it alone would mark the enclosing, still running ticket
+    // done, and the enclosing one would then move `completed` back behind the nested ticket.
     struct Complete {
-      std::atomic<uint64_t>& completed;
-      uint64_t ticket;
-      ~Complete() { completed.store(ticket, std::memory_order_release); }
-    } complete{completed_, ticket};
+      Stream& stream;
+      ~Complete() {
+        if (--stream.depth_ == 0) {
+          stream.completed_.store(stream.submitted_.load(std::memory_order_relaxed),
+                                  std::memory_order_release);
+        }
+      }
+    } complete{*this};
     work();
   }
 
@@ -52,6 +60,7 @@ class Stream {
   std::recursive_mutex mutex_;
   std::atomic<uint64_t> submitted_{0};
   std::atomic<uint64_t> completed_{0};
+  uint32_t depth_ = 0;  // submissions running on the thread that holds mutex_
 };
 
 }  // namespace nrtsim
