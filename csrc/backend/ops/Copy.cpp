@@ -1,0 +1,86 @@
+// Copies between neuron and the host and between neuron tensors: _copy_from (what Tensor.copy_
+// and .to() reach for a non-CPU tensor) and _copy_from_and_resize (the CPU fallback's way back).
+//
+// A same-dtype copy between tensors with identical dense layouts is one DMA transfer of the bytes.
+// Anything else (dtype conversion, different strides, broadcasting) is a strided DMA: ATen's CPU
+// copy kernel run on host views of the device buffers, launched as one kernel.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include "backend/core/HostView.h"
+#include "backend/core/KernelLaunch.h"
+#include "runtime/Copy.h"
+
+namespace torch_neuronx {
+namespace {
+
+bool is_neuron(const at::Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
+
+// The tensors cover the same element positions in one contiguous run of bytes each.
+bool same_dense_layout(const at::Tensor& a, const at::Tensor& b) {
+  return a.dtype() == b.dtype() && a.sizes() == b.sizes() && a.strides() == b.strides() &&
+         a.is_non_overlapping_and_dense() && !a.is_conj() && !b.is_conj() && !a.is_neg() &&
+         !b.is_neg();
+}
+
+// The first byte of a dense tensor's span: strides are never negative, so it is the element at
+// the storage offset.
+char* span_start(const at::Tensor& t) {
+  return static_cast<char*>(t.storage().mutable_data()) +
+         t.storage_offset() * static_cast<int64_t>(t.itemsize());
+}
+
+nrtsim::CopyKind kind_of(const at::Tensor& src, const at::Tensor& dst) {
+  if (is_neuron(src) && is_neuron(dst)) return nrtsim::CopyKind::kDeviceToDevice;
+  return is_neuron(dst) ? nrtsim::CopyKind::kHostToDevice : nrtsim::CopyKind::kDeviceToHost;
+}
+
+at::Tensor as_host(const at::Tensor& t) { return is_neuron(t) ? host_view(t) : t; }
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
+  // `self` is the source. Copies are host-synchronous on nrtsim, so non_blocking only changes
+  // when the host may look at the result: immediately, in both cases.
+  TORCH_CHECK(is_neuron(self) || is_neuron(dst), "neuron _copy_from called with ", self.device(),
+              " -> ", dst.device());
+  TORCH_CHECK(self.device().is_cpu() || is_neuron(self),
+              "copy between neuron and ", self.device(), " is not supported; go through the CPU");
+  TORCH_CHECK(dst.device().is_cpu() || is_neuron(dst),
+              "copy between neuron and ", dst.device(), " is not supported; go through the CPU");
+  if (dst.numel() == 0) return dst;
+
+  // The copy runs in the stream order of the device it writes (or reads, for device->host).
+  const at::Tensor& device_side = is_neuron(dst) ? dst : self;
+  const c10::DeviceGuard guard(device_side.device());
+  const uint64_t bytes = tensor_bytes(dst);
+
+  if (same_dense_layout(self, dst)) {
+    nrtsim::Stream& stream = current_runtime_stream(device_side.device().index());
+    runtime_call([&] {
+      nrtsim::copy(stream, span_start(dst), span_start(self), bytes, kind_of(self, dst));
+    });
+    return dst;
+  }
+  launch_kernel(device_side.device().index(), KernelInfo{"aten::_copy_from", 0, bytes, Engine::kDma},
+                [&] { as_host(dst).copy_(as_host(self)); });
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (dst.sizes() != self.sizes()) {
+    TORCH_CHECK(dst.numel() == 0 || dst.is_contiguous(),
+                "_copy_from_and_resize: cannot resize a non-contiguous tensor of shape ",
+                dst.sizes(), " to ", self.sizes());
+    dst.resize_(self.sizes());
+  }
+  return copy_from(self, dst, false);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_copy_from", TORCH_FN(copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+}
+
+}  // namespace
+}  // namespace torch_neuronx

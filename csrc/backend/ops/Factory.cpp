@@ -1,0 +1,56 @@
+// Allocation ops: empty and empty_strided, the two through which every neuron tensor is born.
+#include <ATen/EmptyTensor.h>
+#include <ATen/core/Tensor.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include "backend/core/CachingAllocator.h"
+
+namespace torch_neuronx {
+namespace {
+
+constexpr c10::DispatchKeySet kNeuronKeys(c10::DispatchKey::PrivateUse1);
+
+c10::Device target_device(std::optional<c10::Device> device) {
+  return device.value_or(c10::Device(c10::DeviceType::PrivateUse1));
+}
+
+void check_memory_format(std::optional<c10::MemoryFormat> format) {
+  const auto f = format.value_or(c10::MemoryFormat::Contiguous);
+  TORCH_CHECK(f == c10::MemoryFormat::Contiguous || f == c10::MemoryFormat::Preserve,
+              "Neuron tensors only support contiguous or preserve memory format, got ", f,
+              ". Create the tensor with memory_format=torch.contiguous_format (the default), or "
+              "keep the channels-last tensor on the CPU.");
+}
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout,
+                               std::optional<c10::Device> device, std::optional<bool> pin_memory,
+                               std::optional<c10::MemoryFormat> memory_format) {
+  TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided,
+              "neuron tensors must use the strided layout, got ", *layout);
+  TORCH_CHECK(!pin_memory.value_or(false), "pin_memory=True only applies to CPU tensors");
+  check_memory_format(memory_format);
+  const c10::DeviceGuard guard(target_device(device));
+  return at::detail::empty_generic(size, &caching_allocator(), kNeuronKeys,
+                                   c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                         std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+                         std::optional<c10::Device> device, std::optional<bool> pin_memory) {
+  TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided,
+              "neuron tensors must use the strided layout, got ", *layout);
+  TORCH_CHECK(!pin_memory.value_or(false), "pin_memory=True only applies to CPU tensors");
+  const c10::DeviceGuard guard(target_device(device));
+  return at::detail::empty_strided_generic(size, stride, &caching_allocator(), kNeuronKeys,
+                                           c10::dtype_or_default(dtype));
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(empty_strided));
+}
+
+}  // namespace
+}  // namespace torch_neuronx

@@ -1,0 +1,67 @@
+"""``torch.neuron``: the neuron device module, mirroring ``torch.cuda`` as TorchNeuron does."""
+
+import torch
+
+from torch_neuronx.neuron._device import (  # noqa: F401
+    NeuronDeviceProperties,
+    _is_in_bad_fork,
+    _lazy_init,
+    current_device,
+    device,
+    device_count,
+    device_of,
+    get_amp_supported_dtype,
+    get_device_capability,
+    get_device_name,
+    get_device_properties,
+    init,
+    is_available,
+    is_bf16_supported,
+    is_initialized,
+    set_device,
+    synchronize,
+    topology,
+)
+from torch_neuronx.neuron.memory import (  # noqa: F401
+    empty_cache,
+    host_memory_stats,
+    max_memory_allocated,
+    max_memory_reserved,
+    mem_get_info,
+    memory_allocated,
+    memory_reserved,
+    memory_stats,
+    memory_summary,
+    reset_accumulated_memory_stats,
+    reset_max_memory_allocated,
+    reset_peak_memory_stats,
+)
+from torch_neuronx.neuron.random import (  # noqa: F401
+    default_generators,
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
+)
+from torch_neuronx.neuron.streams import (  # noqa: F401
+    Event,
+    Stream,
+    StreamContext,
+    current_stream,
+    default_stream,
+    set_stream,
+    stream,
+)
+
+
+def _get_device_index(device, optional: bool = False, allow_cpu: bool = False) -> int:
+    if isinstance(device, torch.device) and device.type == "cpu" and allow_cpu:
+        return -1
+    from torch_neuronx.neuron._device import _device_index
+
+    return _device_index(device)

@@ -1,0 +1,192 @@
+"""Device management: availability, lazy initialisation, current device, properties."""
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+import torch
+
+from torch_neuronx import _C
+
+_DeviceLike = Union[torch.device, str, int, None]
+
+_init_lock = threading.Lock()
+_initialized = False
+
+
+def is_available() -> bool:
+    """Whether a neuron device can be used. Never raises and never initialises the runtime."""
+    try:
+        return _C._device_count() > 0
+    except Exception:
+        return False
+
+
+def device_count() -> int:
+    """Logical NeuronCores visible to this process (NEURON_RT_VISIBLE_CORES / NUM_CORES,
+    NEURON_LOGICAL_NC_CONFIG). Does not initialise the runtime."""
+    return _C._device_count()
+
+
+def is_initialized() -> bool:
+    return _initialized and not _is_in_bad_fork()
+
+
+def _is_in_bad_fork() -> bool:
+    return _C._in_bad_fork()
+
+
+def _lazy_init() -> None:
+    global _initialized
+    if _initialized and not _is_in_bad_fork():
+        return
+    with _init_lock:
+        if _initialized and not _is_in_bad_fork():
+            return
+        if _is_in_bad_fork():
+            raise RuntimeError(
+                "Cannot re-initialize neuron in forked subprocess. To use neuron with "
+                "multiprocessing, you must use the 'spawn' start method"
+            )
+        if device_count() == 0:
+            why = _C._configuration_error()
+            raise RuntimeError("no neuron device is available" + (f": {why}" if why else ""))
+        _C._init()
+        _initialized = True
+
+
+def init() -> None:
+    """Initialise the neuron runtime now (it otherwise initialises on first use)."""
+    _lazy_init()
+
+
+def _device_index(device: _DeviceLike, optional: bool = True) -> int:
+    """The index of `device` ('neuron', 'neuron:1', torch.device, int); the current device for
+    None or an index-less 'neuron'."""
+    if device is None:
+        return current_device()
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "neuron":
+            raise ValueError(f"expected a neuron device, got {device}")
+        return current_device() if device.index is None else device.index
+    raise TypeError(f"expected a neuron device, index or None, got {type(device).__name__}")
+
+
+def current_device() -> int:
+    return _C._current_device()
+
+
+def set_device(device: _DeviceLike) -> None:
+    index = _device_index(device)
+    if index < 0:
+        return
+    _lazy_init()
+    _C._set_device(index)
+
+
+class device:
+    """Context manager that makes `device` the current neuron device inside the block."""
+
+    def __init__(self, device: _DeviceLike):
+        self.idx = -1 if device is None else _device_index(device)
+        self.prev_idx = -1
+
+    def __enter__(self):
+        if self.idx < 0:
+            return self
+        self.prev_idx = current_device()
+        if self.idx != self.prev_idx:
+            set_device(self.idx)
+        return self
+
+    def __exit__(self, *exc):
+        if self.idx >= 0 and self.prev_idx != self.idx:
+            _C._set_device(self.prev_idx)
+        return False
+
+
+class device_of(device):
+    """Context manager that makes the device of tensor `obj` current (no-op for CPU tensors)."""
+
+    def __init__(self, obj: torch.Tensor):
+        super().__init__(obj.get_device() if obj.device.type == "neuron" else None)
+
+
+def synchronize(device: _DeviceLike = None) -> None:
+    """Wait until all work queued on every stream of `device` (default: the current one) is done."""
+    _lazy_init()
+    _C._synchronize(_device_index(device))
+
+
+@dataclass(frozen=True)
+class NeuronDeviceProperties:
+    """What torch.neuron.get_device_properties() returns: TorchNeuron's fields (name = instance
+    type, total_memory = the logical core's HBM) plus the simulated topology behind it."""
+
+    name: str
+    total_memory: int
+    chip: str
+    logical_core_id: int
+    chip_index: int
+    physical_cores: tuple = field(default_factory=tuple)
+    logical_nc_config: int = 1
+
+    def __repr__(self) -> str:
+        return (
+            f"_NeuronDeviceProperties(name='{self.name}', chip='{self.chip}', "
+            f"total_memory={self.total_memory // (1024 * 1024)}MB, "
+            f"logical_core_id={self.logical_core_id}, physical_cores={list(self.physical_cores)}, "
+            f"logical_nc_config={self.logical_nc_config})"
+        )
+
+
+def get_device_properties(device: _DeviceLike = None) -> NeuronDeviceProperties:
+    index = _device_index(device)
+    if index < 0 or index >= device_count():
+        raise ValueError(
+            f"Invalid device id: neuron:{index}; this process sees {device_count()} neuron "
+            f"device(s)"
+        )
+    _lazy_init()
+    p: dict[str, Any] = _C._device_properties(index)
+    p["physical_cores"] = tuple(p["physical_cores"])
+    return NeuronDeviceProperties(**p)
+
+
+def get_device_name(device: _DeviceLike = None) -> str:
+    return get_device_properties(device).name
+
+
+def get_device_capability(device: _DeviceLike = None) -> tuple:
+    """(major, minor) of the NeuronCore generation: Trainium1 -> (2, 0), Trainium2 -> (3, 0),
+    Trainium3 -> (4, 0), following NeuronCore-v2/v3/v4."""
+    chip = get_device_properties(device).chip
+    return {"Trainium1": (2, 0), "Trainium2": (3, 0), "Trainium3": (4, 0)}.get(chip, (0, 0))
+
+
+def topology() -> dict:
+    """The simulated instance as this process sees it (instance type, chips, LNC, visible cores)."""
+    _lazy_init()
+    return dict(_C._topology())
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return True
+
+
+def get_amp_supported_dtype() -> list:
+    return [torch.float32, torch.float16, torch.bfloat16]
+
+
+def _launch_blocking() -> bool:
+    # nrtsim always executes host-synchronously; the variable is accepted for compatibility.
+    return os.environ.get("NEURON_LAUNCH_BLOCKING", "0") not in ("", "0")
+
+
+def _opt_index(device: Optional[_DeviceLike]) -> int:
+    return _device_index(device)

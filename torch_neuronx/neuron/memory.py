@@ -1,0 +1,130 @@
+"""Memory statistics of the neuron caching allocator, in CUDA's shape. These are the numbers
+torch.accelerator.memory_* reports for neuron too: both read the same allocator."""
+
+from collections import OrderedDict
+from typing import Any
+
+import torch
+
+from torch_neuronx import _C
+from torch_neuronx.neuron._device import _device_index, _lazy_init
+
+__all__ = [
+    "empty_cache",
+    "host_memory_stats",
+    "max_memory_allocated",
+    "max_memory_reserved",
+    "mem_get_info",
+    "memory_allocated",
+    "memory_reserved",
+    "memory_stats",
+    "memory_summary",
+    "reset_accumulated_memory_stats",
+    "reset_max_memory_allocated",
+    "reset_peak_memory_stats",
+]
+
+
+def _index(device) -> int:
+    _lazy_init()
+    return _device_index(device)
+
+
+def memory_stats(device=None) -> "OrderedDict[str, Any]":
+    return torch.accelerator.memory_stats(_index(device))
+
+
+def memory_allocated(device=None) -> int:
+    return torch.accelerator.memory_allocated(_index(device))
+
+
+def max_memory_allocated(device=None) -> int:
+    return torch.accelerator.max_memory_allocated(_index(device))
+
+
+def memory_reserved(device=None) -> int:
+    return torch.accelerator.memory_reserved(_index(device))
+
+
+def max_memory_reserved(device=None) -> int:
+    return torch.accelerator.max_memory_reserved(_index(device))
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    torch.accelerator.reset_peak_memory_stats(_index(device))
+
+
+def reset_max_memory_allocated(device=None) -> None:
+    reset_peak_memory_stats(device)
+
+
+def reset_accumulated_memory_stats(device=None) -> None:
+    torch.accelerator.reset_accumulated_memory_stats(_index(device))
+
+
+def empty_cache() -> None:
+    """Give cached, unused HBM blocks back to the device (tensors in use are not affected)."""
+    if torch_neuronx_initialized():
+        torch.accelerator.empty_cache()
+
+
+def torch_neuronx_initialized() -> bool:
+    return _C._is_initialized()
+
+
+def mem_get_info(device=None) -> tuple:
+    """(free, total) HBM bytes of the logical core; free excludes blocks the allocator caches."""
+    free, total, _ = _C._hbm_info(_index(device))
+    return free, total
+
+
+def host_memory_stats() -> "OrderedDict[str, Any]":
+    return torch.accelerator.host_memory_stats() if hasattr(torch.accelerator, "host_memory_stats") else OrderedDict()
+
+
+def _format_size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n:.2f} GiB"
+
+
+def memory_summary(device=None, abbreviated: bool = False) -> str:
+    """A human-readable table of the allocator's statistics for `device`."""
+    index = _index(device)
+    stats = memory_stats(index)
+    free, total = mem_get_info(index)
+    rows = [
+        ("Allocated memory", "allocated_bytes", True),
+        ("Active memory", "active_bytes", True),
+        ("Requested memory", "requested_bytes", True),
+        ("Reserved memory", "reserved_bytes", True),
+        ("Allocations", "allocation", False),
+        ("Active allocs", "active", False),
+        ("Reserved segments", "segment", False),
+    ]
+    pools = ("all",) if abbreviated else ("all", "small_pool", "large_pool")
+    width = 78
+    lines = [
+        "=" * width,
+        f" neuron:{index} memory summary (HBM capacity {_format_size(total)}, free {_format_size(free)})",
+        "-" * width,
+        f" {'Metric':<28}{'Cur Usage':>12}{'Peak Usage':>12}{'Tot Alloc':>12}{'Tot Freed':>12}",
+        "-" * width,
+    ]
+    for title, key, is_bytes in rows:
+        for pool in pools:
+            prefix = f"{key}.{pool}"
+            values = [stats.get(f"{prefix}.{k}", 0) for k in ("current", "peak", "allocated", "freed")]
+            shown = [_format_size(v) if is_bytes else str(v) for v in values]
+            label = title if pool == "all" else f"  from {pool.replace('_', ' ')}"
+            lines.append(f" {label:<28}" + "".join(f"{s:>12}" for s in shown))
+    lines += [
+        "-" * width,
+        f" Allocation retries: {stats.get('num_alloc_retries', 0)}    "
+        f"OOMs: {stats.get('num_ooms', 0)}    "
+        f"Device allocs/frees: {stats.get('num_device_alloc', 0)}/{stats.get('num_device_free', 0)}",
+        "=" * width,
+    ]
+    return "\n".join(lines) + "\n"
