@@ -1,0 +1,59 @@
+# The README's two commands are `make demo` and `make test`; both set everything up from a fresh
+# clone: virtual environment, pinned dependencies, system packages, the native build.
+PY ?= python3
+VENV := .venv
+PYTHON := $(VENV)/bin/python
+DEPS_STAMP := $(VENV)/.deps-installed
+BUILD_LOCK := $(VENV)/.build-lock
+PYTEST_ARGS ?=
+
+.PHONY: all demo test build test-runtime test-python bench format lint clean system-deps
+
+all: build
+
+$(PYTHON):
+	$(PY) -m venv $(VENV)
+
+$(DEPS_STAMP): requirements/test.txt | $(PYTHON)
+	$(PYTHON) -m pip install -q --upgrade pip
+	$(PYTHON) -m pip install -q -r requirements/test.txt
+	touch $@
+
+# GoogleTest for the runtime's unit tests comes from Debian (no downloads at build time).
+system-deps:
+	@if [ ! -f /usr/include/gtest/gtest.h ]; then \
+	  echo "installing libgtest-dev (GoogleTest) with apt-get"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libgtest-dev) \
+	    || { echo "could not install libgtest-dev; install GoogleTest and rerun" >&2; exit 1; }; \
+	fi
+
+# --no-build-isolation: build against the torch installed above, never a freshly resolved one.
+build: $(DEPS_STAMP)
+	flock $(BUILD_LOCK) $(PYTHON) -m pip install -q --no-build-isolation --no-deps -e .
+
+test-runtime: system-deps $(DEPS_STAMP)
+	$(VENV)/bin/cmake -S . -B build/runtime-tests -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) \
+	  -DTORCH_NEURONX_BUILD_EXTENSION=OFF -DNRTSIM_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release > /dev/null
+	$(VENV)/bin/cmake --build build/runtime-tests
+	$(VENV)/bin/ctest --test-dir build/runtime-tests --output-on-failure
+
+test-python: build
+	$(PYTHON) -m pytest tests $(PYTEST_ARGS)
+
+test: test-runtime test-python
+
+demo: build
+	$(PYTHON) examples/quickstart.py
+
+bench: build
+	$(PYTHON) bench/eager.py
+
+format:
+	@command -v clang-format >/dev/null && find csrc tests/runtime -name '*.cpp' -o -name '*.h' | xargs clang-format -i || echo "clang-format not installed"
+	$(PYTHON) -m ruff format torch_neuronx tests examples bench 2>/dev/null || echo "ruff not installed (pip install ruff)"
+
+lint:
+	$(PYTHON) -m ruff check torch_neuronx tests examples bench
+
+clean:
+	rm -rf build torch_neuronx/*.so
