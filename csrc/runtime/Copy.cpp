@@ -23,7 +23,8 @@ void require_device_pointer(const void* ptr, size_t bytes, const char* role) {
 }
 }  // namespace
 
-void copy(Stream& stream, void* dst, const void* src, size_t bytes, CopyKind kind) {
+void copy(Stream& stream, void* dst, const void* src, size_t bytes, CopyKind kind,
+          const char* trace_name) {
   if (bytes == 0) return;
   if (dst == nullptr || src == nullptr) {
     throw Error(ErrorCode::kInvalidArgument, "copy: null pointer");
@@ -44,6 +45,7 @@ void copy(Stream& stream, void* dst, const void* src, size_t bytes, CopyKind kin
       op = "nrtsim::copy_device_to_device";
       break;
   }
+  if (trace_name != nullptr) op = trace_name;
   launch(stream, KernelInfo{op, 0, bytes, Engine::kDma}, [&] { std::memmove(dst, src, bytes); });
 }
 

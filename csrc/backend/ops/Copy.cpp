@@ -16,6 +16,8 @@
 namespace torch_neuronx {
 namespace {
 
+constexpr const char* kCopyOp = "aten::_copy_from";
+
 bool is_neuron(const at::Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
 
 // The tensors cover the same element positions in one contiguous run of bytes each.
@@ -58,11 +60,12 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
   if (same_dense_layout(self, dst)) {
     nrtsim::Stream& stream = current_runtime_stream(device_side.device().index());
     runtime_call([&] {
-      nrtsim::copy(stream, span_start(dst), span_start(self), bytes, kind_of(self, dst));
+      nrtsim::copy(stream, span_start(dst), span_start(self), bytes, kind_of(self, dst),
+                   kCopyOp);
     });
     return dst;
   }
-  launch_kernel(device_side.device().index(), KernelInfo{"aten::_copy_from", 0, bytes, Engine::kDma},
+  launch_kernel(device_side.device().index(), KernelInfo{kCopyOp, 0, bytes, Engine::kDma},
                 [&] { as_host(dst).copy_(as_host(self)); });
   return dst;
 }
