@@ -3,8 +3,9 @@
 // (TORCH_NEURONX_FALLBACK_WARN=0 silences the warning).
 //
 // Before handing over, the fallback enforces what a native kernel would: all tensors on one
-// device (CPU scalars and CPU index tensors excepted, as on CUDA), and neuron generators replaced
-// by CPU generators drawing from the neuron stream, so seeding still governs the op's randomness.
+// device (CPU scalars and CPU index tensors excepted, as on CUDA), and neuron generators (or the
+// device's default generator, where the generator is omitted) replaced by CPU generators drawing
+// from the neuron stream, so seeding still governs the op's randomness.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/CPUFallback.h>
 #include <c10/util/Exception.h>
@@ -49,9 +50,11 @@ void warn_once(const std::string& name) {
 }
 
 // CPU tensors that may accompany neuron tensors, as CUDA allows: 0-dim values (wrapped Python
-// numbers, scalars) anywhere, and index tensors inside an index list.
-void check_devices(const std::string& name, const c10::FunctionSchema& schema,
-                   const torch::jit::Stack& stack, size_t first) {
+// numbers, scalars) anywhere, and index tensors inside an index list. Returns the neuron device
+// the op runs on, if any of its tensors is on neuron.
+std::optional<c10::Device> check_devices(const std::string& name,
+                                         const c10::FunctionSchema& schema,
+                                         const torch::jit::Stack& stack, size_t first) {
   std::optional<c10::Device> neuron;
   std::optional<c10::Device> cpu;
   auto visit = [&](const at::Tensor& t) {
@@ -80,19 +83,34 @@ void check_devices(const std::string& name, const c10::FunctionSchema& schema,
               *neuron, " and ", *cpu, "! (when checking arguments for ", name,
               "). Move the ", *cpu, " tensor to neuron with .to('neuron'), or the neuron tensor "
               "to the CPU with .cpu().");
+  return neuron;
 }
 
-void substitute_generators(torch::jit::Stack& stack, size_t first) {
-  for (size_t i = first; i < stack.size(); ++i) {
-    c10::IValue& value = stack[i];
-    if (value.isGenerator()) {
-      at::Generator generator = value.toGenerator();
-      if (generator.defined() && generator.device().type() == c10::DeviceType::PrivateUse1) {
-        // How many values the op draws is unknown here; reserve a generous block so successive
-        // calls never overlap for realistic sizes.
-        stack[i] = c10::IValue(host_generator_for(generator, uint64_t{1} << 32));
-      }
+bool is_generator(const c10::Argument& argument) {
+  const c10::TypePtr& type = argument.type();
+  if (type->kind() == c10::TypeKind::GeneratorType) return true;
+  const auto optional = type->cast<c10::OptionalType>();
+  return optional && optional->getElementType()->kind() == c10::TypeKind::GeneratorType;
+}
+
+// An omitted generator (None) means the device's default generator, as on CUDA: left as None,
+// the CPU kernel would draw from the CPU default generator, and torch.neuron.manual_seed and
+// set_rng_state would not govern the op.
+void substitute_generators(const c10::FunctionSchema& schema, torch::jit::Stack& stack,
+                           size_t first, std::optional<c10::Device> device) {
+  const auto& args = schema.arguments();
+  for (size_t i = 0; i < args.size() && first + i < stack.size(); ++i) {
+    if (!is_generator(args[i])) continue;
+    c10::IValue& value = stack[first + i];
+    std::optional<at::Generator> generator;
+    if (value.isGenerator() && value.toGenerator().defined()) {
+      generator = value.toGenerator();
+      if (generator->device().type() != c10::DeviceType::PrivateUse1) continue;
     }
+    // How many values the op draws is unknown here; reserve a generous block so successive
+    // calls never overlap for realistic sizes.
+    value = c10::IValue(
+        host_generator_for(generator, device ? device->index() : -1, uint64_t{1} << 32));
   }
 }
 
@@ -100,8 +118,8 @@ void neuron_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
   const std::string name = op_name(op);
   const size_t num_args = op.schema().arguments().size();
   const size_t first = stack->size() - num_args;
-  check_devices(name, op.schema(), *stack, first);
-  substitute_generators(*stack, first);
+  const std::optional<c10::Device> device = check_devices(name, op.schema(), *stack, first);
+  substitute_generators(op.schema(), *stack, first, device);
   record_fallback(name);
   warn_once(name);
   // View-returning ops cannot be emulated by copying; those need native kernels (Views.cpp).

@@ -89,9 +89,12 @@ at::Generator new_generator(c10::DeviceIndex device) {
   return at::make_generator<NeuronGenerator>(device);
 }
 
-at::Generator host_generator_for(const std::optional<at::Generator>& generator, uint64_t count) {
+at::Generator host_generator_for(const std::optional<at::Generator>& generator,
+                                 c10::DeviceIndex device, uint64_t count) {
+  // Not the current device's generator: kernels registered for PrivateUse1 run without a device
+  // guard, and a tensor on neuron:1 must draw from neuron:1's stream whatever device is current.
   at::Generator source =
-      generator.has_value() && generator->defined() ? *generator : default_generator(-1);
+      generator.has_value() && generator->defined() ? *generator : default_generator(device);
   TORCH_CHECK(source.device().type() == c10::DeviceType::PrivateUse1,
               "expected a neuron generator for an op on neuron tensors, got a generator on ",
               source.device());

@@ -42,9 +42,11 @@ class NeuronGenerator final : public c10::GeneratorImpl {
 const at::Generator& default_generator(c10::DeviceIndex device);
 at::Generator new_generator(c10::DeviceIndex device);
 
-// A CPU generator that produces the values reserved from `generator` (or the default generator
-// of the current device when it is empty): how kernels computed with ATen's CPU math on device
-// buffers, and CPU-fallback ops, draw from the neuron stream.
-at::Generator host_generator_for(const std::optional<at::Generator>& generator, uint64_t count);
+// A CPU generator that produces the values reserved from `generator` (or, when it is empty, the
+// default generator of `device`, the device the op's tensors are on; -1: the current device): how
+// kernels computed with ATen's CPU math on device buffers, and CPU-fallback ops, draw from the
+// neuron stream.
+at::Generator host_generator_for(const std::optional<at::Generator>& generator,
+                                 c10::DeviceIndex device, uint64_t count);
 
 }  // namespace torch_neuronx

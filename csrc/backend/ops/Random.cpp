@@ -1,9 +1,14 @@
-// In-place random fills on neuron tensors, drawn from the neuron generator (see Generator.h), so
-// torch.neuron.manual_seed and get/set_rng_state govern randn/rand/randint/bernoulli on device.
+// In-place random fills on neuron tensors, and dropout, drawn from the neuron generator (see
+// Generator.h), so torch.neuron.manual_seed and get/set_rng_state govern
+// randn/rand/randint/bernoulli/dropout on device.
 // The values are computed by ATen's CPU distributions on the device buffer, seeded from the
 // (seed, offset) the kernel reserves.
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/mul.h>
 #include <torch/library.h>
+
+#include <tuple>
 
 #include "backend/core/Generator.h"
 #include "backend/core/HostView.h"
@@ -17,7 +22,8 @@ using OptGen = std::optional<at::Generator>;
 template <class Fill>
 at::Tensor& random_fill(at::Tensor& self, const OptGen& generator, const char* op, Fill&& fill) {
   if (self.numel() == 0) return self;
-  at::Generator host = host_generator_for(generator, static_cast<uint64_t>(self.numel()));
+  at::Generator host =
+      host_generator_for(generator, self.device().index(), static_cast<uint64_t>(self.numel()));
   launch_kernel(self.device().index(),
                 KernelInfo{op, static_cast<uint64_t>(self.numel()), tensor_bytes(self),
                            Engine::kGpSimd},
@@ -76,6 +82,36 @@ at::Tensor& geometric_(at::Tensor& self, double p, OptGen gen) {
                      [&](at::Tensor& v, at::Generator& g) { v.geometric_(p, g); });
 }
 
+// native_dropout (what F.dropout and nn.Dropout reach on neuron in training) takes no generator:
+// through the CPU fallback it would draw from the CPU default generator, out of reach of
+// torch.neuron.manual_seed and set_rng_state. Same results as ATen's CPU kernel: a bool mask kept
+// with probability 1 - p, and the kept values scaled by 1 / (1 - p).
+std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p,
+                                                  std::optional<bool> train) {
+  TORCH_CHECK(p >= 0 && p <= 1, "dropout probability has to be between 0 and 1, but got ", p,
+              " (aten::native_dropout on ", input.device(), ")");
+  at::Tensor mask = at::empty_like(input, input.options().dtype(at::kBool),
+                                   at::MemoryFormat::Contiguous);
+  if (train.has_value() && !*train) return {input.clone(), mask.fill_(true)};
+  at::Tensor output = at::empty_like(input, at::MemoryFormat::Contiguous);
+  if (input.numel() == 0) return {output, mask};
+  const double keep = 1. - p;
+  const double scale = keep == 0. ? 0. : 1. / keep;
+  at::Generator host = host_generator_for(std::nullopt, input.device().index(),
+                                          static_cast<uint64_t>(input.numel()));
+  launch_kernel(input.device().index(),
+                KernelInfo{"aten::native_dropout", 2 * static_cast<uint64_t>(input.numel()),
+                           tensor_bytes(input) + tensor_bytes(output) + tensor_bytes(mask),
+                           Engine::kGpSimd},
+                [&] {
+                  at::Tensor mask_view = host_view(mask);
+                  mask_view.bernoulli_(keep, host);
+                  at::Tensor output_view = host_view(output);
+                  at::mul_out(output_view, host_view(input), mask_view).mul_(scale);
+                });
+  return {output, mask};
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("normal_", TORCH_FN(normal_));
   m.impl("uniform_", TORCH_FN(uniform_));
@@ -88,6 +124,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("log_normal_", TORCH_FN(log_normal_));
   m.impl("cauchy_", TORCH_FN(cauchy_));
   m.impl("geometric_", TORCH_FN(geometric_));
+  m.impl("native_dropout", TORCH_FN(native_dropout));
 }
 
 }  // namespace
