@@ -65,3 +65,13 @@ def _get_device_index(device, optional: bool = False, allow_cpu: bool = False) -
     from torch_neuronx.neuron._device import _device_index
 
     return _device_index(device)
+
+
+def __getattr__(name: str):
+    # torch.utils.checkpoint saves and restores a device's RNG state around the recomputation only
+    # if `torch.<device>._initialized` is true, a flag torch.cuda keeps; without it, recomputed
+    # dropout draws a fresh mask and the gradients are silently wrong. Computed on each access, as
+    # it changes once the runtime starts.
+    if name == "_initialized":
+        return is_initialized()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
