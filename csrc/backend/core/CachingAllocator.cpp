@@ -64,8 +64,8 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
 
     std::lock_guard<std::recursive_mutex> lock(mutex_);
     DeviceState& state = state_of(device);
-    const size_t size = round_size(nbytes);
-    void* ptr = take_cached(state, size);
+    size_t size = round_size(nbytes);
+    void* ptr = take_cached(state, size);  // a cached block may be larger: `size` becomes its size
     if (ptr == nullptr) ptr = reserve(neuron_core, state, nbytes, size);
     blocks_.emplace(ptr, Block{ptr, size, nbytes, device});
     increase(state.stats.allocation, size, 1);
@@ -166,11 +166,14 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
     return *states_[device];
   }
 
-  // Best fit among cached blocks of the same size class or up to one class larger.
-  static void* take_cached(DeviceState& state, size_t size) {
+  // Best fit among cached blocks of the same size class or up to one class larger. Sets `size`
+  // to the block's real size: recording the smaller requested class instead would make the stats
+  // and the cache give back less than was reserved, so memory_reserved() would drift upwards.
+  static void* take_cached(DeviceState& state, size_t& size) {
     auto it = state.cached.lower_bound(size);
     if (it == state.cached.end() || it->first > size + size / 4) return nullptr;
     void* ptr = it->second;
+    size = it->first;
     state.cached.erase(it);
     return ptr;
   }
