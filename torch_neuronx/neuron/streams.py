@@ -67,16 +67,25 @@ class Event(torch.Event):
                 "interprocess neuron events are not supported: nrtsim has no IPC handles; share "
                 "tensors between processes through torch.distributed instead"
             )
-        return super().__new__(
+        event = super().__new__(
             cls, device=torch.device("neuron", current_device()), enable_timing=enable_timing,
             blocking=blocking,
         )
+        # torch.Event does not expose its flags; kept for __repr__ and for callers that check.
+        event.enable_timing = enable_timing
+        return event
 
     def record(self, stream: Optional[torch.Stream] = None) -> None:
         super().record(current_stream() if stream is None else stream)
 
     def wait(self, stream: Optional[torch.Stream] = None) -> None:
         super().wait(current_stream() if stream is None else stream)
+
+    def elapsed_time(self, end_event: torch.Event) -> float:
+        """Milliseconds from this event to `end_event`; both need enable_timing=True."""
+        # torch.Event.elapsed_time accepts only an exact torch.Event as the end event (it compares
+        # the Python type, not isinstance), so it would reject this subclass.
+        return _C._event_elapsed_time(self, end_event)
 
     def __repr__(self) -> str:
         return f"<torch.neuron.Event {'timing' if self.enable_timing else 'no timing'}>"

@@ -1,6 +1,7 @@
 // torch_neuronx._C: the few entry points the Python layer needs. Everything on the hot path is
 // reached through the dispatcher and c10 interfaces; these bindings are for the device module,
 // op tracking and reports.
+#include <torch/csrc/Event.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/csrc/utils/pybind.h>
@@ -86,6 +87,16 @@ PYBIND11_MODULE(_C, m) {
   m.def("_default_generator", [](int device) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(device))));
+  });
+  // torch.neuron.Event.elapsed_time: torch.Event's own method rejects subclass instances as the
+  // end event, so neuron events are timed here, on the c10::Event both objects wrap.
+  m.def("_event_elapsed_time", [](py::handle start, py::handle end) {
+    TORCH_CHECK(THPEvent_Check(start.ptr()) && THPEvent_Check(end.ptr()),
+                "elapsed_time: expected two torch.Event objects, got ",
+                Py_TYPE(start.ptr())->tp_name, " and ", Py_TYPE(end.ptr())->tp_name);
+    const c10::Event& start_event = reinterpret_cast<THPEvent*>(start.ptr())->event;
+    const c10::Event& end_event = reinterpret_cast<THPEvent*>(end.ptr())->event;
+    return start_event.elapsedTime(end_event);
   });
   m.def("_stream_priority", [](int device, int64_t stream_id) {
     return stream_priority(c10::Stream(c10::Stream::UNSAFE,
