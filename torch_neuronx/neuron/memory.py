@@ -79,7 +79,10 @@ def mem_get_info(device=None) -> tuple:
 
 
 def host_memory_stats() -> "OrderedDict[str, Any]":
-    return torch.accelerator.host_memory_stats() if hasattr(torch.accelerator, "host_memory_stats") else OrderedDict()
+    """Statistics of the pinned host allocator (Tensor.pin_memory(), DataLoader pin_memory=True),
+    under torch.cuda.host_memory_stats()'s keys: "allocations.current", "allocated_bytes.peak"..."""
+    # torch.accelerator has no host_memory_stats in 2.13, so the allocator is asked directly.
+    return OrderedDict(sorted(_C._host_memory_stats().items()))
 
 
 def _format_size(n: int) -> str:

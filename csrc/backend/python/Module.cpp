@@ -8,6 +8,7 @@
 
 #include "backend/core/CachingAllocator.h"
 #include "backend/core/Generator.h"
+#include "backend/core/HostAllocator.h"
 #include "backend/core/NeuronRuntime.h"
 #include "backend/core/NeuronStream.h"
 #include "backend/core/OpTracking.h"
@@ -83,6 +84,25 @@ PYBIND11_MODULE(_C, m) {
   m.def("_hbm_info", [](int device) {
     nrtsim::NeuronCore& c = core(static_cast<c10::DeviceIndex>(device));
     return py::make_tuple(c.hbm().free_bytes(), c.hbm().capacity(), c.hbm().used());
+  });
+  // Pinned-host allocator statistics under CUDA's host_memory_stats() keys.
+  m.def("_host_memory_stats", [] {
+    const at::HostStats stats = host_allocator().get_stats();
+    py::dict d;
+    auto add = [&](const char* name, const c10::CachingAllocator::Stat& stat) {
+      const std::string prefix(name);
+      d[py::str(prefix + ".current")] = stat.current;
+      d[py::str(prefix + ".peak")] = stat.peak;
+      d[py::str(prefix + ".allocated")] = stat.allocated;
+      d[py::str(prefix + ".freed")] = stat.freed;
+    };
+    add("allocations", stats.allocations);
+    add("allocated_bytes", stats.allocated_bytes);
+    add("active_requests", stats.active_requests);
+    add("active_bytes", stats.active_bytes);
+    d["num_host_alloc"] = stats.num_host_alloc;
+    d["num_host_free"] = stats.num_host_free;
+    return d;
   });
   m.def("_default_generator", [](int device) {
     return py::reinterpret_steal<py::object>(
