@@ -30,7 +30,9 @@ def device_count() -> int:
 
 
 def is_initialized() -> bool:
-    return _initialized and not _is_in_bad_fork()
+    # The runtime may also have been started from C++ without passing through _lazy_init (e.g.
+    # torch.Stream(device="neuron") goes straight to the guard): it is initialised all the same.
+    return (_initialized or _C._is_initialized()) and not _is_in_bad_fork()
 
 
 def _is_in_bad_fork() -> bool:

@@ -65,6 +65,18 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     runtime_stream(stream).synchronize();
   }
 
+  // What torch.accelerator.get_device_capability() reports: the dtypes neuron tensors can be
+  // allocated in and converted between. That is every dtype (nrtsim's HBM is host memory) except
+  // the quantized ones, which would need a QuantizedPrivateUse1 backend.
+  c10::DeviceCapability getDeviceCapability(c10::Device device) const override {
+    check_device_index(device.index());
+    c10::DeviceCapability capability;  // all dtypes
+    auto& types = capability.capability_data.supported_scalar_types;
+    types.has_QInt8 = types.has_QUInt8 = types.has_QInt32 = 0;
+    types.has_QUInt4x2 = types.has_QUInt2x4 = 0;
+    return capability;
+  }
+
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
     core(device_index).synchronize();
   }
