@@ -85,5 +85,18 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
 }
 
+// The copies resolve the conjugate and negative bits themselves (host views carry them, and the
+// CPU copy applies them). Without these fallthroughs the Conjugate/Negative fallback would
+// materialise a conj() or neg-view source with clone -> copy_ -> _copy_from, recursing until the
+// stack overflows: .cpu() of x.conj() crashed the process.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
 }  // namespace
 }  // namespace torch_neuronx
