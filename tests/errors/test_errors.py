@@ -101,6 +101,41 @@ def test_two_neuron_devices_raise():
     assert_device_works("neuron:1")
 
 
+# --- overlapping copies -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "copy",
+    [
+        lambda t: t.view(4, 4).copy_(t.view(4, 4).t()),
+        lambda t: t[1:].copy_(t[:-1]),
+        lambda t: t[:8].copy_(t[4:12]),
+        lambda t: t[:1].expand(4).copy_(torch.arange(4.0)),
+    ],
+    ids=["transpose_into_itself", "shift_right", "half_overlap", "expanded_destination"],
+)
+def test_overlapping_copy_raises_like_cpu(copy):
+    cpu = torch.arange(16.0)
+    with pytest.raises(RuntimeError, match="refer") as cpu_error:
+        copy(cpu.clone())
+    n = cpu.to("neuron")
+    with pytest.raises(RuntimeError, match="refer") as neuron_error:
+        copy(n)
+    assert str(neuron_error.value) == str(cpu_error.value)
+    assert torch.equal(n.cpu(), cpu)  # nothing was written
+    assert_device_works()
+
+
+def test_non_overlapping_views_of_one_storage_copy_like_cpu():
+    cpu = torch.arange(16.0)
+    n = cpu.to("neuron")
+    for t in (cpu, n):
+        t[::2].copy_(t[1::2])  # interleaved, never the same element
+        t[:4].copy_(t[12:])
+        t.copy_(t)  # the same view: a no-op
+    assert torch.equal(n.cpu(), cpu)
+
+
 # --- device indices ---------------------------------------------------------------------------
 
 

@@ -4,6 +4,7 @@
 // A same-dtype copy between tensors with identical dense layouts is one DMA transfer of the bytes.
 // Anything else (dtype conversion, different strides, broadcasting) is a strided DMA: ATen's CPU
 // copy kernel run on host views of the device buffers, launched as one kernel.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/DeviceGuard.h>
@@ -51,6 +52,11 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
   TORCH_CHECK(dst.device().is_cpu() || is_neuron(dst),
               "copy between neuron and ", dst.device(), " is not supported; go through the CPU");
   if (dst.numel() == 0) return dst;
+  // ATen's copy_ hands neuron copies over before its TensorIterator would check for overlap, so
+  // the checks CPU and CUDA make are made here. Without them a copy between overlapping views of
+  // one storage (x.copy_(x.t())) silently produced wrong numbers, or memcpy'd overlapping ranges.
+  at::assert_no_internal_overlap(dst);
+  if (is_neuron(self) && is_neuron(dst)) at::assert_no_partial_overlap(dst, self);
 
   // The copy runs in the stream order of the device it writes (or reads, for device->host).
   const at::Tensor& device_side = is_neuron(dst) ? dst : self;
