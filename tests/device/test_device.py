@@ -162,6 +162,27 @@ def test_autoload_disabled_until_import(python_subprocess):
     assert out["has_module_after"] is True
 
 
+def test_privateuse1_taken_by_another_backend(python_subprocess):
+    out = run_json(
+        python_subprocess,
+        """
+        import json
+        import torch
+        torch.utils.rename_privateuse1_backend("otherdev")
+        try:
+            import torch_neuronx
+            error = None
+        except RuntimeError as e:
+            error = str(e)
+        print(json.dumps({"error": error, "has_module": hasattr(torch, "neuron")}))
+        """,
+        env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+    )
+    assert out["error"] is not None
+    assert "'otherdev'" in out["error"] and "TORCH_DEVICE_BACKEND_AUTOLOAD=0" in out["error"]
+    assert out["has_module"] is False
+
+
 # --- current device ---------------------------------------------------------------------------
 
 
@@ -177,6 +198,25 @@ def test_set_device_and_current_device():
     assert torch.zeros(2, device="neuron").device.index == 3
     torch.neuron.set_device(0)
     assert torch.neuron.current_device() == 0
+
+
+def test_current_device_is_per_thread():
+    import threading
+
+    seen = {}
+
+    def worker():
+        seen["start"] = torch.neuron.current_device()
+        torch.neuron.set_device(3)
+        seen["tensor"] = torch.ones(1, device="neuron").device.index
+
+    torch.neuron.set_device(1)
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen == {"start": 0, "tensor": 3}  # a new thread starts on neuron:0, as with CUDA
+    assert torch.neuron.current_device() == 1  # and its set_device stays in that thread
+    torch.neuron.set_device(0)
 
 
 def test_accelerator_set_device_index():

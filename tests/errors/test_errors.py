@@ -204,7 +204,8 @@ BAD_ENV_REPORT = """
 import json
 import torch
 r = {"available": torch.neuron.is_available(), "count": torch.neuron.device_count(),
-     "accelerator_available": torch.accelerator.is_available()}
+     "accelerator_available": torch.accelerator.is_available(),
+     "checked_accelerator": str(torch.accelerator.current_accelerator(check_available=True))}
 for name, call in [("empty", lambda: torch.empty(1, device="neuron")),
                    ("init", torch.neuron.init),
                    ("set_device", lambda: torch.neuron.set_device(0))]:
@@ -235,6 +236,7 @@ def test_bad_environment(python_subprocess, env, expected):
     assert r["available"] is False and r["available_again"] is False
     assert r["count"] == 0
     assert r["accelerator_available"] is False
+    assert r["checked_accelerator"] == "None"
     for call in ("empty", "init", "set_device"):
         message = r[call]
         assert message is not None, f"{call} did not raise"

@@ -137,6 +137,25 @@ def test_set_stream():
     assert torch.neuron.current_device() == 0
 
 
+def test_current_stream_is_per_thread():
+    import threading
+
+    s = torch.neuron.Stream()
+    seen = {}
+
+    def worker():
+        seen["start"] = torch.neuron.current_stream().stream_id
+        torch.neuron.set_stream(torch.neuron.Stream(priority=-1))
+        seen["set"] = torch.neuron.current_stream().priority
+
+    with torch.neuron.stream(s):
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join()
+        assert torch.neuron.current_stream() == s
+    assert seen == {"start": 0, "set": -1}
+
+
 def test_side_stream_results_match_cpu():
     s = torch.neuron.Stream()
     with torch.neuron.stream(s):
