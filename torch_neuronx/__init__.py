@@ -16,12 +16,32 @@ def _autoload():
     """
 
 
+import atexit  # noqa: E402
+import time  # noqa: E402
+
 import torch  # noqa: E402
 
 from torch_neuronx import _C  # noqa: E402
 from torch_neuronx import _registration  # noqa: E402
 
 _registration.register()
+
+
+def _let_autograd_device_threads_finish() -> None:
+    """atexit: hand the GIL to autograd's neuron device threads one last time.
+
+    Every backward pass stashes a Python object (a contextvars copy) in the graph task, and a
+    device thread may drop the last reference to that task just after backward() returns. If the
+    interpreter is already finalizing when that thread takes the GIL for the decref, CPython ends
+    the thread inside a noexcept destructor and the process aborts ("terminate called without an
+    active exception", exit code 134): a script that ends right after loss.backward() crashed
+    most of the time. Sleeping here, before finalization, lets the waiting thread finish.
+    """
+    if _C._is_initialized():
+        time.sleep(0.01)
+
+
+atexit.register(_let_autograd_device_threads_finish)
 
 from torch_neuronx import neuron  # noqa: E402
 from torch_neuronx.neuron import (  # noqa: E402,F401
