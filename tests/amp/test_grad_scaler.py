@@ -139,6 +139,15 @@ def test_training_with_adamw_matches_cpu_scaler():
     )
 
 
+def test_training_with_fused_adamw_matches_cpu_scaler():
+    """fused=True hands grad_scale and found_inf to the fused kernel instead of unscaling first."""
+    fused = lambda params, lr: torch.optim.AdamW(params, lr=lr, fused=True)  # noqa: E731
+    assert_same_run(
+        train(DEV, 5, poison_steps={3}, optimizer=fused),
+        train("cpu", 5, poison_steps={3}, optimizer=fused),
+    )
+
+
 def test_inf_gradient_skips_step_and_backs_off():
     hist, _, _ = train(DEV, 4, poison_steps={1}, growth_interval=100)
     scales = [h[0] for h in hist]

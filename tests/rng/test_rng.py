@@ -404,3 +404,24 @@ def test_multinomial_respects_weights():
     s = torch.multinomial(w, 20_000, replacement=True).cpu()
     assert set(s.unique().tolist()) == {1, 3}
     assert abs((s == 3).float().mean().item() - 0.75) < 0.02
+
+
+def test_seeding_before_runtime_start(python_subprocess):
+    """torch.manual_seed at the top of a script must not start the runtime (a DataLoader may
+    fork later), and must still govern the first neuron draws once it starts."""
+    result = python_subprocess(
+        """
+        import torch, torch_neuronx
+        torch.manual_seed(5)
+        torch.neuron.manual_seed_all(6)
+        assert not torch_neuronx.is_neuron_runtime_initialized()
+        assert torch.neuron.initial_seed() == 6
+        a = torch.randn(16, device="neuron").cpu()
+        torch.neuron.manual_seed_all(6)
+        b = torch.randn(16, device="neuron").cpu()
+        assert torch.equal(a, b)
+        print("ok")
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ok" in result.stdout
