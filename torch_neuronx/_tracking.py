@@ -10,7 +10,8 @@ def get_fallback_ops() -> list:
 
 
 def get_executed_ops() -> list:
-    """Names of every ATen op executed on neuron: native kernels and CPU fallbacks alike."""
+    """Names of every ATen op executed on neuron: native kernels and CPU fallbacks alike, the
+    native kernels first (in first-launch order), then the fallbacks (in first-seen order)."""
     return list(_C._get_executed_ops())
 
 

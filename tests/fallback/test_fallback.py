@@ -70,6 +70,21 @@ def test_executed_ops_has_native_kernels_and_fallbacks():
     assert all(op.startswith("aten::") for op in executed)
 
 
+def test_executed_ops_order():
+    x = torch.empty(8, device=DEV)
+    torch_neuronx.clear_op_tracking()
+    torch.exp(x)
+    x.uniform_()
+    torch.sin(x)
+    x.normal_()
+    x.uniform_()
+    executed = torch_neuronx.get_executed_ops()
+    natives = [op for op in executed if op not in torch_neuronx.get_fallback_ops()]
+    assert [op for op in natives if op != "aten::_copy_from"] == ["aten::uniform_", "aten::normal_"]
+    # Fallbacks follow the native kernels, in the order they were first seen.
+    assert executed[len(natives):] == ["aten::exp.out", "aten::sin.out"]
+
+
 def test_native_ops_do_not_fall_back():
     x = torch.randn(16, device=DEV)
     torch_neuronx.clear_op_tracking()

@@ -12,7 +12,8 @@ namespace torch_neuronx {
 // Records a fallback of `op` ("aten::name.overload"); returns true the first time for that op.
 bool record_fallback(const std::string& op);
 std::vector<std::string> fallback_ops();
-std::vector<std::string> executed_ops();  // native kernels and fallbacks, first-seen order
+// Native kernels in first-launch order, then the fallbacks not among them in first-seen order.
+std::vector<std::string> executed_ops();
 void clear_op_tracking();
 
 }  // namespace torch_neuronx
