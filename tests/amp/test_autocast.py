@@ -82,6 +82,23 @@ def test_lower_precision_ops(name, dtype):
 
 
 @pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_scaled_dot_product_attention(dtype):
+    q, qn = pair(2, 4, 8, 16, seed=9)
+    with torch.autocast(DEV, dtype=dtype):
+        out = F.scaled_dot_product_attention(qn, qn, qn, is_causal=True)
+    assert out.dtype == dtype
+    low = q.to(dtype)
+    expected = F.scaled_dot_product_attention(low, low, low, is_causal=True)
+    torch.testing.assert_close(out.cpu(), expected, rtol=2e-2, atol=2e-2)
+
+
+def test_embedding_is_not_cast():
+    w = torch.randn(5, 3, device=DEV)
+    with torch.autocast(DEV, dtype=torch.bfloat16):
+        assert F.embedding(torch.tensor([1, 4], device=DEV), w).dtype == torch.float32
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
 def test_module_forward_matches_cpu_autocast(dtype):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))

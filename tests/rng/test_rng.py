@@ -425,3 +425,47 @@ def test_seeding_before_runtime_start(python_subprocess):
     )
     assert result.returncode == 0, result.stderr
     assert "ok" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float16, torch.bfloat16, torch.float64, torch.complex64], ids=str
+)
+def test_randn_dtypes(dtype):
+    torch.neuron.manual_seed(0)
+    x = torch.randn(50_000, dtype=dtype, device=DEV)
+    assert x.dtype == dtype
+    torch.neuron.manual_seed(0)
+    assert torch.equal(x.cpu(), torch.randn(50_000, dtype=dtype, device=DEV).cpu())
+    x = x.cpu()
+    if dtype.is_complex:  # unit variance overall: 1/2 in each of the real and imaginary parts
+        assert abs(x.real.var().item() - 0.5) < 0.02 and abs(x.imag.var().item() - 0.5) < 0.02
+    else:
+        assert abs(x.double().std().item() - 1) < 0.02 and abs(x.double().mean().item()) < 0.02
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_rand_low_precision_stays_below_one(dtype):
+    torch.neuron.manual_seed(0)
+    u = torch.rand(100_000, dtype=dtype, device=DEV).cpu()
+    assert u.dtype == dtype and u.min().item() >= 0 and u.max().item() < 1
+
+
+def test_randint_dtypes_and_wide_ranges():
+    torch.neuron.manual_seed(0)
+    small = torch.randint(-5, 5, (20_000,), dtype=torch.int8, device=DEV).cpu()
+    assert small.dtype == torch.int8 and small.unique().tolist() == list(range(-5, 5))
+    flags = torch.randint(0, 2, (20_000,), dtype=torch.bool, device=DEV).cpu()
+    assert abs(flags.float().mean().item() - 0.5) < 0.02
+    wide = torch.randint(0, 2**40, (1000,), device=DEV).cpu()
+    assert wide.min().item() >= 0 and wide.max().item() < 2**40 and wide.max().item() > 2**39
+
+
+def test_generator_on_another_device():
+    g = torch.Generator(device="neuron:1").manual_seed(9)
+    assert g.device == torch.device("neuron", 1)
+    before = torch.neuron.get_rng_state_all()
+    a = torch.randn(6, device="neuron:1", generator=g)
+    assert a.device == torch.device("neuron", 1)
+    assert all(torch.equal(x, y) for x, y in zip(before, torch.neuron.get_rng_state_all()))
+    g.manual_seed(9)
+    assert torch.equal(a.cpu(), torch.randn(6, device="neuron:1", generator=g).cpu())
