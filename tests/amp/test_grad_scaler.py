@@ -229,3 +229,27 @@ def test_state_dict_round_trip():
     fresh.load_state_dict(state)
     assert fresh.get_scale() == scaler.get_scale()
     assert fresh.get_growth_interval() == 2
+
+
+def test_scaler_on_another_device():
+    """Model on neuron:1 while neuron:0 is current: the scale, the tracker and both kernels stay
+    on neuron:1, and the steps match the CPU's."""
+
+    def run(device):
+        model = make_model().to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        scaler = torch.amp.GradScaler(torch.device(device).type, init_scale=1024.0, growth_interval=1)
+        x = torch.ones(4, 8, device=device)
+        for _ in range(3):
+            opt.zero_grad()
+            scaler.scale(model(x).pow(2).sum()).backward()
+            scaler.step(opt)
+            scaler.update()
+        return scaler, [p.detach().cpu() for p in model.parameters()]
+
+    assert torch.neuron.current_device() == 0
+    (s_n, p_n), (s_c, p_c) = run("neuron:1"), run("cpu")
+    assert s_n._scale.device == s_n._growth_tracker.device == torch.device("neuron", 1)
+    assert s_n.get_scale() == s_c.get_scale() == 8192.0
+    for a, b in zip(p_n, p_c):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
