@@ -469,3 +469,19 @@ def test_generator_on_another_device():
     assert all(torch.equal(x, y) for x, y in zip(before, torch.neuron.get_rng_state_all()))
     g.manual_seed(9)
     assert torch.equal(a.cpu(), torch.randn(6, device="neuron:1", generator=g).cpu())
+
+
+def test_native_dropout_matches_cpu_contract():
+    torch.neuron.manual_seed(1)
+    x = torch.randn(6, 8, device=DEV).t()  # non-contiguous input
+    y, mask = torch.native_dropout(x, 0.4, True)
+    assert mask.dtype == torch.bool and mask.shape == x.shape and y.shape == x.shape
+    torch.testing.assert_close(y.cpu(), x.cpu() * mask.cpu() / 0.6)
+    h = torch.randn(64, dtype=torch.float16, device=DEV)
+    yh = torch.nn.functional.dropout(h, 0.5)
+    assert yh.dtype == torch.float16
+    torch.testing.assert_close(yh.cpu(), h.cpu() * (yh.cpu() != 0) * 2)
+    y_eval, mask_eval = torch.native_dropout(x, 0.4, False)
+    assert torch.equal(y_eval.cpu(), x.cpu()) and bool(mask_eval.all())
+    with pytest.raises(RuntimeError, match="between 0 and 1"):
+        torch.native_dropout(x, 1.5, True)
