@@ -3,8 +3,9 @@
 // (TORCH_NEURONX_FALLBACK_WARN=0 silences the warning).
 //
 // Before handing over, the fallback enforces what a native kernel would: all tensors on one
-// device (CPU scalars and CPU index tensors excepted, as on CUDA), and neuron generators replaced
-// by CPU generators drawing from the neuron stream, so seeding still governs the op's randomness.
+// device (CPU scalars and CPU index tensors excepted, as on CUDA), and neuron generators (or the
+// device's default generator, where the generator is omitted) replaced by CPU generators drawing
+// from the neuron stream, so seeding still governs the op's randomness.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/CPUFallback.h>
 #include <c10/util/Exception.h>
@@ -16,16 +17,11 @@
 #include <set>
 #include <string>
 
-#include "backend/core/Generator.h"
+#include "backend/core/BoxedArgs.h"
 #include "backend/core/OpTracking.h"
 
 namespace torch_neuronx {
 namespace {
-
-std::string op_name(const c10::OperatorHandle& op) {
-  const auto& name = op.operator_name();
-  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
-}
 
 bool warnings_enabled() {
   const char* value = std::getenv("TORCH_NEURONX_FALLBACK_WARN");
@@ -48,60 +44,12 @@ void warn_once(const std::string& name) {
   }
 }
 
-// CPU tensors that may accompany neuron tensors, as CUDA allows: 0-dim values (wrapped Python
-// numbers, scalars) anywhere, and index tensors inside an index list.
-void check_devices(const std::string& name, const c10::FunctionSchema& schema,
-                   const torch::jit::Stack& stack, size_t first) {
-  std::optional<c10::Device> neuron;
-  std::optional<c10::Device> cpu;
-  auto visit = [&](const at::Tensor& t) {
-    if (!t.defined()) return;
-    if (t.device().type() == c10::DeviceType::PrivateUse1) {
-      TORCH_CHECK(!neuron || *neuron == t.device(),
-                  "Expected all tensors to be on the same device, but found at least two devices, ",
-                  *neuron, " and ", t.device(), "! (when checking arguments for ", name, ")");
-      neuron = t.device();
-    } else if (t.dim() > 0 || !t.device().is_cpu()) {
-      cpu = t.device();
-    }
-  };
-  const auto& args = schema.arguments();
-  for (size_t i = 0; i < args.size() && first + i < stack.size(); ++i) {
-    const c10::IValue& value = stack[first + i];
-    if (value.isTensor()) {
-      visit(value.toTensor());
-    } else if (value.isTensorList()) {
-      for (const auto& t : value.toTensorVector()) visit(t);
-    }
-    // Lists of optional tensors are index lists (index, index_put_): CPU indices are accepted.
-  }
-  TORCH_CHECK(!neuron || !cpu,
-              "Expected all tensors to be on the same device, but found at least two devices, ",
-              *neuron, " and ", *cpu, "! (when checking arguments for ", name,
-              "). Move the ", *cpu, " tensor to neuron with .to('neuron'), or the neuron tensor "
-              "to the CPU with .cpu().");
-}
-
-void substitute_generators(torch::jit::Stack& stack, size_t first) {
-  for (size_t i = first; i < stack.size(); ++i) {
-    c10::IValue& value = stack[i];
-    if (value.isGenerator()) {
-      at::Generator generator = value.toGenerator();
-      if (generator.defined() && generator.device().type() == c10::DeviceType::PrivateUse1) {
-        // How many values the op draws is unknown here; reserve a generous block so successive
-        // calls never overlap for realistic sizes.
-        stack[i] = c10::IValue(host_generator_for(generator, uint64_t{1} << 32));
-      }
-    }
-  }
-}
-
 void neuron_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const std::string name = op_name(op);
+  const std::string name = op_name(op.operator_name());
   const size_t num_args = op.schema().arguments().size();
   const size_t first = stack->size() - num_args;
-  check_devices(name, op.schema(), *stack, first);
-  substitute_generators(*stack, first);
+  const std::optional<c10::Device> device = check_devices(name, op.schema(), *stack, first);
+  substitute_generators(op.schema(), *stack, first, device);
   record_fallback(name);
   warn_once(name);
   // View-returning ops cannot be emulated by copying; those need native kernels (Views.cpp).
