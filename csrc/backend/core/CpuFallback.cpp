@@ -60,5 +60,24 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&neuron_cpu_fallback>());
 }
 
+// Sparse layouts have no neuron kernels, and the fallback above cannot carry sparse results back.
+// Ops that reach a sparse neuron tensor without a kernel say so, instead of PyTorch's generic
+// "could not run ... with arguments from the 'Sparseneuron' backend". (Composite kernels, e.g.
+// the sparse constructors that Tensor.to() uses, still take precedence over this.)
+void sparse_unsupported(const c10::OperatorHandle& op, torch::jit::Stack*) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, op_name(op.operator_name()),
+                              ": sparse tensors (COO, CSR, CSC, BSR, BSC) are not supported on "
+                              "neuron. Keep sparse tensors and their ops on the CPU, or convert "
+                              "with to_dense() before moving them to neuron.");
+}
+
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_unsupported>());
+}
+
+TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_unsupported>());
+}
+
 }  // namespace
 }  // namespace torch_neuronx

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/core/BoxedArgs.h"
+#include "backend/core/CachingAllocator.h"
 #include "backend/core/HostView.h"
 #include "backend/core/KernelLaunch.h"
 
@@ -37,24 +38,6 @@ struct Swapped {
   at::Tensor view;
   bool writable;
 };
-
-// After the CPU kernel: carry what it did to a write argument's view back to the neuron tensor.
-void adopt(const Swapped& s, c10::Device device) {
-  c10::StorageImpl* view_storage = s.view.storage().unsafeGetStorageImpl();
-  c10::StorageImpl* storage = s.original.storage().unsafeGetStorageImpl();
-  if (view_storage->data() != storage->data() || view_storage->nbytes() != storage->nbytes()) {
-    // The kernel resized the output: its new block is HBM (HbmAsHostAllocator); hand it over.
-    c10::DataPtr grown = view_storage->set_data_ptr(c10::DataPtr());
-    grown.unsafe_set_device(device);
-    storage->set_nbytes(view_storage->nbytes());
-    storage->set_data_ptr_noswap(std::move(grown));
-  }
-  if (s.view.sizes() != s.original.sizes() || s.view.strides() != s.original.strides() ||
-      s.view.storage_offset() != s.original.storage_offset()) {
-    s.original.unsafeGetTensorImpl()->set_sizes_and_strides(s.view.sizes(), s.view.strides(),
-                                                           s.view.storage_offset());
-  }
-}
 
 class HostMathKernel final : public c10::OperatorKernel {
  public:
@@ -104,7 +87,7 @@ class HostMathKernel final : public c10::OperatorKernel {
                   [&] { op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack); });
 
     for (const auto& s : swapped) {
-      if (s.writable) adopt(s, device);
+      if (s.writable) adopt_host_view(s.view, s.original);
     }
     for (size_t i = first; i < stack->size(); ++i) {
       c10::IValue& result = (*stack)[i];
@@ -163,6 +146,25 @@ std::vector<std::string>& unregistered_names() {
   return *names;
 }
 
+void check_out_devices(const char* op, const at::Tensor& out,
+                       std::initializer_list<const at::Tensor*> inputs) {
+  TORCH_CHECK(is_neuron(out), op, ": expected the output on neuron, got ", out.device());
+  for (const at::Tensor* t : inputs) {
+    if (!t->defined() || t->device() == out.device()) continue;
+    TORCH_CHECK(t->device().is_cpu() && t->dim() == 0,
+                "Expected all tensors to be on the same device, but found at least two devices, ",
+                out.device(), " and ", t->device(), "! (when checking arguments for ", op, ")");
+  }
+}
+
+at::Tensor empty_output(c10::Device device, at::ScalarType dtype) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, device),
+                       &caching_allocator(), /*resizable=*/true);
+  return at::detail::make_tensor<c10::TensorImpl>(std::move(storage),
+                                                  c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                  c10::scalarTypeToTypeMeta(dtype));
+}
+
 uint64_t flops_none(const c10::FunctionSchema&, KernelArgs) { return 0; }
 
 uint64_t flops_per_element(const c10::FunctionSchema&, KernelArgs args) {
@@ -217,8 +219,10 @@ void register_host_math_ops(torch::Library& library, const OpFamily& family,
         continue;  // calls the .out overload on neuron
       }
       if (returns_view(handle->schema())) continue;  // views need real view kernels (Views.cpp)
-      register_overload(library, family, *handle);
       any = true;
+      // A dedicated kernel registered before the family list (e.g. unboxed arithmetic) stays.
+      if (handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;
+      register_overload(library, family, *handle);
     }
     if (!any) unregistered_names().push_back(functional);
   }

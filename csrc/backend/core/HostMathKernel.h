@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/core/HostView.h"
+#include "backend/core/KernelLaunch.h"
 #include "runtime/KernelLaunch.h"
 
 namespace torch_neuronx {
@@ -51,6 +53,33 @@ void register_host_math_ops(torch::Library& library, const OpFamily& family,
 // need a dedicated kernel.
 void register_host_math_overloads(torch::Library& library, const OpFamily& family,
                                   std::initializer_list<const char*> overloads);
+
+// The unboxed form, for the hottest out= ops (arithmetic, sum): the same host-math execution
+// without the boxed argument stack, which dominates the cost of an op on a small tensor.
+// `compute(out_view, input_views...)` runs the CPU kernel; `out` may be resized by it.
+void check_out_devices(const char* op, const at::Tensor& out,
+                       std::initializer_list<const at::Tensor*> inputs);
+
+inline at::Tensor view_of_input(const at::Tensor& t) {
+  return t.device().type() == c10::DeviceType::PrivateUse1 ? host_view(t) : t;
+}
+
+template <class Compute, class... Inputs>
+at::Tensor& host_math_out(const KernelInfo& info, at::Tensor& out, Compute&& compute,
+                          const Inputs&... inputs) {
+  check_out_devices(info.op, out, {&inputs...});
+  const CurrentDeviceScope scope(out.device().index());
+  launch_kernel(out.device().index(), info, [&] {
+    at::Tensor out_view = host_view(out, /*resizable=*/true);
+    compute(out_view, view_of_input(inputs)...);
+    adopt_host_view(out_view, out);
+  });
+  return out;
+}
+
+// An empty (0-element) neuron tensor on `device` for an out= kernel to resize: the output of a
+// functional op whose shape the CPU kernel works out.
+at::Tensor empty_output(c10::Device device, at::ScalarType dtype);
 
 // Names in the family lists that matched no registrable overload in this torch version (a stale
 // list). Empty in a correct build; a test asserts that.

@@ -61,6 +61,23 @@ std::vector<at::Tensor> host_views(at::TensorList tensors) {
   return views;
 }
 
+void adopt_host_view(const at::Tensor& view, const at::Tensor& original) {
+  c10::StorageImpl* view_storage = view.storage().unsafeGetStorageImpl();
+  c10::StorageImpl* storage = original.storage().unsafeGetStorageImpl();
+  if (view_storage->data() != storage->data() || view_storage->nbytes() != storage->nbytes()) {
+    // The CPU code resized the tensor: its new block is HBM (HbmAsHostAllocator); hand it over.
+    c10::DataPtr grown = view_storage->set_data_ptr(c10::DataPtr());
+    grown.unsafe_set_device(original.device());
+    storage->set_nbytes(view_storage->nbytes());
+    storage->set_data_ptr_noswap(std::move(grown));
+  }
+  if (view.sizes() != original.sizes() || view.strides() != original.strides() ||
+      view.storage_offset() != original.storage_offset()) {
+    original.unsafeGetTensorImpl()->set_sizes_and_strides(view.sizes(), view.strides(),
+                                                         view.storage_offset());
+  }
+}
+
 at::Tensor move_to_hbm(const at::Tensor& t, c10::Device device) {
   if (!t.defined()) return t;
   at::Tensor moved = at::empty_strided(t.sizes(), t.strides(), t.options().device(device));
