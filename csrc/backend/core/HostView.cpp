@@ -3,9 +3,33 @@
 #include <c10/core/TensorImpl.h>
 #include <c10/util/Exception.h>
 
+#include <ATen/ops/empty_strided.h>
+
+#include <cstring>
+
+#include "backend/core/CachingAllocator.h"
+
 namespace torch_neuronx {
 
-at::Tensor host_view(const at::Tensor& t) {
+namespace {
+// HBM handed out as host memory: what a resizable host view grows into. The deleter is the caching
+// allocator's, so the block returns to HBM whichever tensor ends up owning it.
+class HbmAsHostAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override {
+    c10::DataPtr block = caching_allocator().allocate(nbytes);
+    block.unsafe_set_device(c10::Device(c10::DeviceType::CPU));
+    return block;
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return caching_allocator().raw_deleter(); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    caching_allocator().copy_data(dest, src, count);
+  }
+};
+HbmAsHostAllocator g_hbm_as_host;
+}  // namespace
+
+at::Tensor host_view(const at::Tensor& t, bool resizable) {
   if (!t.defined()) return t;
   TORCH_INTERNAL_ASSERT(t.device().type() == c10::DeviceType::PrivateUse1,
                         "host_view expects a neuron tensor, got one on ", t.device());
@@ -14,7 +38,7 @@ at::Tensor host_view(const at::Tensor& t) {
   // long as the kernel using the view runs.
   c10::Storage alias(c10::Storage::use_byte_size_t(), storage.nbytes(),
                      c10::DataPtr(storage.mutable_data(), c10::Device(c10::DeviceType::CPU)),
-                     /*allocator=*/nullptr, /*resizable=*/false);
+                     resizable ? &g_hbm_as_host : nullptr, resizable);
   auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(alias),
                                                    c10::DispatchKeySet(c10::DispatchKey::CPU),
                                                    t.dtype());
@@ -35,6 +59,34 @@ std::vector<at::Tensor> host_views(at::TensorList tensors) {
   views.reserve(tensors.size());
   for (const auto& t : tensors) views.push_back(host_view(t));
   return views;
+}
+
+void adopt_host_view(const at::Tensor& view, const at::Tensor& original) {
+  c10::StorageImpl* view_storage = view.storage().unsafeGetStorageImpl();
+  c10::StorageImpl* storage = original.storage().unsafeGetStorageImpl();
+  if (view_storage->data() != storage->data() || view_storage->nbytes() != storage->nbytes()) {
+    // The CPU code resized the tensor: its new block is HBM (HbmAsHostAllocator); hand it over.
+    c10::DataPtr grown = view_storage->set_data_ptr(c10::DataPtr());
+    grown.unsafe_set_device(original.device());
+    storage->set_nbytes(view_storage->nbytes());
+    storage->set_data_ptr_noswap(std::move(grown));
+  }
+  if (view.sizes() != original.sizes() || view.strides() != original.strides() ||
+      view.storage_offset() != original.storage_offset()) {
+    original.unsafeGetTensorImpl()->set_sizes_and_strides(view.sizes(), view.strides(),
+                                                         view.storage_offset());
+  }
+}
+
+at::Tensor move_to_hbm(const at::Tensor& t, c10::Device device) {
+  if (!t.defined()) return t;
+  at::Tensor moved = at::empty_strided(t.sizes(), t.strides(), t.options().device(device));
+  if (t.is_non_overlapping_and_dense()) {
+    std::memcpy(moved.data_ptr(), t.data_ptr(), t.numel() * t.element_size());
+  } else {
+    host_view(moved).copy_(t);
+  }
+  return moved;
 }
 
 }  // namespace torch_neuronx

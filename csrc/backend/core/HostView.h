@@ -10,8 +10,18 @@
 
 namespace torch_neuronx {
 
-at::Tensor host_view(const at::Tensor& neuron_tensor);
+// A view with `resizable` set may be resized by the CPU code it is handed to: its storage then
+// grows into fresh HBM of the tensor's device (the caller adopts it, see HostMathKernel).
+at::Tensor host_view(const at::Tensor& neuron_tensor, bool resizable = false);
 std::optional<at::Tensor> host_view(const std::optional<at::Tensor>& neuron_tensor);
 std::vector<at::Tensor> host_views(at::TensorList neuron_tensors);
+
+// After CPU code ran on a resizable host view of `original`: carry a resize (new HBM block,
+// sizes, strides, offset) over to the neuron tensor.
+void adopt_host_view(const at::Tensor& view, const at::Tensor& original);
+
+// A neuron tensor on `device` holding a copy of `host_tensor` (same sizes and strides): how a
+// kernel that computed a fresh result with ATen's CPU math hands it over.
+at::Tensor move_to_hbm(const at::Tensor& host_tensor, c10::Device device);
 
 }  // namespace torch_neuronx

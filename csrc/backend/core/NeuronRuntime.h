@@ -39,6 +39,21 @@ c10::DeviceIndex current_device();
 void set_device(c10::DeviceIndex index);  // validates, initialises the runtime
 // Sets without validation (for noexcept guard paths); index must already be known good.
 void set_device_unchecked(c10::DeviceIndex index) noexcept;
+// Makes `index` (already validated) the current device for a scope: the cheap guard for kernels,
+// which run with their tensors' device current so that allocations land there.
+class CurrentDeviceScope {
+ public:
+  explicit CurrentDeviceScope(c10::DeviceIndex index) : previous_(current_device()) {
+    if (index != previous_) set_device_unchecked(index);
+  }
+  ~CurrentDeviceScope() { set_device_unchecked(previous_); }
+  CurrentDeviceScope(const CurrentDeviceScope&) = delete;
+  CurrentDeviceScope& operator=(const CurrentDeviceScope&) = delete;
+
+ private:
+  c10::DeviceIndex previous_;
+};
+
 // Throws a clear error if `index` is outside the visible devices.
 void check_device_index(c10::DeviceIndex index);
 

@@ -9,6 +9,7 @@
 #include "backend/core/CachingAllocator.h"
 #include "backend/core/Generator.h"
 #include "backend/core/HostAllocator.h"
+#include "backend/core/HostMathKernel.h"
 #include "backend/core/NeuronRuntime.h"
 #include "backend/core/NeuronStream.h"
 #include "backend/core/OpTracking.h"
@@ -125,6 +126,7 @@ PYBIND11_MODULE(_C, m) {
                                        stream_id));
   });
   m.def("_get_fallback_ops", &fallback_ops);
+  m.def("_unregistered_native_ops", [] { return unregistered_names(); });
   m.def("_get_executed_ops", &executed_ops);
   m.def("_clear_op_tracking", &clear_op_tracking);
   m.def("_kernel_trace", [] {

@@ -1,0 +1,77 @@
+#include "backend/core/BoxedArgs.h"
+
+#include <c10/util/Exception.h>
+
+#include "backend/core/Generator.h"
+
+namespace torch_neuronx {
+
+std::string op_name(const c10::OperatorName& name) {
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+
+std::optional<c10::Device> check_devices(const std::string& name, const c10::FunctionSchema& schema,
+                   const torch::jit::Stack& stack, size_t first) {
+  std::optional<c10::Device> neuron;
+  std::optional<c10::Device> cpu;
+  auto visit = [&](const at::Tensor& t) {
+    if (!t.defined()) return;
+    if (t.device().type() == c10::DeviceType::PrivateUse1) {
+      TORCH_CHECK(!neuron || *neuron == t.device(),
+                  "Expected all tensors to be on the same device, but found at least two devices, ",
+                  *neuron, " and ", t.device(), "! (when checking arguments for ", name, ")");
+      neuron = t.device();
+    } else if (t.dim() > 0 || !t.device().is_cpu()) {
+      cpu = t.device();
+    }
+  };
+  const auto& args = schema.arguments();
+  for (size_t i = 0; i < args.size() && first + i < stack.size(); ++i) {
+    const c10::IValue& value = stack[first + i];
+    if (value.isTensor()) {
+      visit(value.toTensor());
+    } else if (value.isTensorList()) {
+      for (const auto& t : value.toTensorVector()) visit(t);
+    }
+    // Lists of optional tensors are index lists (index, index_put_): CPU indices are accepted.
+  }
+  TORCH_CHECK(!neuron || !cpu,
+              "Expected all tensors to be on the same device, but found at least two devices, ",
+              *neuron, " and ", *cpu, "! (when checking arguments for ", name,
+              "). Move the ", *cpu, " tensor to neuron with .to('neuron'), or the neuron tensor "
+              "to the CPU with .cpu().");
+  return neuron;
+}
+
+namespace {
+bool is_generator(const c10::Argument& argument) {
+  const c10::TypePtr& type = argument.type();
+  if (type->kind() == c10::TypeKind::GeneratorType) return true;
+  const auto optional = type->cast<c10::OptionalType>();
+  return optional && optional->getElementType()->kind() == c10::TypeKind::GeneratorType;
+}
+
+}  // namespace
+
+// An omitted generator (None) means the device's default generator, as on CUDA: left as None,
+// the CPU kernel would draw from the CPU default generator, and torch.neuron.manual_seed and
+// set_rng_state would not govern the op.
+void substitute_generators(const c10::FunctionSchema& schema, torch::jit::Stack& stack,
+                           size_t first, std::optional<c10::Device> device) {
+  const auto& args = schema.arguments();
+  for (size_t i = 0; i < args.size() && first + i < stack.size(); ++i) {
+    if (!is_generator(args[i])) continue;
+    c10::IValue& value = stack[first + i];
+    std::optional<at::Generator> generator;
+    if (value.isGenerator() && value.toGenerator().defined()) {
+      generator = value.toGenerator();
+      if (generator->device().type() != c10::DeviceType::PrivateUse1) continue;
+    }
+    // How many values the op draws is unknown here; reserve a generous block so successive
+    // calls never overlap for realistic sizes.
+    value = c10::IValue(
+        host_generator_for(generator, device ? device->index() : -1, uint64_t{1} << 32));
+  }
+}
+
+}  // namespace torch_neuronx

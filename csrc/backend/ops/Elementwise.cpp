@@ -1,0 +1,124 @@
+// Elementwise unary, binary and ternary ops (broadcasting and type promotion included: the CPU
+// kernels' TensorIterator does both). Arithmetic runs on the Vector engine, transcendentals on the
+// Scalar (activation) engine, as on a NeuronCore.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/result_type.h>
+#include <c10/util/string_view.h>
+#include <ATen/ops/add_cpu_dispatch.h>
+#include <ATen/ops/div_cpu_dispatch.h>
+#include <ATen/ops/mul_cpu_dispatch.h>
+#include <ATen/ops/sub_cpu_dispatch.h>
+#include <torch/library.h>
+
+#include "backend/core/HostMathKernel.h"
+
+namespace torch_neuronx {
+namespace {
+
+constexpr OpFamily kVectorElementwise{"elementwise", nrtsim::Engine::kVector, &flops_per_element};
+constexpr OpFamily kScalarElementwise{"activation", nrtsim::Engine::kScalar, &flops_per_element};
+
+KernelInfo elementwise(const char* op, const at::Tensor& out) {
+  return KernelInfo{op, static_cast<uint64_t>(out.numel()), 3 * tensor_bytes(out),
+                    nrtsim::Engine::kVector};
+}
+
+// The four arithmetic ops, unboxed, functional and out= forms: they run on every small tensor of
+// every model. The functional form hands the CPU kernel an empty output to size, which skips a
+// dispatcher round trip for the allocation.
+template <class Compute>
+at::Tensor& binary_out(const char* op, const at::Tensor& self, const at::Tensor& other,
+                       at::Tensor& out, Compute&& compute) {
+  return host_math_out(elementwise(op, out), out, compute, self, other);
+}
+
+template <class Compute>
+at::Tensor binary(const char* op, const at::Tensor& self, const at::Tensor& other,
+                  at::ScalarType dtype, Compute&& compute) {
+  const bool self_on_neuron = self.device().type() == c10::DeviceType::PrivateUse1;
+  at::Tensor out = empty_output(self_on_neuron ? self.device() : other.device(), dtype);
+  return host_math_out(elementwise(op, self), out, compute, self, other);
+}
+
+// True division of integers gives the default floating type.
+at::ScalarType true_division_dtype(const at::Tensor& a, const at::Tensor& b) {
+  const at::ScalarType t = at::result_type(a, b);
+  return c10::isIntegralType(t, /*includeBool=*/true)
+             ? c10::typeMetaToScalarType(at::get_default_dtype())
+             : t;
+}
+
+at::Tensor& add_out(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha, at::Tensor& out) {
+  return binary_out("aten::add.out", a, b, out, [&](at::Tensor& o, const at::Tensor& x, const at::Tensor& y) {
+    at::cpu::add_outf(x, y, alpha, o);
+  });
+}
+at::Tensor add(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) {
+  return binary("aten::add.Tensor", a, b, at::result_type(a, b),
+                [&](at::Tensor& o, const at::Tensor& x, const at::Tensor& y) { at::cpu::add_outf(x, y, alpha, o); });
+}
+at::Tensor& sub_out(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha, at::Tensor& out) {
+  return binary_out("aten::sub.out", a, b, out, [&](at::Tensor& o, const at::Tensor& x, const at::Tensor& y) {
+    at::cpu::sub_outf(x, y, alpha, o);
+  });
+}
+at::Tensor sub(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) {
+  return binary("aten::sub.Tensor", a, b, at::result_type(a, b),
+                [&](at::Tensor& o, const at::Tensor& x, const at::Tensor& y) { at::cpu::sub_outf(x, y, alpha, o); });
+}
+at::Tensor& mul_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  return binary_out("aten::mul.out", a, b, out, [&](at::Tensor& o, const at::Tensor& x, const at::Tensor& y) {
+    at::cpu::mul_outf(x, y, o);
+  });
+}
+at::Tensor mul(const at::Tensor& a, const at::Tensor& b) {
+  return binary("aten::mul.Tensor", a, b, at::result_type(a, b),
+                [&](at::Tensor& o, const at::Tensor& x, const at::Tensor& y) { at::cpu::mul_outf(x, y, o); });
+}
+at::Tensor& div_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  return binary_out("aten::div.out", a, b, out, [&](at::Tensor& o, const at::Tensor& x, const at::Tensor& y) {
+    at::cpu::div_outf(x, y, o);
+  });
+}
+at::Tensor div(const at::Tensor& a, const at::Tensor& b) {
+  return binary("aten::div.Tensor", a, b, true_division_dtype(a, b),
+                [&](at::Tensor& o, const at::Tensor& x, const at::Tensor& y) { at::cpu::div_outf(x, y, o); });
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("add.out", TORCH_FN(add_out));
+  m.impl("add.Tensor", TORCH_FN(add));
+  m.impl("sub.out", TORCH_FN(sub_out));
+  m.impl("sub.Tensor", TORCH_FN(sub));
+  m.impl("mul.out", TORCH_FN(mul_out));
+  m.impl("mul.Tensor", TORCH_FN(mul));
+  m.impl("div.out", TORCH_FN(div_out));
+  m.impl("div.Tensor", TORCH_FN(div));
+  register_host_math_ops(m, kVectorElementwise, {
+      // arithmetic
+      "add", "sub", "mul", "div", "remainder", "fmod", "neg", "abs", "sign", "sgn", "reciprocal",
+      "pow", "lerp", "addcmul", "addcdiv", "maximum", "minimum", "fmax", "fmin",
+      "clamp", "clamp_min", "clamp_max", "floor", "ceil", "round", "trunc", "frac", "floor_divide",
+      "copysign", "xlogy", "hypot", "nan_to_num", "heaviside",
+      // comparison and logic
+      "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
+      "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
+      "bitwise_left_shift", "bitwise_right_shift", "isnan", "isposinf", "isneginf",
+      "signbit", "where", "masked_fill", "fill", "zero", "isin",
+      // ternary and selection
+      "threshold", "threshold_backward", "hardtanh", "hardtanh_backward", "relu", "leaky_relu",
+      "leaky_relu_backward", "tril", "triu", "native_dropout_backward",
+  });
+  register_host_math_ops(m, kScalarElementwise, {
+      "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos",
+      "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
+      "sigmoid", "logit", "erf", "erfc", "erfinv", "gelu", "gelu_backward", "silu",
+      "silu_backward", "mish", "elu", "elu_backward", "softplus",
+      "softplus_backward", "hardsigmoid", "hardsigmoid_backward", "hardswish",
+      "hardswish_backward", "sigmoid_backward", "tanh_backward", "logit_backward",
+      "log_sigmoid_forward", "log_sigmoid_backward", "glu", "glu_backward", "lgamma", "digamma",
+  });
+}
+
+}  // namespace
+}  // namespace torch_neuronx

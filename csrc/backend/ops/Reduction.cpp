@@ -1,0 +1,49 @@
+// Reductions and scans: sum, mean, max/min (with indices), arg-reductions, var/std, norms,
+// cumulative ops, sort and top-k. Reductions run on the Vector engine; sort and top-k on GpSimd.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/mean_cpu_dispatch.h>
+#include <ATen/ops/sum_cpu_dispatch.h>
+#include <torch/library.h>
+
+#include "backend/core/HostMathKernel.h"
+
+namespace torch_neuronx {
+namespace {
+
+constexpr OpFamily kReduction{"reduction", nrtsim::Engine::kVector, &flops_per_element};
+constexpr OpFamily kSort{"sort", nrtsim::Engine::kGpSimd, &flops_per_element};
+
+KernelInfo reduction(const char* op, const at::Tensor& self) {
+  return KernelInfo{op, static_cast<uint64_t>(self.numel()), tensor_bytes(self),
+                    nrtsim::Engine::kVector};
+}
+
+// sum and mean, unboxed: loss scalars, norms and statistics reduce small tensors all the time.
+at::Tensor& sum_out(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                    std::optional<at::ScalarType> dtype, at::Tensor& out) {
+  return host_math_out(
+      reduction("aten::sum.IntList_out", self), out,
+      [&](at::Tensor& o, const at::Tensor& a) { at::cpu::sum_outf(a, dim, keepdim, dtype, o); },
+      self);
+}
+at::Tensor& mean_out(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                     std::optional<at::ScalarType> dtype, at::Tensor& out) {
+  return host_math_out(
+      reduction("aten::mean.out", self), out,
+      [&](at::Tensor& o, const at::Tensor& a) { at::cpu::mean_outf(a, dim, keepdim, dtype, o); },
+      self);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("sum.IntList_out", TORCH_FN(sum_out));
+  m.impl("mean.out", TORCH_FN(mean_out));
+  register_host_math_ops(m, kReduction, {
+      "sum", "mean", "prod", "amax", "amin", "aminmax", "max", "min", "argmax", "argmin",
+      "var", "std", "var_mean", "std_mean", "norm", "linalg_vector_norm", "all", "any", "cumsum", "cumprod", "_cummax_helper",
+      "_cummin_helper", "nansum", "count_nonzero",
+  });
+  register_host_math_ops(m, kSort, {"sort", "topk", "kthvalue", "median", "nanmedian", "mode"});
+}
+
+}  // namespace
+}  // namespace torch_neuronx
