@@ -12,7 +12,7 @@ HbmAllocator::HbmAllocator(int device_index, uint64_t capacity)
 
 HbmAllocator::~HbmAllocator() {
   // The process is going away; give the host memory back.
-  for (auto& [address, size] : live_) std::free(reinterpret_cast<void*>(address));
+  live_.for_each([](void* start, size_t) { std::free(start); });
 }
 
 void* HbmAllocator::allocate(size_t bytes) {
@@ -29,41 +29,31 @@ void* HbmAllocator::allocate(size_t bytes) {
     throw OutOfMemoryError(device_index_, bytes, capacity_ - used_, capacity_);
   }
   used_ += size;
-  live_.emplace(reinterpret_cast<uintptr_t>(ptr), size);
+  live_.insert(ptr, size);
   return ptr;
 }
 
 void HbmAllocator::free(void* ptr) {
   if (ptr == nullptr) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = live_.find(reinterpret_cast<uintptr_t>(ptr));
-  if (it == live_.end()) {
+  const std::optional<size_t> size = live_.erase(ptr);
+  if (!size) {
     throw Error(ErrorCode::kInvalidArgument,
                 "HbmAllocator::free: pointer was not allocated on neuron:" +
                     std::to_string(device_index_));
   }
-  used_ -= it->second;
-  live_.erase(it);
+  used_ -= *size;
   std::free(ptr);
 }
 
 bool HbmAllocator::owns(const void* ptr) const {
-  const auto address = reinterpret_cast<uintptr_t>(ptr);
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = live_.upper_bound(address);
-  if (it == live_.begin()) return false;
-  --it;
-  return address < it->first + it->second;
+  return live_.contains(ptr);
 }
 
 bool HbmAllocator::owns(const void* ptr, size_t bytes) const {
-  const auto address = reinterpret_cast<uintptr_t>(ptr);
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = live_.upper_bound(address);
-  if (it == live_.begin()) return false;
-  --it;
-  const uintptr_t end = it->first + it->second;
-  return address < end && bytes <= end - address;
+  return live_.contains(ptr, bytes);
 }
 
 uint64_t HbmAllocator::used() const {

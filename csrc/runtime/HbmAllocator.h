@@ -4,8 +4,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <mutex>
+
+#include "runtime/AddressRanges.h"
 
 namespace nrtsim {
 
@@ -38,7 +39,7 @@ class HbmAllocator {
   const uint64_t capacity_;
   mutable std::mutex mutex_;
   uint64_t used_ = 0;
-  std::map<uintptr_t, size_t> live_;  // start address -> rounded size
+  AddressRanges live_;  // live allocations, at their rounded sizes
 };
 
 }  // namespace nrtsim

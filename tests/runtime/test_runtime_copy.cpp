@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "test_util.h"
 #include "runtime/Copy.h"
 #include "runtime/Error.h"
 #include "runtime/KernelLaunch.h"
@@ -30,19 +31,8 @@ using nrtsim::ErrorCode;
 using nrtsim::NeuronCore;
 using nrtsim::Runtime;
 
-constexpr uint64_t kGiB = 1024ull * 1024 * 1024;
-
-template <class F>
-std::string error_message(ErrorCode expected, F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), expected) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an nrtsim::Error";
-  return "";
-}
+using nrtsim::testing::error_message;
+using nrtsim::testing::kGiB;
 
 // An HBM allocation freed at scope exit.
 struct DeviceBuffer {

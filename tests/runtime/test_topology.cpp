@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "test_util.h"
 #include "runtime/Error.h"
 #include "runtime/InstancePreset.h"
 #include "runtime/Topology.h"
@@ -15,19 +16,8 @@ using nrtsim::ErrorCode;
 using nrtsim::Topology;
 using nrtsim::TopologyConfig;
 
-constexpr uint64_t kGiB = 1024ull * 1024 * 1024;
-
-template <class F>
-std::string error_message(ErrorCode expected, F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), expected) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an nrtsim::Error";
-  return "";
-}
+using nrtsim::testing::error_message;
+using nrtsim::testing::kGiB;
 
 std::vector<int> logical_ids(const Topology& topo) {
   std::vector<int> ids;

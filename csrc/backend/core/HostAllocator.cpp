@@ -4,8 +4,10 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <mutex>
+#include <optional>
+
+#include "runtime/AddressRanges.h"
 
 namespace torch_neuronx {
 namespace {
@@ -21,7 +23,7 @@ class NeuronHostAllocator final : public at::HostAllocator {
     TORCH_CHECK_WITH(OutOfMemoryError, ptr != nullptr, "pinned host allocation of ", nbytes,
                      " bytes failed: the host is out of memory");
     std::lock_guard<std::mutex> lock(mutex_);
-    live_.emplace(reinterpret_cast<uintptr_t>(ptr), size);
+    live_.insert(ptr, size);
     stats_.allocations.increase(1);
     stats_.allocated_bytes.increase(size);
     stats_.active_requests.increase(1);
@@ -61,25 +63,20 @@ class NeuronHostAllocator final : public at::HostAllocator {
   }
 
   bool contains(const void* ptr) const {
-    const auto address = reinterpret_cast<uintptr_t>(ptr);
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = live_.upper_bound(address);
-    if (it == live_.begin()) return false;
-    --it;
-    return address < it->first + it->second;
+    return live_.contains(ptr);
   }
 
   void release(void* ptr) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      auto it = live_.find(reinterpret_cast<uintptr_t>(ptr));
-      TORCH_INTERNAL_ASSERT(it != live_.end(), "pinned allocator: freeing an unknown pointer");
+      const std::optional<size_t> size = live_.erase(ptr);
+      TORCH_INTERNAL_ASSERT(size, "pinned allocator: freeing an unknown pointer");
       stats_.allocations.decrease(1);
-      stats_.allocated_bytes.decrease(it->second);
+      stats_.allocated_bytes.decrease(*size);
       stats_.active_requests.decrease(1);
-      stats_.active_bytes.decrease(it->second);
+      stats_.active_bytes.decrease(*size);
       stats_.num_host_free += 1;
-      live_.erase(it);
     }
     std::free(ptr);
   }
@@ -87,7 +84,7 @@ class NeuronHostAllocator final : public at::HostAllocator {
  private:
   static void free_ptr(void* ptr);
   mutable std::mutex mutex_;
-  std::map<uintptr_t, size_t> live_;
+  nrtsim::AddressRanges live_;  // live pinned blocks, at their page-rounded sizes
   at::HostStats stats_;
 };
 
