@@ -1,5 +1,6 @@
 #include "backend/core/HostMathKernel.h"
 
+#include <ATen/EmptyTensor.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/DeviceGuard.h>
@@ -163,6 +164,13 @@ at::Tensor empty_output(c10::Device device, at::ScalarType dtype) {
   return at::detail::make_tensor<c10::TensorImpl>(std::move(storage),
                                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                                   c10::scalarTypeToTypeMeta(dtype));
+}
+
+at::Tensor empty_output(c10::Device device, at::ScalarType dtype, c10::IntArrayRef sizes) {
+  const CurrentDeviceScope scope(device.index());
+  return at::detail::empty_generic(sizes, &caching_allocator(),
+                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype,
+                                   std::nullopt);
 }
 
 uint64_t flops_none(const c10::FunctionSchema&, KernelArgs) { return 0; }

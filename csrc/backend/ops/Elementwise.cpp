@@ -36,7 +36,15 @@ template <class Compute>
 at::Tensor binary(const char* op, const at::Tensor& self, const at::Tensor& other,
                   at::ScalarType dtype, Compute&& compute) {
   const bool self_on_neuron = self.device().type() == c10::DeviceType::PrivateUse1;
-  at::Tensor out = empty_output(self_on_neuron ? self.device() : other.device(), dtype);
+  const c10::Device device = self_on_neuron ? self.device() : other.device();
+  // The common case needs no shape inference: equal shapes, or one operand a 0-dim value, with a
+  // contiguous larger operand. The output is then allocated at its final size, and the CPU kernel
+  // skips its resize. Anything else (broadcasting, permuted inputs) lets the kernel size it.
+  const at::Tensor& larger = self.dim() >= other.dim() ? self : other;
+  const at::Tensor& smaller = self.dim() >= other.dim() ? other : self;
+  const bool known_shape = (smaller.dim() == 0 || smaller.sizes() == larger.sizes()) &&
+                           larger.is_contiguous() && larger.device() == device;
+  at::Tensor out = known_shape ? empty_output(device, dtype, larger.sizes()) : empty_output(device, dtype);
   return host_math_out(elementwise(op, self), out, compute, self, other);
 }
 
