@@ -85,5 +85,19 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
 }
 
+// A conjugated or negated source is resolved by the copy itself (host views carry both bits, and
+// CPU's copy kernel applies them), as on CPU and CUDA. Without these fallthroughs the Conjugate
+// and Negative fallbacks would materialise the source with clone(), which copies through
+// _copy_from again: unbounded recursion (e.g. torch.fft.hfft on neuron overflowed the stack).
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
 }  // namespace
 }  // namespace torch_neuronx
