@@ -15,14 +15,6 @@ c10::Device target_device(std::optional<c10::Device> device) {
   return device.value_or(c10::Device(c10::DeviceType::PrivateUse1));
 }
 
-void check_memory_format(std::optional<c10::MemoryFormat> format) {
-  const auto f = format.value_or(c10::MemoryFormat::Contiguous);
-  TORCH_CHECK(f == c10::MemoryFormat::Contiguous || f == c10::MemoryFormat::Preserve,
-              "Neuron tensors only support contiguous or preserve memory format, got ", f,
-              ". Create the tensor with memory_format=torch.contiguous_format (the default), or "
-              "keep the channels-last tensor on the CPU.");
-}
-
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
                                std::optional<c10::Layout> layout,
                                std::optional<c10::Device> device, std::optional<bool> pin_memory,
@@ -30,7 +22,8 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
   TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided,
               "neuron tensors must use the strided layout, got ", *layout);
   TORCH_CHECK(!pin_memory.value_or(false), "pin_memory=True only applies to CPU tensors");
-  check_memory_format(memory_format);
+  // Every memory format CPU has, channels_last included (TorchNeuron raises for it): kernels
+  // allocate channels_last outputs for channels_last-strided inputs, e.g. a permuted view.
   const c10::DeviceGuard guard(target_device(device));
   return at::detail::empty_generic(size, &caching_allocator(), kNeuronKeys,
                                    c10::dtype_or_default(dtype), memory_format);

@@ -19,18 +19,20 @@ void ensure_storage_bytes(const at::Tensor& self, size_t needed) {
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
                           std::optional<c10::MemoryFormat> memory_format) {
   const auto format = memory_format.value_or(c10::MemoryFormat::Contiguous);
-  TORCH_CHECK(format == c10::MemoryFormat::Contiguous || format == c10::MemoryFormat::Preserve,
-              "Neuron tensors only support contiguous or preserve memory format, got ", format,
-              " in resize_");
   for (const auto s : size) {
     TORCH_CHECK(s >= 0, "resize_: negative dimension ", s, " in size ", size);
   }
   auto* impl = self.unsafeGetTensorImpl();
   if (self.sizes() == size && !memory_format.has_value()) return self;
   impl->set_sizes_contiguous(size);
+  // As on CPU: channels_last(_3d) restrides the dense layout (the same bytes, permuted).
+  if (format != c10::MemoryFormat::Contiguous && format != c10::MemoryFormat::Preserve) {
+    impl->empty_tensor_restride(format);
+  }
   if (impl->numel() > 0) {
-    ensure_storage_bytes(self, at::detail::computeStorageNbytesContiguous(
-                                   size, self.itemsize(), self.storage_offset()));
+    ensure_storage_bytes(self, at::detail::computeStorageNbytes(size, self.strides(),
+                                                                self.itemsize(),
+                                                                self.storage_offset()));
   }
   return self;
 }
