@@ -65,7 +65,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
   launch_kernel(
       input.device().index(),
       KernelInfo{"aten::convolution_backward_overrideable",
-                 2 * conv_flops(input, weight, padding, stride, dilation, transposed), bytes, Engine::kTensor},
+                 2 * conv_flops(input, weight, padding, stride, dilation, transposed), bytes,
+                 Engine::kTensor},
       [&] {
         auto [gi, gw, gb] = at::convolution_backward(
             host_view(grad_output), host_view(input), host_view(weight),
