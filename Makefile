@@ -42,6 +42,12 @@ test-python: build
 
 test: test-runtime test-python
 
+# The full OpInfo parity suite: every sample of every OpInfo, float32 and bfloat16, forward and
+# backward (`make test` runs its documented subset; see docs/opinfo.md).
+.PHONY: opinfo
+opinfo: build
+	TORCH_NEURONX_OPINFO=full $(PYTHON) -m pytest tests/opinfo $(PYTEST_ARGS)
+
 demo: build
 	$(PYTHON) examples/quickstart.py
 

@@ -126,6 +126,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
       "hardswish_backward", "sigmoid_backward", "tanh_backward", "logit_backward",
       "log_sigmoid_forward", "log_sigmoid_backward", "glu", "glu_backward", "lgamma", "digamma",
   });
+  // Functional forms that are composite (a decomposition) on every backend without a kernel of
+  // its own: unlike CPU's fused kernels, the decomposition rounds each intermediate to the
+  // tensor's dtype, so bf16 gradients would differ from CPU's (and take five launches, not one).
+  register_host_math_overloads(m, kScalarElementwise, {"silu_backward", "mish_backward"});
 }
 
 }  // namespace
