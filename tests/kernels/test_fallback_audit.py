@@ -1,5 +1,7 @@
-"""The fallback audit: a tiny Llama's forward, backward, AdamW step and greedy generation run on
-neuron without a single CPU-fallback op, and match the CPU run."""
+"""The fallback audit: the benchmark's tiny Llama (hidden 256, 4 layers, 4 heads; here with 2 of
+them key/value heads, so grouped-query attention is covered too) runs forward, backward, an AdamW
+step and greedy generation on neuron without a single CPU-fallback op, and matches the CPU run.
+Batch and sequence are smaller than the benchmark's to keep the test quick."""
 
 import pytest
 import torch
@@ -11,8 +13,8 @@ transformers = pytest.importorskip("transformers")
 
 def _tiny_llama():
     config = transformers.LlamaConfig(
-        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+        vocab_size=1024, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
     )
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(config)
@@ -21,7 +23,7 @@ def _tiny_llama():
 def _step_and_generate(device):
     model = _tiny_llama().to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    ids = torch.randint(0, 512, (2, 32), generator=torch.Generator().manual_seed(1)).to(device)
+    ids = torch.randint(0, 1024, (2, 32), generator=torch.Generator().manual_seed(1)).to(device)
     out = model(input_ids=ids, labels=ids)
     out.loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1e9)

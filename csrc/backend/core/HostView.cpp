@@ -27,25 +27,62 @@ class HbmAsHostAllocator final : public c10::Allocator {
   }
 };
 HbmAsHostAllocator g_hbm_as_host;
+
+// Every kernel argument gets a host view, so building one is the floor of every op's latency: a
+// StorageImpl and a TensorImpl to allocate and free. Each thread keeps a few views and re-points
+// one whose last user has let go of it (only the pool still holds its TensorImpl, and only that
+// TensorImpl its StorageImpl), which leaves nothing of the previous use behind.
+class HostViewPool {
+ public:
+  static constexpr size_t kCapacity = 16;
+
+  at::Tensor acquire() {
+    for (auto& view : views_) {
+      c10::TensorImpl* impl = view.unsafeGetTensorImpl();
+      if (view.use_count() == 1 && view.weak_use_count() == 1 &&
+          impl->storage().use_count() == 1) {
+        return view;
+      }
+    }
+    at::Tensor fresh = make();
+    if (views_.size() < kCapacity) views_.push_back(fresh);
+    return fresh;
+  }
+
+ private:
+  static at::Tensor make() {
+    c10::Storage storage(c10::Storage::use_byte_size_t(), 0,
+                         c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)), nullptr, false);
+    return at::Tensor(c10::make_intrusive<c10::TensorImpl>(
+        std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
+        caffe2::TypeMeta::Make<float>()));
+  }
+
+  std::vector<at::Tensor> views_;
+};
+
 }  // namespace
 
 at::Tensor host_view(const at::Tensor& t, bool resizable) {
   if (!t.defined()) return t;
   TORCH_INTERNAL_ASSERT(t.device().type() == c10::DeviceType::PrivateUse1,
                         "host_view expects a neuron tensor, got one on ", t.device());
-  const c10::Storage& storage = t.storage();
+  thread_local HostViewPool pool;
+  at::Tensor view = pool.acquire();
+  c10::TensorImpl* impl = view.unsafeGetTensorImpl();
   // A non-owning storage over the same bytes: the neuron tensor keeps the memory alive for as
   // long as the kernel using the view runs.
-  c10::Storage alias(c10::Storage::use_byte_size_t(), storage.nbytes(),
-                     c10::DataPtr(storage.mutable_data(), c10::Device(c10::DeviceType::CPU)),
-                     resizable ? &g_hbm_as_host : nullptr, resizable);
-  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(alias),
-                                                   c10::DispatchKeySet(c10::DispatchKey::CPU),
-                                                   t.dtype());
+  const c10::Storage& storage = t.storage();
+  c10::StorageImpl* alias = impl->storage().unsafeGetStorageImpl();
+  alias->set_data_ptr_noswap(
+      c10::DataPtr(storage.mutable_data(), c10::Device(c10::DeviceType::CPU)));
+  alias->set_nbytes(storage.nbytes());
+  if (resizable) alias->set_allocator(&g_hbm_as_host);  // (a resizable storage needs one)
+  alias->set_resizable(resizable);
+  impl->set_storage_and_dtype(impl->storage(), t.dtype());
   impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  at::Tensor view(std::move(impl));
-  if (t.is_conj()) view._set_conj(true);
-  if (t.is_neg()) view._set_neg(true);
+  impl->_set_conj(t.is_conj());
+  impl->_set_neg(t.is_neg());
   return view;
 }
 
