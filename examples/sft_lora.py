@@ -78,6 +78,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--max-steps", type=int, default=120)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--learning-rate", type=float, default=1e-2)
+    parser.add_argument("--use-cpu", action="store_true", help="train on CPU, for comparison")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     args = parser.parse_args(argv)
 
@@ -107,6 +108,7 @@ def main(argv=None) -> dict:
         report_to=[],
         seed=0,
         disable_tqdm=args.no_progress,
+        use_cpu=args.use_cpu,
         max_length=SEQ_LEN,
         pad_to_multiple_of=SEQ_LEN,  # static shapes: every batch is [batch, SEQ_LEN]
         packing=False,

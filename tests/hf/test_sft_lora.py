@@ -98,6 +98,18 @@ def test_loss_falls(trained):
     assert losses[-1] < 0.75 * losses[0], losses
 
 
+def test_loss_curve_matches_cpu(trained, tmp_path):
+    """The same script with `use_cpu=True` (TrainingArguments' own switch) logs the same losses."""
+    cpu = _load_example().main(
+        ["--output-dir", str(tmp_path), "--max-steps", "40", "--no-progress", "--use-cpu"]
+    )
+    assert cpu["trainer"].args.device.type == "cpu"
+    assert {p.device.type for p in cpu["trainer"].model.parameters()} == {"cpu"}
+    torch.testing.assert_close(
+        torch.tensor(trained["losses"]), torch.tensor(cpu["losses"]), rtol=2e-2, atol=2e-2
+    )
+
+
 def test_checkpoint_loads_on_cpu_with_same_logits(trained):
     """Plain transformers + peft on CPU reproduce the trained model's logits on neuron."""
     from peft import PeftModel
