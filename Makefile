@@ -48,6 +48,12 @@ test: test-runtime test-python
 opinfo: build
 	TORCH_NEURONX_OPINFO=full $(PYTHON) -m pytest tests/opinfo $(PYTEST_ARGS)
 
+# The Hugging Face architecture sweep: every entry of transformers' MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+# tiny and random, on neuron against CPU; writes docs/hf_coverage.md and docs/hf_coverage.json.
+.PHONY: coverage
+coverage: build
+	$(PYTHON) -m torch_neuronx.hf_sweep --output-dir docs $(SWEEP_ARGS)
+
 demo: build
 	$(PYTHON) examples/quickstart.py
 

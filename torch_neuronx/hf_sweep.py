@@ -1,0 +1,462 @@
+"""The Hugging Face architecture sweep: every causal-LM architecture of the installed transformers,
+built tiny from its own config class with random weights, run on ``neuron`` and on CPU and
+compared.
+
+    python -m torch_neuronx.hf_sweep [--only llama,gpt2] [--limit N] [--dtype float32|bfloat16]
+                                     [--output-dir docs] [--time-limit 180]
+
+For each entry of ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``: forward with labels, backward, one AdamW
+step, greedy ``generate`` of 8 new tokens with the KV cache, on both devices from the same
+initial weights. Pass: loss, logits and gradient norms within tolerance of CPU, identical tokens.
+Entries that are not text decoders are listed as skipped with the reason; architectures that fail
+on CPU itself are reported as such (not a neuron failure). Writes ``hf_coverage.md`` and
+``hf_coverage.json`` (``hf_coverage_bfloat16.*`` for ``--dtype bfloat16``) to the output
+directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import platform
+import signal
+import sys
+import time
+import traceback
+import warnings
+
+import torch
+
+import torch_neuronx
+
+NUM_LAYERS = 2
+VOCAB = 512
+BATCH, SEQ = 2, 8
+NEW_TOKENS = 8
+
+# Tolerances on (loss, logits, gradient norms): absolute + relative to the CPU value.
+TOLERANCES = {
+    torch.float32: dict(loss=1e-4, logits=1e-3, grad=1e-3),
+    torch.bfloat16: dict(loss=2e-2, logits=1e-1, grad=5e-2),
+}
+
+# Common size attributes, set only where the default config has the attribute. Values keep the
+# usual divisibility constraints (heads * head_dim == hidden, kv heads divide heads, ...).
+SHRINK = {
+    # width
+    "hidden_size": 64, "n_embd": 64, "d_model": 64, "dim": 64, "embed_dim": 64, "n_embed": 64,
+    "intermediate_size": 128, "ffn_dim": 128, "n_inner": 128, "d_ff": 128, "ffn_hidden_size": 128,
+    "decoder_ffn_dim": 128, "encoder_ffn_dim": 128, "hidden_dim": 128,
+    # depth
+    "num_hidden_layers": NUM_LAYERS, "n_layer": NUM_LAYERS, "num_layers": NUM_LAYERS,
+    "n_layers": NUM_LAYERS, "decoder_layers": NUM_LAYERS, "encoder_layers": NUM_LAYERS,
+    # attention
+    "num_attention_heads": 4, "n_head": 4, "n_heads": 4, "num_heads": 4,
+    "decoder_attention_heads": 4, "encoder_attention_heads": 4,
+    "num_key_value_heads": 2, "n_kv_heads": 2, "num_kv_heads": 2, "multi_query_group_num": 2,
+    "head_dim": 16, "kv_channels": 16, "attention_head_dim": 16,
+    "max_position_embeddings": 256, "n_positions": 256, "n_ctx": 256,
+    "max_window_layers": NUM_LAYERS,
+    # vocabulary
+    "vocab_size": VOCAB,
+    # MoE
+    "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "moe_num_experts": 4,
+    "num_experts_per_tok": 2, "moe_topk": 2, "top_k": 2, "moe_k": 2,
+    "moe_intermediate_size": 32, "expert_intermediate_size": 32,
+    "shared_expert_intermediate_size": 64, "n_shared_experts": 1, "num_shared_experts": 1,
+    "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1,
+    # multi-head latent attention
+    "q_lora_rank": 32, "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8,
+    "v_head_dim": 16, "index_head_dim": 16, "index_n_heads": 2, "index_topk": 4,
+    # state-space / recurrent
+    "state_size": 8, "d_state": 8, "mamba_d_state": 8, "ssm_state_size": 8,
+    "mamba_n_heads": 8, "mamba_d_head": 16, "mamba_head_dim": 16, "mamba_n_groups": 1,
+    "n_groups": 1, "chunk_size": 8, "mamba_chunk_size": 8, "time_step_rank": 8,
+    "mamba_expand": 2, "expand": 2, "conv_kernel": 4, "mamba_d_conv": 4,
+    "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
+    "linear_value_head_dim": 16, "lru_width": 64,
+}
+
+# Layer placement by period / offset (hybrid attention, MoE every other layer, ...).
+PERIODS = {
+    "attn_layer_period": 2, "attn_layer_offset": 1, "expert_layer_period": 2, "expert_layer_offset": 1,
+    "full_attention_interval": 2, "decoder_sparse_step": 1, "sliding_window_pattern": 2,
+}
+
+
+def _cover_kinds(per_layer):
+    """NUM_LAYERS entries of a per-layer list that keep every distinct kind it had (a hybrid's
+    attention and linear-attention layers), first kinds first."""
+    kinds = []
+    for v in per_layer:
+        if v not in kinds:
+            kinds.append(v)
+    if len(kinds) >= NUM_LAYERS or not all(isinstance(v, (str, int, bool)) for v in kinds):
+        out = kinds[:NUM_LAYERS] if len(kinds) >= NUM_LAYERS else list(per_layer[:NUM_LAYERS])
+        return out
+    return list(per_layer[:NUM_LAYERS])
+
+
+# Sub-configs that make an entry a multimodal (or audio) model rather than a text decoder.
+NON_TEXT_SUBCONFIG_WORDS = ("vision", "audio", "image", "speech", "visual", "encoder", "vq")
+
+
+class ArchTimeout(Exception):
+    pass
+
+
+def _on_alarm(signum, frame):
+    raise ArchTimeout("per-architecture time limit reached")
+
+
+def _default_config(model_type):
+    from transformers import CONFIG_MAPPING
+
+    return CONFIG_MAPPING[model_type]()
+
+
+def skip_reason(model_type, cfg):
+    """Why this mapping entry is not a text decoder we sweep, or None."""
+    if getattr(cfg, "is_encoder_decoder", False):
+        return "encoder-decoder (seq2seq) model; not a standalone text decoder"
+    subs = sorted(getattr(type(cfg), "sub_configs", {}) or {})
+    non_text = [s for s in subs if any(w in s for w in NON_TEXT_SUBCONFIG_WORDS)]
+    if non_text:
+        return f"multimodal/audio wrapper (sub-configs: {', '.join(subs)}); not a text decoder"
+    if "text_config" in subs:
+        return f"wrapper around a text sub-config (sub-configs: {', '.join(subs)}); not shrunk generically"
+    return None
+
+
+MAX_PARAMS = 20_000_000
+
+
+def tiny_config(model_type):
+    """The architecture's own config class with its sizes shrunk (only attributes it has)."""
+    from transformers import CONFIG_MAPPING
+
+    cls = CONFIG_MAPPING[model_type]
+    base = cls()
+    old_layers = None
+    for name in ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers"):
+        if isinstance(getattr(base, name, None), int):
+            old_layers = getattr(base, name)
+            break
+    def settable(k):
+        return hasattr(base, k) and not isinstance(getattr(type(base), k, None), property)
+
+    kwargs = {k: v for k, v in SHRINK.items() if settable(k) and not isinstance(getattr(base, k), bool)}
+    # Hybrids that place attention/expert layers by period: keep one of each kind in 2 layers.
+    for name, value in PERIODS.items():
+        if settable(name):
+            kwargs[name] = value
+    # Multi-head latent attention: the config's head_dim is its rotary part.
+    if "qk_rope_head_dim" in kwargs and "head_dim" in kwargs:
+        kwargs["head_dim"] = kwargs["qk_rope_head_dim"]
+    # Per-layer lists (layer_types, block types, ...) follow the new depth.
+    for name, value in vars(base).items():
+        if old_layers and isinstance(value, (list, tuple)) and len(value) == old_layers and name not in kwargs:
+            kwargs[name] = _cover_kinds(value)
+    for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+        if hasattr(base, name):
+            kwargs[name] = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}.get(name, 1)
+    # Other special token ids must stay inside the shrunk vocabulary.
+    next_id = VOCAB - 1
+    for name, value in vars(base).items():
+        if name.endswith(("_token_id", "_token_index")) and name not in kwargs and isinstance(value, int):
+            if value >= VOCAB:
+                kwargs[name] = next_id
+                next_id -= 1
+    if hasattr(base, "is_decoder") and not base.is_decoder:
+        kwargs["is_decoder"] = True  # encoder families with an LM head run as decoders
+    if hasattr(base, "use_cache"):
+        kwargs["use_cache"] = True
+    try:
+        cfg = cls(**kwargs)
+    except Exception:
+        # Some derived fields reject one of our values: set them after construction instead.
+        cfg = cls()
+        for k, v in kwargs.items():
+            setattr(cfg, k, v)
+    return cfg
+
+
+def _run_device(model, device, dtype, input_ids):
+    """forward+labels, backward, AdamW step, greedy generate; returns measurements per stage."""
+    stage = "to_device"
+    res = {}
+    try:
+        model = model.to(device=device, dtype=dtype)
+        # Distinct parameter tensors: fewer on CPU than here means .to() untied shared weights.
+        res["n_params"] = len(list(model.parameters()))
+        model.eval()  # dropout off: the two devices draw different random streams
+        ids = input_ids.to(device)
+        stage = "forward"
+        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids)
+        res["loss"] = float(out.loss.detach().float().cpu())
+        res["logits"] = out.logits.detach().float().cpu()
+        stage = "backward"
+        out.loss.backward()
+        res["grad_norms"] = {
+            n: float(p.grad.detach().float().norm().cpu()) for n, p in model.named_parameters() if p.grad is not None
+        }
+        stage = "optimizer"
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        stage = "generate"
+        with torch.no_grad():
+            gen = model.generate(
+                input_ids=ids[:1], attention_mask=torch.ones_like(ids[:1]), max_new_tokens=NEW_TOKENS,
+                do_sample=False, use_cache=True, pad_token_id=0,
+            )
+        res["tokens"] = gen[0, ids.shape[1]:].cpu().tolist()
+        if device == "neuron":
+            torch.neuron.synchronize()
+        stage = None
+    except ArchTimeout:
+        raise
+    except Exception as e:  # noqa: BLE001 - the sweep records every failure and goes on
+        res["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+        res["traceback"] = traceback.format_exc(limit=3)[-1500:]
+    res["stage"] = stage
+    return res
+
+
+def _rel(a, b):
+    return abs(a - b) / max(1.0, abs(b))
+
+
+def compare(neu, cpu, dtype):
+    """The failing stage and the reason (max difference), or (None, diffs) on a pass."""
+    tol = TOLERANCES[dtype]
+    diffs = {}
+    if not (math.isfinite(cpu["loss"])):
+        return "forward", "CPU loss is not finite", diffs
+    diffs["loss"] = _rel(neu["loss"], cpu["loss"])
+    if neu["logits"].shape != cpu["logits"].shape:
+        return "forward", f"logits shape {tuple(neu['logits'].shape)} != {tuple(cpu['logits'].shape)}", diffs
+    diffs["logits"] = float((neu["logits"] - cpu["logits"]).abs().max())
+    gn = [_rel(neu["grad_norms"].get(k, float("nan")), v) for k, v in cpu["grad_norms"].items()]
+    diffs["grad_norm"] = max(gn) if gn else 0.0
+    if not diffs["loss"] <= tol["loss"]:
+        return "forward", f"loss diff {diffs['loss']:.3g} > {tol['loss']}", diffs
+    if not diffs["logits"] <= tol["logits"]:
+        return "forward", f"logits max diff {diffs['logits']:.3g} > {tol['logits']}", diffs
+    if not diffs["grad_norm"] <= tol["grad"]:
+        return "backward", f"grad norm rel diff {diffs['grad_norm']:.3g} > {tol['grad']}", diffs
+    if neu["tokens"] != cpu["tokens"]:
+        return "generate", f"tokens differ: neuron {neu['tokens']} vs CPU {cpu['tokens']}", diffs
+    return None, "", diffs
+
+
+def sweep_one(model_type, class_name, dtype, time_limit):
+    """One architecture: skipped, fails on CPU, pass, or the failing neuron stage."""
+    from transformers import AutoModelForCausalLM
+
+    rec = {"model_type": model_type, "class": class_name}
+    phase = "cpu"  # a timeout before the neuron run is the architecture's own (CPU) problem
+    old = signal.signal(signal.SIGALRM, _on_alarm)
+    signal.alarm(int(time_limit))
+    try:
+        try:
+            base = _default_config(model_type)
+        except Exception as e:  # noqa: BLE001
+            rec.update(status="skipped", reason=f"config cannot be built offline: {type(e).__name__}: {e}"[:300])
+            return rec
+        reason = skip_reason(model_type, base)
+        if reason:
+            rec.update(status="skipped", reason=reason)
+            return rec
+        try:
+            cfg = tiny_config(model_type)
+            with warnings.catch_warnings(), torch.device("meta"):
+                warnings.simplefilter("ignore")
+                n = sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())
+            if n > MAX_PARAMS:
+                rec.update(status="skipped", reason=f"shrunk config still has {n / 1e6:.0f}M parameters "
+                           "(sizes the generic shrink does not reach)")
+                return rec
+            torch.manual_seed(0)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                cpu_model = AutoModelForCausalLM.from_config(cfg)
+            neu_model = copy.deepcopy(cpu_model)
+            rec["attn_implementation"] = getattr(cpu_model.config, "_attn_implementation", None)
+            rec["parameters"] = sum(p.numel() for p in cpu_model.parameters())
+        except ArchTimeout:
+            raise
+        except Exception as e:  # noqa: BLE001
+            rec.update(status="fails on CPU", stage="build", error=f"{type(e).__name__}: {e}"[:300])
+            return rec
+        vocab = getattr(cfg, "vocab_size", VOCAB) or VOCAB
+        g = torch.Generator().manual_seed(0)
+        input_ids = torch.randint(3, min(vocab, VOCAB), (BATCH, SEQ), generator=g)
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            # Untimed warm-up: the first run of an architecture pays Python-side first-use costs
+            # (lazy imports, generation setup) that would otherwise be charged to whichever
+            # device runs first.
+            _run_device(copy.deepcopy(cpu_model), "cpu", dtype, input_ids)
+            t0 = time.perf_counter()
+            cpu = _run_device(cpu_model, "cpu", dtype, input_ids)
+            rec["cpu_s"] = round(time.perf_counter() - t0, 3)
+            if cpu["stage"] is not None:
+                rec.update(status="fails on CPU", stage=cpu["stage"], error=cpu["error"])
+                return rec
+            torch_neuronx.clear_op_tracking()
+            phase = "neuron"
+            t0 = time.perf_counter()
+            neu = _run_device(neu_model, "neuron", dtype, input_ids)
+            rec["neuron_s"] = round(time.perf_counter() - t0, 3)
+            rec["fallback_ops"] = torch_neuronx.get_fallback_ops()
+        if neu["stage"] is not None:
+            rec.update(status="fail", stage=neu["stage"], error=neu["error"], traceback=neu["traceback"])
+            return rec
+        stage, why, diffs = compare(neu, cpu, dtype)
+        rec["max_diff"] = diffs
+        rec["tokens"] = neu["tokens"]
+        if stage:
+            if neu.get("n_params", 0) > cpu.get("n_params", 0):
+                why += (f"; .to('neuron') untied shared weights ({cpu['n_params']} distinct parameters on CPU, "
+                        f"{neu['n_params']} on neuron)")
+            rec.update(status="fail", stage=stage, error=why)
+        else:
+            rec["status"] = "pass"
+        return rec
+    except ArchTimeout as e:
+        status = "fail" if phase == "neuron" else "fails on CPU"
+        rec.update(status=status, stage="timeout", error=f"{e} ({time_limit} s) during the {phase} run")
+        return rec
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def summarize(records):
+    counts = {"total": len(records)}
+    for r in records:
+        key = r["status"] if r["status"] != "fail" else f"fail:{r['stage']}"
+        counts[key] = counts.get(key, 0) + 1
+    fallback = sorted({op for r in records for op in r.get("fallback_ops", [])})
+    # Timing compares like with like: only architectures that ran every stage on both devices.
+    neu = sum(r.get("neuron_s", 0.0) for r in records if r["status"] == "pass")
+    cpu = sum(r.get("cpu_s", 0.0) for r in records if r["status"] == "pass")
+    return counts, fallback, neu, cpu
+
+
+def _cell(text):
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def write_reports(records, meta, out_dir):
+    os.makedirs(out_dir, exist_ok=True)
+    stem = "hf_coverage" if meta["dtype"] == "float32" else f"hf_coverage_{meta['dtype']}"
+    counts, fallback, neu_s, cpu_s = summarize(records)
+    meta = dict(meta, counts=counts, fallback_ops=fallback, neuron_s=round(neu_s, 2), cpu_s=round(cpu_s, 2))
+    with open(os.path.join(out_dir, stem + ".json"), "w") as f:
+        json.dump({"meta": meta, "architectures": records}, f, indent=1, default=str)
+    ran = counts.get("pass", 0) + sum(v for k, v in counts.items() if k.startswith("fail:"))
+    lines = [
+        "# Hugging Face causal-LM coverage on `neuron`",
+        "",
+        "Generated by `python -m torch_neuronx.hf_sweep` (`make coverage`); do not edit by hand.",
+        "",
+        f"Run {meta['date']} on {meta['machine']}, torch {meta['torch']}, transformers "
+        f"{meta['transformers']}, dtype {meta['dtype']}, sweep wall time {meta['wall_s']:.0f} s.",
+        "",
+        "Each architecture: tiny config from its own config class "
+        f"({NUM_LAYERS} layers, hidden 64, vocab {VOCAB}), random weights from seed 0, default "
+        "attention implementation, eval mode (no dropout); after one untimed CPU warm-up run, on neuron and on CPU: forward with "
+        "labels, backward, one AdamW step, greedy generate of 8 tokens with the KV cache. Pass: "
+        "loss, logits and every parameter's gradient norm within tolerance of CPU "
+        f"({TOLERANCES[meta['torch_dtype']]}) and identical tokens.",
+        "",
+        "## Totals",
+        "",
+        f"- mapping entries: **{counts['total']}**",
+        f"- pass: **{counts.get('pass', 0)}** of {ran} that run on CPU and reach the comparison",
+    ]
+    for k in sorted(counts):
+        if k.startswith("fail:"):
+            lines.append(f"- fail at {k[5:]}: {counts[k]}")
+    lines += [
+        f"- fails on CPU (not a neuron failure): {counts.get('fails on CPU', 0)}",
+        f"- skipped (not a text decoder / config not buildable offline): {counts.get('skipped', 0)}",
+        f"- CPU-fallback ops seen over the sweep: {', '.join(f'`{o}`' for o in fallback) or 'none'}",
+        f"- wall time of the passing architectures' runs: neuron {neu_s:.1f} s, CPU {cpu_s:.1f} s "
+        f"(neuron / CPU = {neu_s / cpu_s if cpu_s else float('nan'):.3f})",
+        "",
+        "## Architectures",
+        "",
+        "| model type | class | result | stage | detail | fallback ops | neuron s | CPU s |",
+        "|---|---|---|---|---|---|---:|---:|",
+    ]
+    for r in records:
+        if r["status"] == "pass":
+            d = r.get("max_diff", {})
+            detail = f"loss {d.get('loss', 0):.2g}, logits {d.get('logits', 0):.2g}, grad {d.get('grad_norm', 0):.2g}"
+        else:
+            detail = r.get("error") or r.get("reason", "")
+        lines.append(
+            f"| {r['model_type']} | {r['class']} | {r['status']} | {r.get('stage', '')} | {_cell(detail)[:200]} | "
+            f"{_cell(', '.join(r.get('fallback_ops', [])))} | {r.get('neuron_s', '')} | {r.get('cpu_s', '')} |"
+        )
+    with open(os.path.join(out_dir, stem + ".md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def main(argv=None):
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    import transformers
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", default="", help="comma-separated model types")
+    p.add_argument("--limit", type=int, default=0, help="first N entries only")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--output-dir", default="docs")
+    p.add_argument("--time-limit", type=float, default=180, help="seconds per architecture")
+    args = p.parse_args(argv)
+    transformers.logging.set_verbosity_error()
+    dtype = getattr(torch, args.dtype)
+
+    entries = list(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items())
+    print(f"MODEL_FOR_CAUSAL_LM_MAPPING_NAMES: {len(entries)} entries", flush=True)
+    if args.only:
+        wanted = [s.strip() for s in args.only.split(",") if s.strip()]
+        unknown = [w for w in wanted if w not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES]
+        if unknown:
+            p.error(f"not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES: {', '.join(unknown)}")
+        entries = [(k, v) for k, v in entries if k in wanted]
+    if args.limit:
+        entries = entries[: args.limit]
+    print(f"sweeping {len(entries)} ({args.dtype})", flush=True)
+
+    t0 = time.perf_counter()
+    records = []
+    for i, (mt, cls) in enumerate(entries, 1):
+        r = sweep_one(mt, cls, dtype, args.time_limit)
+        records.append(r)
+        extra = r.get("stage", "") + (": " + (r.get("error") or r.get("reason", "")) if r["status"] != "pass" else "")
+        print(f"[{i}/{len(entries)}] {mt}: {r['status']} {extra}"[:240], flush=True)
+    meta = dict(
+        date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        machine=f"{platform.machine()}, {os.cpu_count()} cores",
+        torch=torch.__version__, transformers=transformers.__version__, dtype=args.dtype,
+        torch_dtype=dtype, wall_s=time.perf_counter() - t0, argv=sys.argv[1:],
+    )
+    write_reports(records, meta, args.output_dir)
+    counts, fallback, neu_s, cpu_s = summarize(records)
+    print(json.dumps(counts), flush=True)
+    print(f"fallback ops: {fallback}", flush=True)
+    print(f"neuron {neu_s:.1f} s, CPU {cpu_s:.1f} s, sweep {meta['wall_s']:.0f} s", flush=True)
+    return records
+
+
+if __name__ == "__main__":
+    main()
