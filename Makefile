@@ -49,10 +49,11 @@ opinfo: build
 	TORCH_NEURONX_OPINFO=full $(PYTHON) -m pytest tests/opinfo $(PYTEST_ARGS)
 
 # The Hugging Face architecture sweep: every entry of transformers' MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-# tiny and random, on neuron against CPU; writes docs/hf_coverage.md and docs/hf_coverage.json.
+# tiny and random, on neuron against CPU, float32 then bfloat16; writes docs/hf_coverage*.md/json.
 .PHONY: coverage
 coverage: build
 	$(PYTHON) -m torch_neuronx.hf_sweep --output-dir docs $(SWEEP_ARGS)
+	$(PYTHON) -m torch_neuronx.hf_sweep --output-dir docs --dtype bfloat16 $(SWEEP_ARGS)
 
 demo: build
 	$(PYTHON) examples/quickstart.py

@@ -385,8 +385,11 @@ def write_reports(records, meta, out_dir):
         if k.startswith("fail:"):
             lines.append(f"- fail at {k[5:]}: {counts[k]}")
     lines += [
-        f"- fails on CPU (not a neuron failure): {counts.get('fails on CPU', 0)}",
-        f"- skipped (not a text decoder / config not buildable offline): {counts.get('skipped', 0)}",
+        f"- fails on CPU (not a neuron failure): {counts.get('fails on CPU', 0)} — the model's own code "
+        "raised on CPU with its tiny config: a limitation of the architecture's code, or a config the "
+        "generic shrink made inconsistent (per-layer attributes, head sizes it derives)",
+        f"- skipped (not a text decoder, config not buildable offline, or not shrinkable "
+        f"generically): {counts.get('skipped', 0)}",
         f"- CPU-fallback ops seen over the sweep: {', '.join(f'`{o}`' for o in fallback) or 'none'}",
         f"- wall time of the passing architectures' runs: neuron {neu_s:.1f} s, CPU {cpu_s:.1f} s "
         f"(neuron / CPU = {neu_s / cpu_s if cpu_s else float('nan'):.3f})",
