@@ -1,6 +1,8 @@
 // Gathers, scatters and joins: embedding (and its backward), index_select, gather, scatter,
 // index_put, index, masked ops, cat. Data movement by address: the GpSimd engine's job on a
 // NeuronCore (its DMA descriptors do gather/scatter).
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/histc.h>
 #include <torch/library.h>
 
 #include "backend/core/HostMathKernel.h"
@@ -10,7 +12,26 @@ namespace {
 
 constexpr OpFamily kIndexing{"indexing", nrtsim::Engine::kGpSimd, &flops_none};
 
+// histc of integer tensors, as CUDA has it (transformers' MoE routing counts tokens per expert
+// with histc on integer expert ids off the CPU); CPU's kernel has floating types only. Integers are
+// counted in float64 and the counts returned in the input's dtype, as CUDA returns them.
+at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, const at::Scalar& max) {
+  at::Tensor out;
+  const c10::DeviceIndex device = self.device().index();
+  const CurrentDeviceScope scope(device);
+  launch_kernel(device, KernelInfo{"aten::histc", static_cast<uint64_t>(self.numel()),
+                                   tensor_bytes(self), nrtsim::Engine::kGpSimd},
+                [&] {
+                  at::Tensor values = host_view(self);
+                  const bool integral = c10::isIntegralType(self.scalar_type(), /*includeBool=*/true);
+                  at::Tensor counts = at::histc(integral ? values.to(at::kDouble) : values, bins, min, max);
+                  out = move_to_hbm(integral ? counts.to(self.scalar_type()) : counts, self.device());
+                });
+  return out;
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("histc", TORCH_FN(histc));
   register_host_math_ops(m, kIndexing, {
       "embedding_dense_backward", "embedding_renorm", "index_select", "gather", "scatter",
       "scatter_add", "scatter_reduce", "index_add", "index_copy", "index_fill", "index_reduce",
