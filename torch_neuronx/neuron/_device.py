@@ -1,9 +1,8 @@
 """Device management: availability, lazy initialisation, current device, properties."""
 
-import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 import torch
 
@@ -183,12 +182,3 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 
 def get_amp_supported_dtype() -> list:
     return [torch.float32, torch.float16, torch.bfloat16]
-
-
-def _launch_blocking() -> bool:
-    # nrtsim always executes host-synchronously; the variable is accepted for compatibility.
-    return os.environ.get("NEURON_LAUNCH_BLOCKING", "0") not in ("", "0")
-
-
-def _opt_index(device: Optional[_DeviceLike]) -> int:
-    return _device_index(device)

@@ -64,12 +64,8 @@ def reset_accumulated_memory_stats(device=None) -> None:
 
 def empty_cache() -> None:
     """Give cached, unused HBM blocks back to the device (tensors in use are not affected)."""
-    if torch_neuronx_initialized():
+    if _C._is_initialized():
         torch.accelerator.empty_cache()
-
-
-def torch_neuronx_initialized() -> bool:
-    return _C._is_initialized()
 
 
 def mem_get_info(device=None) -> tuple:

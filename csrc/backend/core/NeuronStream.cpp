@@ -50,9 +50,4 @@ nrtsim::Stream& runtime_stream(const c10::Stream& stream) {
   });
 }
 
-nrtsim::Stream& current_runtime_stream() {
-  const c10::DeviceIndex device = current_device();
-  return core(device).stream(t_current_stream[device]);
-}
-
 }  // namespace torch_neuronx

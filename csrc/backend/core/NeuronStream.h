@@ -16,7 +16,5 @@ c10::Stream new_stream(c10::DeviceIndex device, int priority);
 int stream_priority(const c10::Stream& stream);
 
 nrtsim::Stream& runtime_stream(const c10::Stream& stream);
-// The current stream of the current device: where kernels launch.
-nrtsim::Stream& current_runtime_stream();
 
 }  // namespace torch_neuronx
