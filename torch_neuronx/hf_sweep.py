@@ -78,6 +78,8 @@ SHRINK = {
     "mamba_expand": 2, "expand": 2, "conv_kernel": 4, "mamba_d_conv": 4,
     "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
     "linear_value_head_dim": 16, "lru_width": 64,
+    # per-layer input embeddings (gemma3n, gemma4)
+    "vocab_size_per_layer_input": VOCAB, "hidden_size_per_layer_input": 16,
 }
 
 # Layer placement by period / offset (hybrid attention, MoE every other layer, ...).
@@ -87,18 +89,62 @@ PERIODS = {
 }
 
 
-def _cover_kinds(per_layer):
-    """NUM_LAYERS entries of a per-layer list that keep every distinct kind it had (a hybrid's
-    attention and linear-attention layers), first kinds first."""
-    kinds = []
-    for v in per_layer:
-        if v not in kinds:
-            kinds.append(v)
-    if len(kinds) >= NUM_LAYERS or not all(isinstance(v, (str, int, bool)) for v in kinds):
-        out = kinds[:NUM_LAYERS] if len(kinds) >= NUM_LAYERS else list(per_layer[:NUM_LAYERS])
-        return out
-    return list(per_layer[:NUM_LAYERS])
+MAX_LAYERS = 4  # hybrids get up to this many layers so that every layer kind is present
 
+
+def _pick_layers(per_layer_lists, old_layers):
+    """Indices of the original layers to keep: the first layer of every kind that any per-layer
+    list (layer types, block types, MLP types, per-layer config overrides) distinguishes, in their
+    original order, at most MAX_LAYERS, topped up to NUM_LAYERS with the first layers."""
+    seen = [set() for _ in per_layer_lists]
+    picked = []
+    for i in range(old_layers):
+        new = [k for k, lst in enumerate(per_layer_lists) if _key(lst[i]) not in seen[k]]
+        if new and len(picked) < MAX_LAYERS:
+            picked.append(i)
+            for k, lst in enumerate(per_layer_lists):
+                seen[k].add(_key(lst[i]))
+    for i in range(old_layers):
+        if len(picked) >= NUM_LAYERS:
+            break
+        if i not in picked:
+            picked.append(i)
+    return sorted(picked)
+
+
+def _key(v):
+    return repr(sorted(v.items())) if isinstance(v, dict) else repr(v)
+
+
+# The few architectures the generic rules cannot shrink, keyed by model_type: config values (passed
+# to the config class) plus, under "_layers", the original layer indices to keep. Each entry says
+# why; everything else is derived by tiny_config.
+ARCH_OVERRIDES = {
+    # Default configs whose layer pattern has no attention layer at all (pure Mamba): keep one, as
+    # the released hybrid checkpoints have (and generate's cache needs an attention layer).
+    "bamba": {"attn_layer_indices": [1]},
+    "granitemoehybrid": {"layer_types": ["linear_attention", "full_attention"]},
+    # Default configs the model code cannot build: fields it reads that the default leaves unset,
+    # set as the released checkpoints' configs set them.
+    "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
+    "dbrx": {"attn_config": {"rope_theta": 500000.0}},  # DbrxAttention reads attn_config.rope_theta
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"]},  # default layer_types is None
+    "qwen4_exp_text": {  # default has indexed_attention layers but no QSA indexer sizes
+        "indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": 16, "indexer_budget": 4,
+        "indexer_compress_ratio": 2,
+    },
+    "xmod": {"default_language": "en_XX"},  # else forward asks for set_default_language()
+    # Derived sizes the generic rules do not reach.
+    "xlstm": {"hidden_size": 128},  # the config rounds hidden * qk_dim_factor up to a multiple of 64, the model does not
+    "reformer": {"axial_pos_shape": (4, 8), "axial_pos_embds_dim": (16, 48)},  # dims sum to hidden
+    # Layer patterns that need more than the default NUM_LAYERS.
+    "zamba": {  # one shared transformer block used by every hybrid layer: two hybrid layers share it
+        "num_hidden_layers": 4, "layers_block_type": ["linear_attention", "hybrid", "linear_attention", "hybrid"],
+    },
+    "gemma3n_text": {  # last num_kv_shared_layers reuse the KV of the last sliding/full layer before them
+        "_layers": [0, 4, 30, 34], "num_kv_shared_layers": 2,
+    },
+}
 
 # Sub-configs that make an entry a multimodal (or audio) model rather than a text decoder.
 NON_TEXT_SUBCONFIG_WORDS = ("vision", "audio", "image", "speech", "visual", "encoder", "vq")
@@ -134,34 +180,131 @@ def skip_reason(model_type, cfg):
 MAX_PARAMS = 20_000_000
 
 
+def _raw(cfg, name, default=None):
+    """An attribute's global value, also for per-layer (heterogeneous) attributes."""
+    get = getattr(cfg, "_getattr_without_heterogeneous_validation", None)
+    if get is not None:
+        return get(name, default)
+    return getattr(cfg, name, default)
+
+
+def _has(cfg, name):
+    has = getattr(cfg, "_hasattr_without_heterogeneous_validation", None)
+    return has(name) if has is not None else hasattr(cfg, name)
+
+
+def _settable(cfg, name):
+    return _has(cfg, name) and not isinstance(getattr(type(cfg), name, None), property)
+
+
+def _shrink_values(cfg):
+    """SHRINK's values for the attributes this config has (nested sub-configs included)."""
+    kwargs = {k: v for k, v in SHRINK.items() if _settable(cfg, k) and not isinstance(_raw(cfg, k), bool)}
+    for name in sorted(getattr(type(cfg), "sub_configs", {}) or {}):
+        sub = _raw(cfg, name)
+        if sub is not None and hasattr(sub, "to_dict"):  # e.g. dbrx's attn_config / ffn_config
+            sub_kwargs = _shrink_values(sub)
+            if sub_kwargs:
+                kwargs[name] = sub_kwargs
+    return kwargs
+
+
+# (heads, head size) attribute pairs of state-space mixers: heads * head size == expand * hidden.
+SSM_HEADS = (("num_heads", "head_dim"), ("mamba_n_heads", "mamba_d_head"), ("mamba_num_heads", "mamba_head_dim"))
+
+
+def _derived_sizes(base, kwargs):
+    """Sizes the config relates to others: keep the relation the default config had."""
+    new = lambda k: kwargs.get(k, _raw(base, k))  # noqa: E731
+    hidden, base_hidden = new("hidden_size"), _raw(base, "hidden_size")
+    heads, base_heads = new("num_attention_heads"), _raw(base, "num_attention_heads")
+    # Multi-head latent attention decompresses K/V per query head: as many KV heads as heads.
+    if "kv_lora_rank" in kwargs and "num_key_value_heads" in kwargs and base_heads == _raw(base, "num_key_value_heads"):
+        kwargs["num_key_value_heads"] = heads
+    # Partial rotary embeddings given as a width (gptj, codegen): same fraction of the new head size.
+    rot = _raw(base, "rotary_dim")
+    if isinstance(rot, int) and isinstance(base_hidden, int) and isinstance(base_heads, int) and base_heads:
+        frac = rot / (base_hidden // base_heads)
+        kwargs["rotary_dim"] = max(2, 2 * round(frac * (hidden // heads) / 2))
+    # State-space heads: heads * head size == expand * hidden (mamba2, nemotron_h, ...).
+    expand_name = next((e for e in ("expand", "mamba_expand") if isinstance(_raw(base, e), int)), None)
+    for h, d in SSM_HEADS:
+        bh, bd = _raw(base, h), _raw(base, d)
+        if not (isinstance(bh, int) and isinstance(bd, int) and expand_name and isinstance(base_hidden, int)):
+            continue
+        if bh * bd == _raw(base, expand_name) * base_hidden:
+            kwargs[h] = new(expand_name) * hidden // new(d)
+    # An explicit SSM inner width that was heads * head size (falcon_h1's mamba_d_ssm).
+    for h, d in SSM_HEADS:
+        bh, bd, bs = _raw(base, h), _raw(base, d), _raw(base, "mamba_d_ssm")
+        if isinstance(bs, int) and isinstance(bh, int) and isinstance(bd, int) and bs == bh * bd:
+            kwargs["mamba_d_ssm"] = new(h) * new(d)
+
+
+def _scaled(value, base_global, new_global):
+    """A per-layer override, scaled as the global value was (head_dim 512 vs 256 -> 2x the new one)."""
+    if isinstance(value, int) and not isinstance(value, bool) and isinstance(base_global, int) and base_global \
+            and isinstance(new_global, int):
+        return max(1, round(value * new_global / base_global))
+    return value
+
+
 def tiny_config(model_type):
     """The architecture's own config class with its sizes shrunk (only attributes it has)."""
     from transformers import CONFIG_MAPPING
 
     cls = CONFIG_MAPPING[model_type]
     base = cls()
+    special = dict(ARCH_OVERRIDES.get(model_type, {}))
     old_layers = None
-    for name in ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers"):
-        if isinstance(getattr(base, name, None), int):
-            old_layers = getattr(base, name)
+    for name in ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers", "num_blocks"):
+        if isinstance(_raw(base, name), int):
+            old_layers = _raw(base, name)
             break
-    def settable(k):
-        return hasattr(base, k) and not isinstance(getattr(type(base), k, None), property)
 
-    kwargs = {k: v for k, v in SHRINK.items() if settable(k) and not isinstance(getattr(base, k), bool)}
+    kwargs = _shrink_values(base)
     # Hybrids that place attention/expert layers by period: keep one of each kind in 2 layers.
     for name, value in PERIODS.items():
-        if settable(name):
+        if _settable(base, name):
             kwargs[name] = value
     # Multi-head latent attention: the config's head_dim is its rotary part.
     if "qk_rope_head_dim" in kwargs and "head_dim" in kwargs:
         kwargs["head_dim"] = kwargs["qk_rope_head_dim"]
-    # Per-layer lists (layer_types, block types, ...) follow the new depth.
-    for name, value in vars(base).items():
-        if old_layers and isinstance(value, (list, tuple)) and len(value) == old_layers and name not in kwargs:
-            kwargs[name] = _cover_kinds(value)
+    _derived_sizes(base, kwargs)
+
+    # Per-layer attributes (layer_types, block types, MLP types, per-layer config overrides): keep
+    # the original layers that cover every kind any of them distinguishes.
+    spec = base.__dict__.get("_heterogeneity_spec")
+    lists = {}
+    if old_layers:
+        for name, value in vars(base).items():
+            if name.startswith("_") or name in kwargs or name in special or not isinstance(value, (list, tuple)):
+                continue
+            if len(value) == old_layers:
+                lists[name] = list(value)
+            elif name.endswith(("layer_types", "block_types", "block_type")) and value and \
+                    all(isinstance(v, str) for v in value) and len(value) < old_layers:
+                lists[name] = [value[i % len(value)] for i in range(old_layers)]  # a repeating pattern
+        if spec is not None and spec.per_layer_overrides:
+            lists["per_layer_config"] = [spec.per_layer_overrides.get(i, {}) for i in range(old_layers)]
+    picks = special.pop("_layers", None)
+    if old_layers and picks is None:
+        picks = _pick_layers(list(lists.values()), old_layers)
+    if old_layers:
+        n = len(picks)
+        for name in ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers", "num_blocks"):
+            if name in kwargs or (_settable(base, name) and isinstance(_raw(base, name), int)):
+                kwargs[name] = n
+        if "max_window_layers" in kwargs:
+            kwargs["max_window_layers"] = n
+        for name, value in lists.items():
+            kept = [value[i] for i in picks]
+            if name == "per_layer_config":
+                kept = {j: {a: _scaled(v, _raw(base, a), kwargs.get(a, _raw(base, a))) for a, v in o.items()}
+                        for j, o in enumerate(kept) if o}
+            kwargs[name] = kept
     for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
-        if hasattr(base, name):
+        if _has(base, name):
             kwargs[name] = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}.get(name, 1)
     # Other special token ids must stay inside the shrunk vocabulary.
     next_id = VOCAB - 1
@@ -170,10 +313,17 @@ def tiny_config(model_type):
             if value >= VOCAB:
                 kwargs[name] = next_id
                 next_id -= 1
-    if hasattr(base, "is_decoder") and not base.is_decoder:
+    if _has(base, "is_decoder") and not base.is_decoder:
         kwargs["is_decoder"] = True  # encoder families with an LM head run as decoders
-    if hasattr(base, "use_cache"):
+    if _has(base, "use_cache"):
         kwargs["use_cache"] = True
+    for name, value in special.items():  # the architecture's own table entry, last
+        if isinstance(value, dict) and isinstance(kwargs.get(name), dict):
+            kwargs[name] = {**kwargs[name], **value}
+        elif value is None:
+            kwargs.pop(name, None)
+        else:
+            kwargs[name] = value
     try:
         cfg = cls(**kwargs)
     except Exception:
@@ -181,6 +331,7 @@ def tiny_config(model_type):
         cfg = cls()
         for k, v in kwargs.items():
             setattr(cfg, k, v)
+        cfg._sweep_set_after_init = True
     return cfg
 
 
