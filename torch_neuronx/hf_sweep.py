@@ -127,15 +127,24 @@ ARCH_OVERRIDES = {
     # Default configs the model code cannot build: fields it reads that the default leaves unset,
     # set as the released checkpoints' configs set them.
     "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
-    "dbrx": {"attn_config": {"rope_theta": 500000.0}},  # DbrxAttention reads attn_config.rope_theta
+    # DbrxAttention reads attn_config.rope_theta, and clamps with clip_qkv, which fails when it is None
+    # (the default): both as in the released dbrx-instruct config.
+    "dbrx": {"attn_config": {"rope_theta": 500000.0, "clip_qkv": 8.0}},
     "lfm2_moe": {"layer_types": ["conv", "full_attention"]},  # default layer_types is None
     "qwen4_exp_text": {  # default has indexed_attention layers but no QSA indexer sizes
         "indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": 16, "indexer_budget": 4,
         "indexer_compress_ratio": 2,
     },
     "xmod": {"default_language": "en_XX"},  # else forward asks for set_default_language()
-    # Derived sizes the generic rules do not reach.
-    "xlstm": {"hidden_size": 128},  # the config rounds hidden * qk_dim_factor up to a multiple of 64, the model does not
+    # Recurrent models whose eval-mode forward updates the state cache in place, which autograd
+    # rejects in the backward of the training step; their own train mode does not cache, so the
+    # training step runs without it. generate still uses the cache (use_cache=True there).
+    "rwkv": {"use_cache": False},
+    # xlstm also: its config rounds hidden * qk_dim_factor up to a multiple of 64 for the cache's
+    # head size, the model does not; hidden 128 keeps the two equal.
+    "xlstm": {"use_cache": False, "hidden_size": 128},
+    # Derived sizes the generic rules do not reach. reformer then still fails on CPU, genuinely:
+    # its backward asserts train mode, and the sweep runs eval mode (no dropout).
     "reformer": {"axial_pos_shape": (4, 8), "axial_pos_embds_dim": (16, 48)},  # dims sum to hidden
     # Layer patterns that need more than the default NUM_LAYERS.
     "zamba": {  # one shared transformer block used by every hybrid layer: two hybrid layers share it
