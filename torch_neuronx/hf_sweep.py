@@ -173,10 +173,29 @@ def _default_config(model_type):
     return CONFIG_MAPPING[model_type]()
 
 
+def text_decoder_config_class(cfg):
+    """The text sub-config class when this mapping entry's causal-LM class is a plain text decoder
+    built from the wrapper's ``text_config`` (llama4 -> Llama4ForCausalLM on Llama4TextConfig), else
+    None (a real multimodal class, or no text sub-config)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    text_cls = (getattr(type(cfg), "sub_configs", {}) or {}).get("text_config")
+    try:
+        model_cls = MODEL_FOR_CAUSAL_LM_MAPPING[type(cfg)]
+    except KeyError:
+        return None
+    if isinstance(text_cls, type) and issubclass(text_cls, model_cls.config_class) and \
+            getattr(text_cls, "model_type", None):
+        return text_cls
+    return None
+
+
 def skip_reason(model_type, cfg):
     """Why this mapping entry is not a text decoder we sweep, or None."""
     if getattr(cfg, "is_encoder_decoder", False):
         return "encoder-decoder (seq2seq) model; not a standalone text decoder"
+    if text_decoder_config_class(cfg) is not None:
+        return None  # swept with its shrunk text sub-config
     subs = sorted(getattr(type(cfg), "sub_configs", {}) or {})
     non_text = [s for s in subs if any(w in s for w in NON_TEXT_SUBCONFIG_WORDS)]
     if non_text:
@@ -432,7 +451,27 @@ def sweep_one(model_type, class_name, dtype, time_limit):
             rec.update(status="skipped", reason=reason)
             return rec
         try:
-            cfg = tiny_config(model_type)
+            text_cls = text_decoder_config_class(base)
+            if text_cls is not None:
+                # A wrapper config whose causal-LM class is the text decoder: shrink the text
+                # sub-config, build from the wrapper config as AutoModelForCausalLM does.
+                text_cfg = tiny_config(text_cls.model_type)
+                try:
+                    cfg = type(base)(text_config=text_cfg)
+                    rec["config"] = f"{type(base).__name__}.text_config ({text_cls.__name__}, shrunk)"
+                except Exception as e:  # noqa: BLE001
+                    # The wrapper checks the text sizes against its (unused) vision/audio configs:
+                    # build the same class from the text config alone.
+                    cfg = text_cfg
+                    rec["config"] = (f"{text_cls.__name__} alone (the causal-LM class's config; "
+                                     f"{type(base).__name__} rejects it: {[ln.strip() for ln in str(e).splitlines() if ln.strip()][-1][:100]})")
+                overrides = ARCH_OVERRIDES.get(text_cls.model_type, {})
+            else:
+                cfg = tiny_config(model_type)
+                rec["config"] = type(cfg).__name__
+                overrides = ARCH_OVERRIDES.get(model_type, {})
+            if overrides:
+                rec["config_overrides"] = sorted(k.lstrip("_") for k in overrides)
             with warnings.catch_warnings(), torch.device("meta"):
                 warnings.simplefilter("ignore")
                 n = sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())
@@ -452,7 +491,7 @@ def sweep_one(model_type, class_name, dtype, time_limit):
         except Exception as e:  # noqa: BLE001
             rec.update(status="fails on CPU", stage="build", error=f"{type(e).__name__}: {e}"[:300])
             return rec
-        vocab = getattr(cfg, "vocab_size", VOCAB) or VOCAB
+        vocab = getattr(cpu_model.config, "vocab_size", VOCAB) or VOCAB
         g = torch.Generator().manual_seed(0)
         input_ids = torch.randint(3, min(vocab, VOCAB), (BATCH, SEQ), generator=g)
 
@@ -565,6 +604,10 @@ def write_reports(records, meta, out_dir):
             detail = f"loss {d.get('loss', 0):.2g}, logits {d.get('logits', 0):.2g}, grad {d.get('grad_norm', 0):.2g}"
         else:
             detail = r.get("error") or r.get("reason", "")
+        if "text_config" in r.get("config", "") or " alone " in r.get("config", ""):
+            detail += f"; config: {r['config']}"
+        if r.get("config_overrides"):
+            detail += f"; ARCH_OVERRIDES: {', '.join(r['config_overrides'])}"
         lines.append(
             f"| {r['model_type']} | {r['class']} | {r['status']} | {r.get('stage', '')} | {_cell(detail)[:200]} | "
             f"{_cell(', '.join(r.get('fallback_ops', [])))} | {r.get('neuron_s', '')} | {r.get('cpu_s', '')} |"
