@@ -93,23 +93,31 @@ MAX_LAYERS = 4  # hybrids get up to this many layers so that every layer kind is
 
 
 def _pick_layers(per_layer_lists, old_layers):
-    """Indices of the original layers to keep: the first layer of every kind that any per-layer
-    list (layer types, block types, MLP types, per-layer config overrides) distinguishes, in their
-    original order, at most MAX_LAYERS, topped up to NUM_LAYERS with the first layers."""
-    seen = [set() for _ in per_layer_lists]
+    """Indices of the original layers to keep: a small set of layers (greedy set cover, at most
+    MAX_LAYERS) that shows every kind any per-layer list (layer types, block types, MLP types,
+    per-layer config overrides, membership in a layer-index list) distinguishes, in their original
+    order, topped up to NUM_LAYERS with the first layers."""
+    want = {(k, _key(v)) for k, lst in enumerate(per_layer_lists) for v in lst}
     picked = []
-    for i in range(old_layers):
-        new = [k for k, lst in enumerate(per_layer_lists) if _key(lst[i]) not in seen[k]]
-        if new and len(picked) < MAX_LAYERS:
-            picked.append(i)
-            for k, lst in enumerate(per_layer_lists):
-                seen[k].add(_key(lst[i]))
+    while want and len(picked) < MAX_LAYERS:
+        gain = [len(want & {(k, _key(lst[i])) for k, lst in enumerate(per_layer_lists)}) for i in range(old_layers)]
+        best = max(range(old_layers), key=lambda i: (gain[i], -i))
+        if gain[best] == 0:
+            break
+        picked.append(best)
+        want -= {(k, _key(lst[best])) for k, lst in enumerate(per_layer_lists)}
     for i in range(old_layers):
         if len(picked) >= NUM_LAYERS:
             break
         if i not in picked:
             picked.append(i)
     return sorted(picked)
+
+
+def _is_index_list(name, value, old_layers):
+    return (isinstance(value, (list, tuple)) and name.endswith(("idxs", "ids", "indices", "_layers"))
+            and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < old_layers for v in value)
+            and len(set(value)) == len(value))
 
 
 def _key(v):
@@ -252,8 +260,9 @@ def _derived_sizes(base, kwargs):
     # Partial rotary embeddings given as a width (gptj, codegen): same fraction of the new head size.
     rot = _raw(base, "rotary_dim")
     if isinstance(rot, int) and isinstance(base_hidden, int) and isinstance(base_heads, int) and base_heads:
-        frac = rot / (base_hidden // base_heads)
-        kwargs["rotary_dim"] = max(2, 2 * round(frac * (hidden // heads) / 2))
+        base_hd = _raw(base, "head_dim") if isinstance(_raw(base, "head_dim"), int) else base_hidden // base_heads
+        new_hd = new("head_dim") if isinstance(new("head_dim"), int) else hidden // heads
+        kwargs["rotary_dim"] = max(2, 2 * round(rot / base_hd * new_hd / 2))
     # State-space heads: heads * head size == expand * hidden (mamba2, nemotron_h, ...).
     expand_name = next((e for e in ("expand", "mamba_expand") if isinstance(_raw(base, e), int)), None)
     for h, d in SSM_HEADS:
@@ -303,7 +312,7 @@ def tiny_config(model_type):
     # Per-layer attributes (layer_types, block types, MLP types, per-layer config overrides): keep
     # the original layers that cover every kind any of them distinguishes.
     spec = base.__dict__.get("_heterogeneity_spec")
-    lists = {}
+    lists, index_lists = {}, {}
     if old_layers:
         for name, value in vars(base).items():
             if name.startswith("_") or name in kwargs or name in special or not isinstance(value, (list, tuple)):
@@ -313,6 +322,11 @@ def tiny_config(model_type):
             elif name.endswith(("layer_types", "block_types", "block_type")) and value and \
                     all(isinstance(v, str) for v in value) and len(value) < old_layers:
                 lists[name] = [value[i % len(value)] for i in range(old_layers)]  # a repeating pattern
+        for name, value in vars(base).items():  # layer-index lists (full_attn_idxs, moe_layers, ...)
+            if _is_index_list(name, value, old_layers) and name not in kwargs and name not in special:
+                index_lists[name] = value
+                lists.pop(name, None)
+                lists["in:" + name] = [i in value for i in range(old_layers)]
         if spec is not None and spec.per_layer_overrides:
             lists["per_layer_config"] = [spec.per_layer_overrides.get(i, {}) for i in range(old_layers)]
     picks = special.pop("_layers", None)
@@ -325,7 +339,11 @@ def tiny_config(model_type):
                 kwargs[name] = n
         if "max_window_layers" in kwargs:
             kwargs["max_window_layers"] = n
+        for name, value in index_lists.items():
+            kwargs[name] = [j for j, i in enumerate(picks) if i in value]
         for name, value in lists.items():
+            if name.startswith("in:"):
+                continue
             kept = [value[i] for i in picks]
             if name == "per_layer_config":
                 kept = {j: {a: _scaled(v, _raw(base, a), kwargs.get(a, _raw(base, a))) for a, v in o.items()}
@@ -359,7 +377,6 @@ def tiny_config(model_type):
         cfg = cls()
         for k, v in kwargs.items():
             setattr(cfg, k, v)
-        cfg._sweep_set_after_init = True
     return cfg
 
 
