@@ -80,6 +80,8 @@ SHRINK = {
     "linear_value_head_dim": 16, "lru_width": 64,
     # per-layer input embeddings (gemma3n, gemma4)
     "vocab_size_per_layer_input": VOCAB, "hidden_size_per_layer_input": 16,
+    # byte-latent transformer (blt): local encoder/decoder see the global width; hash n-gram buckets
+    "hidden_size_global": 64, "encoder_hash_byte_group_vocab": VOCAB,
 }
 
 # Layer placement by period / offset (hybrid attention, MoE every other layer, ...).
@@ -204,12 +206,30 @@ def skip_reason(model_type, cfg):
         return "encoder-decoder (seq2seq) model; not a standalone text decoder"
     if text_decoder_config_class(cfg) is not None:
         return None  # swept with its shrunk text sub-config
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    try:
+        model_cls = MODEL_FOR_CAUSAL_LM_MAPPING[type(cfg)]
+    except KeyError:
+        model_cls = None
+    if type(cfg).model_type in TEXT_DESPITE_SUBCONFIGS:
+        return None
+    if getattr(model_cls, "input_modalities", None) in ("text", ("text",)):
+        return None  # a text-only class of a multimodal family (MoshiForCausalLM): its other sub-configs go unused
     subs = sorted(getattr(type(cfg), "sub_configs", {}) or {})
     non_text = [s for s in subs if any(w in s for w in NON_TEXT_SUBCONFIG_WORDS)]
     if non_text:
         return f"multimodal/audio wrapper (sub-configs: {', '.join(subs)}); not a text decoder"
     return None  # a wrapper around just a text sub-config (fuyu) is shrunk through it
 
+
+# Text decoders whose sub-config names look multimodal.
+TEXT_DESPITE_SUBCONFIGS = {
+    # byte-latent transformer: encoder_config/decoder_config are its local byte encoder/decoder. Its
+    # forward fails on CPU, upstream: BltModel builds DynamicCache(config=BltConfig), and BltConfig
+    # has no num_hidden_layers (the layer counts live in the sub-configs).
+    "blt": "byte-latent transformer",
+}
 
 # Mapping entries that are not standalone text decoders although their config looks like one.
 NOT_STANDALONE = {
@@ -598,7 +618,10 @@ def write_reports(records, meta, out_dir):
         f"{meta['transformers']}, dtype {meta['dtype']}, sweep wall time {meta['wall_s']:.0f} s.",
         "",
         "Each architecture: tiny config from its own config class "
-        f"({NUM_LAYERS} layers, hidden 64, vocab {VOCAB}), random weights from seed 0, default "
+        f"({NUM_LAYERS} layers, up to {MAX_LAYERS} where a hybrid layer pattern needs them to keep every "
+        f"layer kind; hidden 64; vocab {VOCAB}; a wrapper whose causal-LM class is the text decoder is "
+        "built from its shrunk text sub-config, the detail column names the config and any per-architecture "
+        "`ARCH_OVERRIDES` of `hf_sweep.py`), random weights from seed 0, default "
         "attention implementation, eval mode (no dropout); after one untimed CPU warm-up run, on neuron and on CPU: forward with "
         "labels, backward, one AdamW step, greedy generate of 8 tokens with the KV cache. Pass: "
         "loss, logits and every parameter's gradient norm within tolerance of CPU "
