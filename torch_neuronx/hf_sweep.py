@@ -8,8 +8,12 @@ compared.
 For each entry of ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``: forward with labels, backward, one AdamW
 step, greedy ``generate`` of 8 new tokens with the KV cache, on both devices from the same
 initial weights. Pass: loss, logits and gradient norms within tolerance of CPU, identical tokens.
-Entries that are not text decoders are listed as skipped with the reason; architectures that fail
-on CPU itself are reported as such (not a neuron failure). Writes ``hf_coverage.md`` and
+Entries that are not text decoders are listed as skipped with the reason; a wrapper config whose
+causal-LM class is the text decoder (llama4 -> Llama4ForCausalLM) is swept with its shrunk text
+sub-config. Architectures that fail on CPU itself are reported as such (not a neuron failure).
+``tiny_config`` derives the shrink from general rules (sizes that depend on each other, per-layer
+patterns that keep every layer kind); the few unavoidable per-architecture values are in
+``ARCH_OVERRIDES``, and the report names them. Writes ``hf_coverage.md`` and
 ``hf_coverage.json`` (``hf_coverage_bfloat16.*`` for ``--dtype bfloat16``) to the output
 directory.
 """

@@ -12,7 +12,12 @@ import torch  # noqa: E402
 
 # Decoders of the main families; gpt2 and gemma tie their embeddings and lm_head, which must stay
 # tied through Module.to("neuron"); qwen3_moe routes tokens with histc on integer expert ids.
-SUBSET = ["llama", "qwen3", "mistral", "qwen2", "phi3", "gpt2", "gemma", "qwen3_moe"]
+# The rest exercise the shrink's consistency rules: gptj's rotary_dim within the head, mamba2's SSM
+# heads * head_dim == expand * hidden, deepseek_v32's latent attention (as many KV heads as heads),
+# nemotron_h's hybrid pattern (every layer kind kept, up to 4 layers), mllama built from the
+# shrunk text_config of its wrapper config.
+SUBSET = ["llama", "qwen3", "mistral", "qwen2", "phi3", "gpt2", "gemma", "qwen3_moe",
+          "gptj", "mamba2", "deepseek_v32", "nemotron_h", "mllama"]
 
 
 @pytest.mark.parametrize("model_type", SUBSET)
@@ -28,3 +33,24 @@ def test_architecture_matches_cpu(model_type):
 def test_non_decoders_are_skipped_with_a_reason():
     rec = hf_sweep.sweep_one("bart", "BartForCausalLM", torch.float32, 60)
     assert rec["status"] == "skipped" and "encoder-decoder" in rec["reason"]
+
+
+def test_hybrid_shrink_keeps_every_layer_kind():
+    from transformers import CONFIG_MAPPING
+
+    cfg = hf_sweep.tiny_config("nemotron_h")
+    assert set(cfg.layers_block_type) == set(CONFIG_MAPPING["nemotron_h"]().layers_block_type)
+    assert len(cfg.layers_block_type) <= hf_sweep.MAX_LAYERS
+    # a repeating block pattern (recurrent, recurrent, attention) still reaches an attention layer
+    cfg = hf_sweep.tiny_config("recurrent_gemma")
+    assert "attention" in cfg.block_types[: cfg.num_hidden_layers]
+
+
+def test_wrapper_config_is_swept_through_its_text_config():
+    rec = hf_sweep.sweep_one("llama4", "Llama4ForCausalLM", torch.float32, 60)
+    assert rec["status"] != "skipped" and "text_config" in rec["config"], rec
+
+
+def test_assistant_drafters_are_skipped_with_a_reason():
+    rec = hf_sweep.sweep_one("gemma4_assistant", "Gemma4AssistantForCausalLM", torch.float32, 60)
+    assert rec["status"] == "skipped" and "drafter" in rec["reason"]
