@@ -198,6 +198,37 @@ def test_contiguous_and_preserve_formats_work():
     assert u.shape == t.shape and u.is_contiguous()
 
 
+# A channels-last *layout* that an op derives from its inputs is not a request for one: permuted
+# views (a model's transposes) with channels-last strides go through elementwise ops, cat,
+# pooling and interpolation as on the CPU, with the CPU's output strides.
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda x: -x,
+        lambda x: x.pow(2),
+        lambda x: torch.nn.functional.silu(x),
+        lambda x: torch.cat([x, x], dim=1),
+        lambda x: torch.nn.functional.max_pool2d(x, 2),
+        lambda x: torch.nn.functional.interpolate(x, scale_factor=2, mode="nearest"),
+        lambda x: torch.nn.functional.avg_pool2d(x, 2),
+    ],
+    ids=["neg", "pow", "silu", "cat", "max_pool2d", "interpolate", "avg_pool2d"],
+)
+def test_channels_last_strided_inputs_follow_cpu(op):
+    base = torch.randn(2, 4, 4, 3)  # NHWC storage: permuted to NCHW it has channels-last strides
+    x_cpu = base.permute(0, 3, 1, 2)
+    assert x_cpu.is_contiguous(memory_format=torch.channels_last)
+    x = base.to("neuron").permute(0, 3, 1, 2).requires_grad_()
+    x_cpu = x_cpu.clone().requires_grad_()  # clone keeps the layout (preserve_format)
+    expected, got = op(x_cpu), op(x)
+    assert got.device.type == "neuron"
+    assert got.stride() == expected.stride()
+    torch.testing.assert_close(got.cpu(), expected.detach())
+    got.sum().backward()
+    expected.sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), x_cpu.grad)
+
+
 # --- bad environments (subprocesses) ----------------------------------------------------------
 
 BAD_ENV_REPORT = """

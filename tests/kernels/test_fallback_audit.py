@@ -48,7 +48,7 @@ def test_tiny_llama_runs_without_fallback_and_matches_cpu():
     assert torch.equal(generated, cpu[3])
     executed = torch_neuronx.get_executed_ops()
     assert "aten::_scaled_dot_product_fused_attention_overrideable" in executed
-    assert "aten::mm.out" in executed or "aten::addmm.out" in executed
+    assert {"aten::mm", "aten::addmm", "aten::mm.out", "aten::addmm.out"} & set(executed)
 
 
 def test_every_listed_native_op_is_registered():

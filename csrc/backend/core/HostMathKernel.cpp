@@ -125,6 +125,18 @@ class HostMathKernel final : public c10::OperatorKernel {
   std::string name_;
 };
 
+// No argument is written. The functional form of a structured op gets a kernel of its own: the
+// generic wrapper PyTorch would use instead allocates its output through empty.memory_format with
+// the format the inputs suggest, channels-last for channels-last-strided inputs, which neuron
+// rejects when a program asks for it (TorchNeuron's rule). Run on the host, the CPU kernel picks
+// the output strides as on the CPU and the result moves to HBM with them.
+bool is_functional(const c10::FunctionSchema& schema) {
+  for (const auto& a : schema.arguments()) {
+    if (a.alias_info() != nullptr && a.alias_info()->isWrite()) return false;
+  }
+  return true;
+}
+
 bool returns_view(const c10::FunctionSchema& schema) {
   for (const auto& r : schema.returns()) {
     if (r.alias_info() != nullptr && !r.alias_info()->isWrite()) return true;
@@ -223,8 +235,9 @@ void register_host_math_ops(torch::Library& library, const OpFamily& family,
            handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd));
       if (!cpu_kernel) continue;
       if (handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) continue;
-      if (handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) {
-        continue;  // calls the .out overload on neuron
+      if (handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) &&
+          !is_functional(handle->schema())) {
+        continue;  // the in-place form of a structured op calls its .out overload on neuron
       }
       if (returns_view(handle->schema())) continue;  // views need real view kernels (Views.cpp)
       any = true;

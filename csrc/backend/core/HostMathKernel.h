@@ -4,8 +4,8 @@
 // place: its tensor arguments are swapped for host views (HostView.h) of the neuron buffers and
 // the op is redispatched to the CPU key, inside one launch on the op's device. Unlike the CPU
 // fallback nothing is copied in or out; a write argument (out=, in-place self) that the CPU kernel
-// resizes gets its new storage from HBM. A fresh tensor the CPU kernel returns (non-structured
-// functional ops) is moved into HBM with one copy.
+// resizes gets its new storage from HBM. A fresh tensor the CPU kernel returns (functional ops) is
+// moved into HBM with one copy, keeping the strides the CPU kernel chose.
 //
 // Each op family (ops/*.cpp) registers its ops with the engine they occupy on a NeuronCore and a
 // FLOP count, which the launch records in the execution trace.
@@ -45,7 +45,7 @@ struct OpFamily {
 
 // Registers every overload of each base name (e.g. "add" -> add.out, add_.Tensor, ...) that has a
 // CPU kernel, except overloads PyTorch already maps onto another neuron kernel (composites, and
-// the functional/in-place forms of structured ops, which call their .out overload on neuron).
+// the in-place forms of structured ops, which call their .out overload on neuron).
 void register_host_math_ops(torch::Library& library, const OpFamily& family,
                             std::initializer_list<const char*> base_names);
 

@@ -107,7 +107,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
       "add", "sub", "mul", "div", "remainder", "fmod", "neg", "abs", "sign", "sgn", "reciprocal",
       "pow", "lerp", "addcmul", "addcdiv", "maximum", "minimum", "fmax", "fmin",
       "clamp", "clamp_min", "clamp_max", "floor", "ceil", "round", "trunc", "frac", "floor_divide",
-      "copysign", "xlogy", "hypot", "nan_to_num", "heaviside",
+      "copysign", "xlogy", "hypot", "nan_to_num", "heaviside", "polar", "complex",
       // comparison and logic
       "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
       "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",

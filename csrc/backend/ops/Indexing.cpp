@@ -41,7 +41,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
       "searchsorted", "bucketize", "_embedding_bag", "_embedding_bag_backward",
       "_embedding_bag_dense_backward", "reflection_pad1d", "reflection_pad2d",
       "replication_pad1d", "replication_pad2d", "_pdist_forward", "arange", "linspace", "logspace",
-      "eye", "tril_indices", "triu_indices",
+      "eye", "tril_indices", "triu_indices", "unfold_backward",
   });
 }
 
