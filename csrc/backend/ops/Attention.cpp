@@ -1,16 +1,16 @@
 // scaled_dot_product_attention through PyTorch's "overrideable" fused-attention backend.
 //
-// _fused_sdp_choice picks the overrideable backend for the common case (4-D q/k/v of one float
-// dtype, equal head dims, equal head counts or grouped-query heads, no dropout, no gradient wanted for the mask), so SDPA
-// runs as one fused kernel forward and one backward, computed by ATen's CPU flash attention on
-// the device buffers. Everything else takes the math backend, which decomposes into native ops
-// (and draws dropout from the neuron generator).
+// _fused_sdp_choice picks the overrideable backend wherever the CPU would pick its flash attention
+// (grouped-query heads included), so SDPA runs as one fused kernel forward and one backward,
+// computed by ATen's CPU flash attention on the device buffers. Everything else takes the math
+// backend, which decomposes into native ops.
 #include <ATen/SDPBackend.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward_native.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_native.h>
+#include <ATen/ops/_fused_sdp_choice_native.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -21,38 +21,19 @@
 namespace torch_neuronx {
 namespace {
 
-bool fused_supported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                     const std::optional<at::Tensor>& mask, double dropout_p, bool enable_gqa) {
-  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return false;
-  if (q.is_nested() || k.is_nested() || v.is_nested()) return false;
-  const auto dtype = q.scalar_type();
-  if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf) return false;
-  if (k.scalar_type() != dtype || v.scalar_type() != dtype) return false;
-  if (q.size(-1) != k.size(-1) || k.size(-1) != v.size(-1)) return false;
-  if (k.size(1) != v.size(1)) return false;
-  // Grouped-query attention (fewer key/value heads) is fused too when asked for with enable_gqa.
-  if (q.size(1) != k.size(1) && !(enable_gqa && q.size(1) % k.size(1) == 0)) return false;
-  if (dropout_p > 0) return false;
-  return !(mask.has_value() && mask->defined() && (mask->requires_grad() || mask->dim() > 4));
-}
-
-// Key/value heads repeated to the query's head count (grouped-query attention), on the host.
-at::Tensor repeat_heads(const at::Tensor& kv_view, int64_t query_heads) {
-  const int64_t groups = query_heads / kv_view.size(1);
-  return groups == 1 ? kv_view : kv_view.repeat_interleave(groups, /*dim=*/1);
-}
-
-// The gradient of repeated heads, summed back onto the key/value heads they came from.
-at::Tensor fold_heads(const at::Tensor& grad, int64_t kv_heads) {
-  const int64_t groups = grad.size(1) / kv_heads;
-  if (groups == 1) return grad;
-  return grad.unflatten(1, {kv_heads, groups}).sum(2);
-}
-
+// The CPU's own backend choice decides (flash attention or math), so a program takes the same
+// algorithm, with the same bf16 rounding, on neuron as on the CPU; the choice reads only shapes,
+// strides, dtypes and the global sdpa_kernel() switches. Two extra conditions: the fused kernel
+// computes no mask gradient and draws no dropout, so those cases take the math backend, whose
+// native ops compute the mask gradient and draw dropout from the neuron generator.
 int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                         const std::optional<at::Tensor>& mask, double dropout_p, bool /*is_causal*/,
-                         std::optional<double> /*scale*/, bool enable_gqa) {
-  return static_cast<int64_t>(fused_supported(q, k, v, mask, dropout_p, enable_gqa)
+                         const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
+                         std::optional<double> scale, bool enable_gqa) {
+  const bool mask_needs_grad = mask.has_value() && mask->defined() && mask->requires_grad();
+  if (dropout_p > 0 || mask_needs_grad) return static_cast<int64_t>(at::SDPBackend::math);
+  const auto cpu_choice = static_cast<at::SDPBackend>(
+      at::native::_fused_sdp_choice_cpp(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa));
+  return static_cast<int64_t>(cpu_choice == at::SDPBackend::flash_attention
                                   ? at::SDPBackend::overrideable
                                   : at::SDPBackend::math);
 }
@@ -83,8 +64,7 @@ fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            tensor_bytes(q) + tensor_bytes(k) + 2 * tensor_bytes(v), Engine::kTensor},
                 [&] {
                   auto [o, lse] = at::native::_scaled_dot_product_flash_attention_cpu(
-                      host_view(q), repeat_heads(host_view(k), q.size(1)),
-                      repeat_heads(host_view(v), q.size(1)), 0.0, is_causal, mask_view(attn_bias),
+                      host_view(q), host_view(k), host_view(v), 0.0, is_causal, mask_view(attn_bias),
                       scale);
                   out = move_to_hbm(o, q.device());
                   logsumexp = move_to_hbm(lse, q.device());
@@ -116,12 +96,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_attention_backw
                   const std::optional<at::Tensor> mask =
                       attn_bias.defined() ? mask_view(attn_bias) : std::nullopt;
                   auto [dq, dk, dv] = at::native::_scaled_dot_product_flash_attention_cpu_backward(
-                      host_view(grad_out), host_view(q), repeat_heads(host_view(k), q.size(1)),
-                      repeat_heads(host_view(v), q.size(1)), host_view(out), host_view(logsumexp),
-                      dropout_p, is_causal, mask, scale);
+                      host_view(grad_out), host_view(q), host_view(k), host_view(v),
+                      host_view(out), host_view(logsumexp), dropout_p, is_causal, mask, scale);
                   gq = move_to_hbm(dq, q.device());
-                  gk = move_to_hbm(fold_heads(dk, k.size(1)), q.device());
-                  gv = move_to_hbm(fold_heads(dv, v.size(1)), q.device());
+                  gk = move_to_hbm(dk, q.device());
+                  gv = move_to_hbm(dv, q.device());
                 });
   return {gq, gk, gv, at::Tensor()};
 }
