@@ -135,6 +135,11 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
     return {neuron_core.hbm().free_bytes(), neuron_core.hbm().capacity()};
   }
 
+  bool owns(void* ptr) {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    return blocks_.count(ptr) != 0;
+  }
+
   void free(void* ptr) {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
     auto it = blocks_.find(ptr);
@@ -228,5 +233,7 @@ REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, g_allocator);
 }  // namespace
 
 c10::DeviceAllocator& caching_allocator() { return *g_allocator; }
+
+bool is_caching_allocator_block(void* ptr) { return ptr != nullptr && g_allocator->owns(ptr); }
 
 }  // namespace torch_neuronx

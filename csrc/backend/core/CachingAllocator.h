@@ -13,4 +13,7 @@ namespace torch_neuronx {
 
 c10::DeviceAllocator& caching_allocator();
 
+// Whether `ptr` is the start of a live block the caching allocator handed out.
+bool is_caching_allocator_block(void* ptr);
+
 }  // namespace torch_neuronx

@@ -85,7 +85,10 @@ class HostMathKernel final : public c10::OperatorKernel {
         family_.flops(schema, KernelArgs(stack->data() + first, arguments.size()));
 
     launch_kernel(device.index(), KernelInfo{name_.c_str(), flops, bytes, family_.engine},
-                  [&] { op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack); });
+                  [&] {
+                    const HostAllocationsInHbm results_in_hbm(device.index());
+                    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+                  });
 
     for (const auto& s : swapped) {
       if (s.writable) adopt_host_view(s.view, s.original);

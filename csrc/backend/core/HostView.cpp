@@ -1,5 +1,6 @@
 #include "backend/core/HostView.h"
 
+#include <c10/core/CPUAllocator.h>
 #include <c10/core/TensorImpl.h>
 #include <c10/util/Exception.h>
 
@@ -8,6 +9,7 @@
 #include <cstring>
 
 #include "backend/core/CachingAllocator.h"
+#include "backend/core/NeuronRuntime.h"
 
 namespace torch_neuronx {
 
@@ -27,6 +29,57 @@ class HbmAsHostAllocator final : public c10::Allocator {
   }
 };
 HbmAsHostAllocator g_hbm_as_host;
+
+// The neuron device whose HBM this thread's CPU allocations go to (-1: ordinary host memory).
+thread_local c10::DeviceIndex t_hbm_device = -1;
+
+// PyTorch's CPU allocator, wrapped: inside a HostAllocationsInHbm scope the CPU code of a kernel
+// allocates its results (and scratch) in HBM of the kernel's device, so a fresh result becomes a
+// neuron tensor without a copy (move_to_hbm). Everywhere else it is PyTorch's allocator.
+class CpuAllocatorWithHbmScope final : public c10::Allocator {
+ public:
+  explicit CpuAllocatorWithHbmScope(c10::Allocator* host) : host_(host) {}
+
+  c10::DataPtr allocate(size_t nbytes) override {
+    if (t_hbm_device < 0 || nbytes == 0) return host_->allocate(nbytes);
+    const CurrentDeviceScope scope(t_hbm_device);
+    return g_hbm_as_host.allocate(nbytes);
+  }
+  // raw_allocate() / raw_deallocate() pair through this: route each pointer to its owner.
+  c10::DeleterFnPtr raw_deleter() const override { return &free_either; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    host_->copy_data(dest, src, count);
+  }
+
+  static void free_either(void* ptr);
+
+  c10::Allocator* host_;
+};
+
+CpuAllocatorWithHbmScope* cpu_allocator_with_hbm_scope() {
+  // Installed once, over whatever CPU allocator PyTorch had; never destroyed (CPU tensors are
+  // freed during exit).
+  static auto* allocator = [] {
+    auto* a = new CpuAllocatorWithHbmScope(c10::GetCPUAllocator());
+    c10::SetCPUAllocator(a, /*priority=*/1);
+    return a;
+  }();
+  return allocator;
+}
+
+void CpuAllocatorWithHbmScope::free_either(void* ptr) {
+  if (is_caching_allocator_block(ptr)) {
+    caching_allocator().raw_deleter()(ptr);
+  } else {
+    cpu_allocator_with_hbm_scope()->host_->raw_deleter()(ptr);
+  }
+}
+
+// A fresh host tensor that owns an HBM block alone (allocated in a HostAllocationsInHbm scope).
+bool owns_hbm_block(const at::Tensor& t) {
+  const c10::Storage& storage = t.storage();
+  return storage.use_count() == 1 && storage.data_ptr().get_deleter() == caching_allocator().raw_deleter();
+}
 
 // Every kernel argument gets a host view, so building one is the floor of every op's latency: a
 // StorageImpl and a TensorImpl to allocate and free. Each thread keeps a few views and re-points
@@ -115,8 +168,30 @@ void adopt_host_view(const at::Tensor& view, const at::Tensor& original) {
   }
 }
 
+HostAllocationsInHbm::HostAllocationsInHbm(c10::DeviceIndex device) : previous_(t_hbm_device) {
+  cpu_allocator_with_hbm_scope();
+  t_hbm_device = device;
+}
+
+HostAllocationsInHbm::~HostAllocationsInHbm() { t_hbm_device = previous_; }
+
 at::Tensor move_to_hbm(const at::Tensor& t, c10::Device device) {
   if (!t.defined()) return t;
+  if (owns_hbm_block(t)) {
+    // Already in HBM: hand the block over to a neuron storage, no copy.
+    c10::StorageImpl* host_storage = t.storage().unsafeGetStorageImpl();
+    const size_t nbytes = host_storage->nbytes();
+    c10::DataPtr block = host_storage->set_data_ptr(c10::DataPtr());
+    block.unsafe_set_device(device);
+    c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, std::move(block),
+                         &caching_allocator(), /*resizable=*/true);
+    at::Tensor moved = at::detail::make_tensor<c10::TensorImpl>(
+        std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), t.dtype());
+    moved.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    moved.unsafeGetTensorImpl()->_set_conj(t.is_conj());
+    moved.unsafeGetTensorImpl()->_set_neg(t.is_neg());
+    return moved;
+  }
   at::Tensor moved = at::empty_strided(t.sizes(), t.strides(), t.options().device(device));
   if (t.is_non_overlapping_and_dense()) {
     std::memcpy(moved.data_ptr(), t.data_ptr(), t.numel() * t.element_size());

@@ -20,8 +20,23 @@ std::vector<at::Tensor> host_views(at::TensorList neuron_tensors);
 // sizes, strides, offset) over to the neuron tensor.
 void adopt_host_view(const at::Tensor& view, const at::Tensor& original);
 
-// A neuron tensor on `device` holding a copy of `host_tensor` (same sizes and strides): how a
-// kernel that computed a fresh result with ATen's CPU math hands it over.
+// While alive, CPU tensors this thread allocates are placed in HBM of `device`: wrapped around a
+// kernel's CPU code, its fresh results are already device memory.
+class HostAllocationsInHbm {
+ public:
+  explicit HostAllocationsInHbm(c10::DeviceIndex device);
+  ~HostAllocationsInHbm();
+  HostAllocationsInHbm(const HostAllocationsInHbm&) = delete;
+  HostAllocationsInHbm& operator=(const HostAllocationsInHbm&) = delete;
+
+ private:
+  c10::DeviceIndex previous_;
+};
+
+// A neuron tensor on `device` with the contents, sizes and strides of `host_tensor`: how a kernel
+// that computed a fresh result with ATen's CPU math hands it over. A result allocated in HBM (see
+// HostAllocationsInHbm) that owns its block alone is taken over without a copy; anything else is
+// copied.
 at::Tensor move_to_hbm(const at::Tensor& host_tensor, c10::Device device);
 
 }  // namespace torch_neuronx

@@ -63,6 +63,7 @@ fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            attention_flops(q, k),
                            tensor_bytes(q) + tensor_bytes(k) + 2 * tensor_bytes(v), Engine::kTensor},
                 [&] {
+                  const HostAllocationsInHbm results_in_hbm(q.device().index());
                   auto [o, lse] = at::native::_scaled_dot_product_flash_attention_cpu(
                       host_view(q), host_view(k), host_view(v), 0.0, is_causal, mask_view(attn_bias),
                       scale);
@@ -93,6 +94,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_attention_backw
                                tensor_bytes(grad_out),
                            Engine::kTensor},
                 [&] {
+                  const HostAllocationsInHbm results_in_hbm(q.device().index());
                   const std::optional<at::Tensor> mask =
                       attn_bias.defined() ? mask_view(attn_bias) : std::nullopt;
                   auto [dq, dk, dv] = at::native::_scaled_dot_product_flash_attention_cpu_backward(

@@ -44,6 +44,7 @@ at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight,
                            conv_flops(input, weight, padding, stride, dilation, transposed),
                            tensor_bytes(input) + tensor_bytes(weight), Engine::kTensor},
                 [&] {
+                  const HostAllocationsInHbm results_in_hbm(input.device().index());
                   output = move_to_hbm(
                       at::convolution(host_view(input), host_view(weight), host_view(bias), stride,
                                       padding, dilation, transposed, output_padding, groups),
@@ -68,6 +69,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
                  2 * conv_flops(input, weight, padding, stride, dilation, transposed), bytes,
                  Engine::kTensor},
       [&] {
+        const HostAllocationsInHbm results_in_hbm(input.device().index());
         auto [gi, gw, gb] = at::convolution_backward(
             host_view(grad_output), host_view(input), host_view(weight),
             output_mask[2] ? at::OptionalIntArrayRef(bias_sizes) : std::nullopt, stride, padding,
