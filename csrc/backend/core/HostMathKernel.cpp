@@ -162,15 +162,20 @@ std::vector<std::string>& unregistered_names() {
   return *names;
 }
 
+void check_input_devices(const char* op, c10::Device device,
+                         std::initializer_list<const at::Tensor*> inputs) {
+  for (const at::Tensor* t : inputs) {
+    if (!t->defined() || t->device() == device) continue;
+    TORCH_CHECK(t->device().is_cpu() && t->dim() == 0,
+                "Expected all tensors to be on the same device, but found at least two devices, ",
+                device, " and ", t->device(), "! (when checking arguments for ", op, ")");
+  }
+}
+
 void check_out_devices(const char* op, const at::Tensor& out,
                        std::initializer_list<const at::Tensor*> inputs) {
   TORCH_CHECK(is_neuron(out), op, ": expected the output on neuron, got ", out.device());
-  for (const at::Tensor* t : inputs) {
-    if (!t->defined() || t->device() == out.device()) continue;
-    TORCH_CHECK(t->device().is_cpu() && t->dim() == 0,
-                "Expected all tensors to be on the same device, but found at least two devices, ",
-                out.device(), " and ", t->device(), "! (when checking arguments for ", op, ")");
-  }
+  check_input_devices(op, out.device(), inputs);
 }
 
 at::Tensor empty_output(c10::Device device, at::ScalarType dtype) {

@@ -59,6 +59,9 @@ void register_host_math_overloads(torch::Library& library, const OpFamily& famil
 // `compute(out_view, input_views...)` runs the CPU kernel; `out` may be resized by it.
 void check_out_devices(const char* op, const at::Tensor& out,
                        std::initializer_list<const at::Tensor*> inputs);
+// Inputs must be on `device`, except 0-dim CPU values (as on CUDA).
+void check_input_devices(const char* op, c10::Device device,
+                         std::initializer_list<const at::Tensor*> inputs);
 
 inline at::Tensor view_of_input(const at::Tensor& t) {
   return t.device().type() == c10::DeviceType::PrivateUse1 ? host_view(t) : t;
@@ -75,6 +78,21 @@ at::Tensor& host_math_out(const KernelInfo& info, at::Tensor& out, Compute&& com
     adopt_host_view(out_view, out);
   });
   return out;
+}
+
+// The functional form: `compute(input_views...)` returns the CPU kernel's fresh result, which is
+// allocated in HBM of `device` and becomes the neuron result without a copy.
+template <class Compute, class... Inputs>
+at::Tensor host_math(const KernelInfo& info, c10::Device device, Compute&& compute,
+                     const Inputs&... inputs) {
+  check_input_devices(info.op, device, {&inputs...});
+  const CurrentDeviceScope scope(device.index());
+  at::Tensor result;
+  launch_kernel(device.index(), info, [&] {
+    const HostAllocationsInHbm results_in_hbm(device.index());
+    result = move_to_hbm(compute(view_of_input(inputs)...), device);
+  });
+  return result;
 }
 
 // An empty (0-element) neuron tensor on `device` for an out= kernel to resize: the output of a

@@ -2,7 +2,6 @@
 // kernels' TensorIterator does both). Arithmetic runs on the Vector engine, transcendentals on the
 // Scalar (activation) engine, as on a NeuronCore.
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/result_type.h>
 #include <c10/util/string_view.h>
 #include <ATen/ops/add_cpu_dispatch.h>
 #include <ATen/ops/div_cpu_dispatch.h>
@@ -24,8 +23,8 @@ KernelInfo elementwise(const char* op, const at::Tensor& out) {
 }
 
 // The four arithmetic ops, unboxed, functional and out= forms: they run on every small tensor of
-// every model. The functional form hands the CPU kernel an empty output to size, which skips a
-// dispatcher round trip for the allocation.
+// every model, and the boxed path's argument stack would dominate their cost. The functional form
+// runs the CPU's functional kernel, whose result is allocated in HBM already (host_math).
 template <class Compute>
 at::Tensor& binary_out(const char* op, const at::Tensor& self, const at::Tensor& other,
                        at::Tensor& out, Compute&& compute) {
@@ -33,27 +32,10 @@ at::Tensor& binary_out(const char* op, const at::Tensor& self, const at::Tensor&
 }
 
 template <class Compute>
-at::Tensor binary(const char* op, const at::Tensor& self, const at::Tensor& other,
-                  at::ScalarType dtype, Compute&& compute) {
+at::Tensor binary(const char* op, const at::Tensor& self, const at::Tensor& other, Compute&& compute) {
   const bool self_on_neuron = self.device().type() == c10::DeviceType::PrivateUse1;
-  const c10::Device device = self_on_neuron ? self.device() : other.device();
-  // The common case needs no shape inference: equal shapes, or one operand a 0-dim value, with a
-  // contiguous larger operand. The output is then allocated at its final size, and the CPU kernel
-  // skips its resize. Anything else (broadcasting, permuted inputs) lets the kernel size it.
-  const at::Tensor& larger = self.dim() >= other.dim() ? self : other;
-  const at::Tensor& smaller = self.dim() >= other.dim() ? other : self;
-  const bool known_shape = (smaller.dim() == 0 || smaller.sizes() == larger.sizes()) &&
-                           larger.is_contiguous() && larger.device() == device;
-  at::Tensor out = known_shape ? empty_output(device, dtype, larger.sizes()) : empty_output(device, dtype);
-  return host_math_out(elementwise(op, self), out, compute, self, other);
-}
-
-// True division of integers gives the default floating type.
-at::ScalarType true_division_dtype(const at::Tensor& a, const at::Tensor& b) {
-  const at::ScalarType t = at::result_type(a, b);
-  return c10::isIntegralType(t, /*includeBool=*/true)
-             ? c10::typeMetaToScalarType(at::get_default_dtype())
-             : t;
+  return host_math(elementwise(op, self), self_on_neuron ? self.device() : other.device(), compute,
+                   self, other);
 }
 
 at::Tensor& add_out(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha, at::Tensor& out) {
@@ -62,8 +44,8 @@ at::Tensor& add_out(const at::Tensor& a, const at::Tensor& b, const at::Scalar& 
   });
 }
 at::Tensor add(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) {
-  return binary("aten::add.Tensor", a, b, at::result_type(a, b),
-                [&](at::Tensor& o, const at::Tensor& x, const at::Tensor& y) { at::cpu::add_outf(x, y, alpha, o); });
+  return binary("aten::add.Tensor", a, b,
+                [&](const at::Tensor& x, const at::Tensor& y) { return at::cpu::add(x, y, alpha); });
 }
 at::Tensor& sub_out(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha, at::Tensor& out) {
   return binary_out("aten::sub.out", a, b, out, [&](at::Tensor& o, const at::Tensor& x, const at::Tensor& y) {
@@ -71,8 +53,8 @@ at::Tensor& sub_out(const at::Tensor& a, const at::Tensor& b, const at::Scalar& 
   });
 }
 at::Tensor sub(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) {
-  return binary("aten::sub.Tensor", a, b, at::result_type(a, b),
-                [&](at::Tensor& o, const at::Tensor& x, const at::Tensor& y) { at::cpu::sub_outf(x, y, alpha, o); });
+  return binary("aten::sub.Tensor", a, b,
+                [&](const at::Tensor& x, const at::Tensor& y) { return at::cpu::sub(x, y, alpha); });
 }
 at::Tensor& mul_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   return binary_out("aten::mul.out", a, b, out, [&](at::Tensor& o, const at::Tensor& x, const at::Tensor& y) {
@@ -80,8 +62,8 @@ at::Tensor& mul_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   });
 }
 at::Tensor mul(const at::Tensor& a, const at::Tensor& b) {
-  return binary("aten::mul.Tensor", a, b, at::result_type(a, b),
-                [&](at::Tensor& o, const at::Tensor& x, const at::Tensor& y) { at::cpu::mul_outf(x, y, o); });
+  return binary("aten::mul.Tensor", a, b,
+                [](const at::Tensor& x, const at::Tensor& y) { return at::cpu::mul(x, y); });
 }
 at::Tensor& div_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   return binary_out("aten::div.out", a, b, out, [&](at::Tensor& o, const at::Tensor& x, const at::Tensor& y) {
@@ -89,8 +71,8 @@ at::Tensor& div_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   });
 }
 at::Tensor div(const at::Tensor& a, const at::Tensor& b) {
-  return binary("aten::div.Tensor", a, b, true_division_dtype(a, b),
-                [&](at::Tensor& o, const at::Tensor& x, const at::Tensor& y) { at::cpu::div_outf(x, y, o); });
+  return binary("aten::div.Tensor", a, b,
+                [](const at::Tensor& x, const at::Tensor& y) { return at::cpu::div(x, y); });
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
