@@ -27,6 +27,7 @@ import math
 import os
 import platform
 import signal
+import statistics
 import sys
 import time
 import traceback
@@ -480,7 +481,20 @@ def compare(neu, cpu, dtype):
     return None, "", diffs
 
 
-def sweep_one(model_type, class_name, dtype, time_limit):
+def _median_times(initial, dtype, input_ids, repeats, cpu_s, neuron_s):
+    """Median wall time per device over `repeats` runs (the compared run is the first), the
+    devices taking turns so that a slow spell of the machine hits both alike."""
+    times = {"cpu": [cpu_s], "neuron": [neuron_s]}
+    for _ in range(repeats - 1):
+        for device in ("cpu", "neuron"):
+            model = copy.deepcopy(initial)
+            t0 = time.perf_counter()
+            _run_device(model, device, dtype, input_ids)
+            times[device].append(time.perf_counter() - t0)
+    return (round(statistics.median(times["cpu"]), 4), round(statistics.median(times["neuron"]), 4))
+
+
+def sweep_one(model_type, class_name, dtype, time_limit, repeats=1):
     """One architecture: skipped, fails on CPU, pass, or the failing neuron stage."""
     from transformers import AutoModelForCausalLM
 
@@ -537,6 +551,7 @@ def sweep_one(model_type, class_name, dtype, time_limit):
                 warnings.simplefilter("ignore")
                 cpu_model = AutoModelForCausalLM.from_config(cfg)
             neu_model = copy.deepcopy(cpu_model)
+            initial = copy.deepcopy(cpu_model)  # the timing repeats start from the same weights
             rec["attn_implementation"] = getattr(cpu_model.config, "_attn_implementation", None)
             rec["parameters"] = sum(p.numel() for p in cpu_model.parameters())
         except ArchTimeout:
@@ -566,6 +581,9 @@ def sweep_one(model_type, class_name, dtype, time_limit):
             neu = _run_device(neu_model, "neuron", dtype, input_ids)
             rec["neuron_s"] = round(time.perf_counter() - t0, 3)
             rec["fallback_ops"] = torch_neuronx.get_fallback_ops()
+            if neu["stage"] is None and repeats > 1:
+                rec["cpu_s"], rec["neuron_s"] = _median_times(initial, dtype, input_ids, repeats,
+                                                              rec["cpu_s"], rec["neuron_s"])
         if neu["stage"] is not None:
             rec.update(status="fail", stage=neu["stage"], error=neu["error"], traceback=neu["traceback"])
             return rec
@@ -646,8 +664,9 @@ def write_reports(records, meta, out_dir):
         f"- skipped (not a text decoder, config not buildable offline, or not shrinkable "
         f"generically): {counts.get('skipped', 0)}",
         f"- CPU-fallback ops seen over the sweep: {', '.join(f'`{o}`' for o in fallback) or 'none'}",
-        f"- wall time of the passing architectures' runs: neuron {neu_s:.1f} s, CPU {cpu_s:.1f} s "
-        f"(neuron / CPU = {neu_s / cpu_s if cpu_s else float('nan'):.3f})",
+        f"- wall time of the passing architectures' runs (per architecture the median of "
+        f"{meta.get('repeats', 1)} timed runs per device, devices taking turns): neuron {neu_s:.1f} s, "
+        f"CPU {cpu_s:.1f} s (neuron / CPU = {neu_s / cpu_s if cpu_s else float('nan'):.3f})",
         "",
         "## Architectures",
         "",
@@ -683,6 +702,8 @@ def main(argv=None):
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--output-dir", default="docs")
     p.add_argument("--time-limit", type=float, default=180, help="seconds per architecture")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="timed runs per device of each passing architecture; the median is reported")
     args = p.parse_args(argv)
     transformers.logging.set_verbosity_error()
     dtype = getattr(torch, args.dtype)
@@ -702,7 +723,7 @@ def main(argv=None):
     t0 = time.perf_counter()
     records = []
     for i, (mt, cls) in enumerate(entries, 1):
-        r = sweep_one(mt, cls, dtype, args.time_limit)
+        r = sweep_one(mt, cls, dtype, args.time_limit, args.repeats)
         records.append(r)
         extra = r.get("stage", "") + (": " + (r.get("error") or r.get("reason", "")) if r["status"] != "pass" else "")
         print(f"[{i}/{len(entries)}] {mt}: {r['status']} {extra}"[:240], flush=True)
@@ -710,7 +731,7 @@ def main(argv=None):
         date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         machine=f"{platform.machine()}, {os.cpu_count()} cores",
         torch=torch.__version__, transformers=transformers.__version__, dtype=args.dtype,
-        torch_dtype=dtype, wall_s=time.perf_counter() - t0, argv=sys.argv[1:],
+        torch_dtype=dtype, wall_s=time.perf_counter() - t0, argv=sys.argv[1:], repeats=args.repeats,
     )
     write_reports(records, meta, args.output_dir)
     counts, fallback, neu_s, cpu_s = summarize(records)

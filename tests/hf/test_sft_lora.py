@@ -156,6 +156,34 @@ def test_device_map_neuron_with_async_loading(trained):
     _assert_logits_close(_logits(direct, batch, "neuron"), _logits(direct_cpu, batch, "cpu"))
 
 
+def test_device_map_auto_with_neuron_max_memory(trained):
+    """device_map="auto": accelerate 1.15's get_max_memory() counts only CUDA-like devices it
+    knows by name (not torch.accelerator), so without max_memory it plans for the CPU alone. Given
+    the neuron budget as integer device ids (which torch maps to the current accelerator, neuron),
+    it places the model on neuron, splitting it across cores when one budget is too small."""
+    from transformers import AutoModelForCausalLM
+
+    path = trained["output_dir"] / "base"
+    ref = AutoModelForCausalLM.from_pretrained(path).state_dict()
+    size = sum(t.numel() * t.element_size() for t in ref.values())
+
+    whole = AutoModelForCausalLM.from_pretrained(path, device_map="auto", max_memory={0: "1GiB"})
+    assert {t.device for t in whole.state_dict().values()} == {torch.device("neuron", 0)}
+
+    split = AutoModelForCausalLM.from_pretrained(
+        path, device_map="auto", max_memory={0: int(size * 0.6), 1: "1GiB"}
+    )
+    devices = {t.device for t in split.state_dict().values()}
+    assert devices == {torch.device("neuron", 0), torch.device("neuron", 1)}, devices
+    for name, t in split.state_dict().items():
+        assert torch.equal(t.cpu(), ref[name]), name
+    ids = torch.arange(3, 19).reshape(2, 8)
+    with torch.no_grad():
+        got = split(input_ids=ids.to("neuron:0")).logits.cpu()
+        want = AutoModelForCausalLM.from_pretrained(path)(input_ids=ids).logits
+    _assert_logits_close(got, want)
+
+
 def test_async_loading_runs_in_worker_threads_and_never_hangs(trained):
     """A fresh process (no HF_DEACTIVATE_ASYNC_LOAD) loads onto neuron and neuron:2: the copies to
     the device really happen in transformers' worker threads, land on the requested core and match
