@@ -34,9 +34,28 @@ at::Tensor& mean_out(const at::Tensor& self, at::OptionalIntArrayRef dim, bool k
       self);
 }
 
+at::Tensor sum(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+               std::optional<at::ScalarType> dtype) {
+  return host_math(
+      reduction("aten::sum.dim_IntList", self), self.device(),
+      [&](const at::Tensor& a) { return at::cpu::sum(a, dim, keepdim, dtype); }, self);
+}
+at::Tensor sum_all(const at::Tensor& self, std::optional<at::ScalarType> dtype) {
+  return sum(self, std::nullopt, false, dtype);
+}
+at::Tensor mean(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                std::optional<at::ScalarType> dtype) {
+  return host_math(
+      reduction("aten::mean.dim", self), self.device(),
+      [&](const at::Tensor& a) { return at::cpu::mean(a, dim, keepdim, dtype); }, self);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("sum.IntList_out", TORCH_FN(sum_out));
+  m.impl("sum.dim_IntList", TORCH_FN(sum));
+  m.impl("sum", TORCH_FN(sum_all));
   m.impl("mean.out", TORCH_FN(mean_out));
+  m.impl("mean.dim", TORCH_FN(mean));
   register_host_math_ops(m, kReduction, {
       "sum", "mean", "prod", "amax", "amin", "aminmax", "max", "min", "argmax", "argmin",
       "var", "std", "var_mean", "std_mean", "norm", "linalg_vector_norm", "all", "any", "cumsum", "cumprod", "_cummax_helper",
