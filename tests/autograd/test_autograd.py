@@ -476,3 +476,27 @@ def test_script_ending_right_after_backward_exits_cleanly():
         for _ in range(3)
     ]
     assert codes == [0, 0, 0], codes
+
+
+def test_backward_runs_on_the_calling_thread():
+    # nrtsim executes host-synchronously, so on the thread that imported torch_neuronx backward
+    # passes over neuron tensors run on the calling thread, as CPU ones do (no device thread).
+    import threading
+
+    def run():
+        seen = []
+        x = torch.randn(4, device="neuron", requires_grad=True)
+        y = x.exp()
+        y.register_hook(lambda g: seen.append(threading.get_ident()))
+        y.sum().backward()
+        torch.testing.assert_close(x.grad.cpu(), x.detach().cpu().exp())
+        return seen
+
+    assert run() == [threading.get_ident()]
+    assert not torch.autograd.is_multithreading_enabled()
+    out = {}
+    worker = threading.Thread(target=lambda: out.update(seen=run(), me=threading.get_ident()))
+    worker.start()
+    worker.join()
+    # A new thread has PyTorch's default (multithreading on): its backward runs on the device thread.
+    assert len(out["seen"]) == 1 and out["seen"] != [out["me"]]

@@ -255,6 +255,28 @@ def test_op_results_are_counted():
     torch.testing.assert_close(c.cpu(), a.cpu() @ a.cpu())
 
 
+def test_functional_results_are_allocated_on_their_device_not_the_host():
+    # A functional op's CPU code allocates its result in HBM of the op's device (no copy); that
+    # redirection is confined to the kernel: CPU tensors made around it stay in host memory.
+    a = torch.randn(64, 64).to(f"neuron:{DEVICE}")  # 16 KiB
+    others = [torch.neuron.memory_allocated(i) for i in range(torch.neuron.device_count())]
+    before = others[DEVICE]
+    results = [a.exp(), torch.cat([a, a]), a.sum(0), a.permute(1, 0).neg()]
+    host = torch.randn(64, 64).exp()
+    assert torch.neuron.memory_allocated(DEVICE) - before == 16 * KiB + 32 * KiB + 512 + 16 * KiB
+    after = [torch.neuron.memory_allocated(i) for i in range(torch.neuron.device_count())]
+    assert [x - y for i, (x, y) in enumerate(zip(after, others)) if i != DEVICE] == [0] * (len(after) - 1)
+    assert host.device.type == "cpu" and not host.is_pinned()
+    a_cpu = a.cpu()
+    expected = [a_cpu.exp(), torch.cat([a_cpu, a_cpu]), a_cpu.sum(0), a_cpu.permute(1, 0).neg()]
+    for got, want in zip(results, expected):
+        assert got.device == torch.device("neuron", DEVICE)
+        assert got.stride() == want.stride()
+        torch.testing.assert_close(got.cpu(), want)
+    del results, got
+    assert torch.neuron.memory_allocated(DEVICE) == before
+
+
 def test_mem_get_info():
     free, total = torch.neuron.mem_get_info(DEVICE)
     assert total == 24 * GiB == torch.neuron.get_device_properties(DEVICE).total_memory
