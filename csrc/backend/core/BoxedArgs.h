@@ -13,6 +13,10 @@ namespace torch_neuronx {
 // "aten::name.overload".
 std::string op_name(const c10::OperatorName& name);
 
+// The error for tensors of one op on two devices, `a` (where the op runs) and `b`; it says how
+// to fix a neuron/CPU mix.
+[[noreturn]] void fail_two_devices(const std::string& name, c10::Device a, c10::Device b);
+
 // Enforces one device per op: all neuron tensors on one neuron device, and no CPU tensor beside
 // them except those CUDA accepts too (0-dim values anywhere, index tensors in an index list).
 // Returns the neuron device the op runs on, if any of its tensors is on neuron.

@@ -166,9 +166,7 @@ void check_input_devices(const char* op, c10::Device device,
                          std::initializer_list<const at::Tensor*> inputs) {
   for (const at::Tensor* t : inputs) {
     if (!t->defined() || t->device() == device) continue;
-    TORCH_CHECK(t->device().is_cpu() && t->dim() == 0,
-                "Expected all tensors to be on the same device, but found at least two devices, ",
-                device, " and ", t->device(), "! (when checking arguments for ", op, ")");
+    if (!t->device().is_cpu() || t->dim() != 0) fail_two_devices(op, device, t->device());
   }
 }
 
