@@ -1,18 +1,14 @@
 #include "backend/core/HostMathKernel.h"
 
-#include <ATen/EmptyTensor.h>
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/empty_strided.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
 
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "backend/core/BoxedArgs.h"
-#include "backend/core/CachingAllocator.h"
 #include "backend/core/HostView.h"
 #include "backend/core/KernelLaunch.h"
 
@@ -120,7 +116,8 @@ class HostMathKernel final : public c10::OperatorKernel {
       }
     }
     if (!t.device().is_cpu()) return t;
-    // A fresh host tensor (a non-structured functional op): move it into HBM.
+    // A fresh result of a functional op (allocated in HBM by the launch's HostAllocationsInHbm
+    // scope): it becomes the neuron tensor, without a copy.
     return move_to_hbm(t, device);
   }
 
@@ -174,21 +171,6 @@ void check_out_devices(const char* op, const at::Tensor& out,
                        std::initializer_list<const at::Tensor*> inputs) {
   TORCH_CHECK(is_neuron(out), op, ": expected the output on neuron, got ", out.device());
   check_input_devices(op, out.device(), inputs);
-}
-
-at::Tensor empty_output(c10::Device device, at::ScalarType dtype) {
-  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, device),
-                       &caching_allocator(), /*resizable=*/true);
-  return at::detail::make_tensor<c10::TensorImpl>(std::move(storage),
-                                                  c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                                  c10::scalarTypeToTypeMeta(dtype));
-}
-
-at::Tensor empty_output(c10::Device device, at::ScalarType dtype, c10::IntArrayRef sizes) {
-  const CurrentDeviceScope scope(device.index());
-  return at::detail::empty_generic(sizes, &caching_allocator(),
-                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype,
-                                   std::nullopt);
 }
 
 uint64_t flops_none(const c10::FunctionSchema&, KernelArgs) { return 0; }

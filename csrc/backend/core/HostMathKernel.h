@@ -95,12 +95,6 @@ at::Tensor host_math(const KernelInfo& info, c10::Device device, Compute&& compu
   return result;
 }
 
-// An empty (0-element) neuron tensor on `device` for an out= kernel to resize: the output of a
-// functional op whose shape the CPU kernel works out.
-at::Tensor empty_output(c10::Device device, at::ScalarType dtype);
-// A contiguous neuron tensor of `sizes`, allocated without a trip through the dispatcher.
-at::Tensor empty_output(c10::Device device, at::ScalarType dtype, c10::IntArrayRef sizes);
-
 // Names in the family lists that matched no registrable overload in this torch version (a stale
 // list). Empty in a correct build; a test asserts that.
 std::vector<std::string>& unregistered_names();
