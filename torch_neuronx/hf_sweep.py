@@ -98,6 +98,9 @@ PERIODS = {
 
 MAX_LAYERS = 4  # hybrids get up to this many layers so that every layer kind is present
 
+# The attributes configs name their depth by.
+LAYER_COUNT_NAMES = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers", "num_blocks")
+
 
 def _pick_layers(per_layer_lists, old_layers):
     """Indices of the original layers to keep: a small set of layers (greedy set cover, at most
@@ -188,19 +191,24 @@ def _default_config(model_type):
     return CONFIG_MAPPING[model_type]()
 
 
+def _causal_lm_class(cfg):
+    """The class AutoModelForCausalLM builds for this config, or None."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    try:
+        return MODEL_FOR_CAUSAL_LM_MAPPING[type(cfg)]
+    except KeyError:
+        return None
+
+
 def text_decoder_config_class(cfg):
     """The text sub-config class when this mapping entry's causal-LM class is a plain text decoder
     built from the wrapper's ``text_config`` (llama4 -> Llama4ForCausalLM on Llama4TextConfig), else
     None (a real multimodal class, or no text sub-config)."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
-
     text_cls = (getattr(type(cfg), "sub_configs", {}) or {}).get("text_config")
-    try:
-        model_cls = MODEL_FOR_CAUSAL_LM_MAPPING[type(cfg)]
-    except KeyError:
-        return None
-    if isinstance(text_cls, type) and issubclass(text_cls, model_cls.config_class) and \
-            getattr(text_cls, "model_type", None):
+    model_cls = _causal_lm_class(cfg)
+    if model_cls is not None and isinstance(text_cls, type) and \
+            issubclass(text_cls, model_cls.config_class) and getattr(text_cls, "model_type", None):
         return text_cls
     return None
 
@@ -211,15 +219,9 @@ def skip_reason(model_type, cfg):
         return "encoder-decoder (seq2seq) model; not a standalone text decoder"
     if text_decoder_config_class(cfg) is not None:
         return None  # swept with its shrunk text sub-config
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
-
-    try:
-        model_cls = MODEL_FOR_CAUSAL_LM_MAPPING[type(cfg)]
-    except KeyError:
-        model_cls = None
     if type(cfg).model_type in TEXT_DESPITE_SUBCONFIGS:
         return None
-    if getattr(model_cls, "input_modalities", None) in ("text", ("text",)):
+    if getattr(_causal_lm_class(cfg), "input_modalities", None) in ("text", ("text",)):
         return None  # a text-only class of a multimodal family (MoshiForCausalLM): its other sub-configs go unused
     subs = sorted(getattr(type(cfg), "sub_configs", {}) or {})
     non_text = [s for s in subs if any(w in s for w in NON_TEXT_SUBCONFIG_WORDS)]
@@ -326,7 +328,7 @@ def tiny_config(model_type):
     base = cls()
     special = dict(ARCH_OVERRIDES.get(model_type, {}))
     old_layers = None
-    for name in ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers", "num_blocks"):
+    for name in LAYER_COUNT_NAMES:
         if isinstance(_raw(base, name), int):
             old_layers = _raw(base, name)
             break
@@ -366,7 +368,7 @@ def tiny_config(model_type):
         picks = _pick_layers(list(lists.values()), old_layers)
     if old_layers:
         n = len(picks)
-        for name in ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers", "num_blocks"):
+        for name in LAYER_COUNT_NAMES:
             if name in kwargs or (_settable(base, name) and isinstance(_raw(base, name), int)):
                 kwargs[name] = n
         if "max_window_layers" in kwargs:
