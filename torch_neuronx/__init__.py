@@ -52,12 +52,21 @@ atexit.register(_let_autograd_device_threads_finish)
 torch.autograd.set_multithreading_enabled(False)
 
 from torch_neuronx import neuron  # noqa: E402
+
+# What TorchNeuron exports at top level beside torch.neuron: the same objects, so that
+# torch_neuronx.set_device is torch.neuron.set_device. Still to come with their issues:
+# get_dynamo_metrics / reset_dynamo_metrics (torch.compile), nki_op / wrap_nki (NKI),
+# NeuronProfiler (profiler).
 from torch_neuronx.neuron import (  # noqa: E402,F401
     Event,
     Stream,
+    current_device,
     current_stream,
+    default_stream,
+    device,
     device_count,
     empty_cache,
+    get_device_properties,
     is_available,
     max_memory_allocated,
     max_memory_reserved,
@@ -65,7 +74,9 @@ from torch_neuronx.neuron import (  # noqa: E402,F401
     memory_reserved,
     memory_stats,
     memory_summary,
+    reset_accumulated_memory_stats,
     reset_peak_memory_stats,
+    set_device,
     set_stream,
     stream,
     synchronize,
@@ -89,9 +100,13 @@ __all__ = [
     "Event",
     "Stream",
     "clear_op_tracking",
+    "current_device",
     "current_stream",
+    "default_stream",
+    "device",
     "device_count",
     "empty_cache",
+    "get_device_properties",
     "get_executed_ops",
     "get_fallback_ops",
     "is_available",
@@ -104,7 +119,9 @@ __all__ = [
     "memory_stats",
     "memory_summary",
     "neuron",
+    "reset_accumulated_memory_stats",
     "reset_peak_memory_stats",
+    "set_device",
     "set_stream",
     "stream",
     "synchronize",

@@ -64,6 +64,8 @@ Topology Topology::build(const TopologyConfig& config) {
   } else {
     for (int i = 0; i < total; ++i) selected.push_back(i);
   }
+  // No preset exceeds the limit today (the 48xlarge instances have exactly 128 logical cores at
+  // LNC=1); this keeps a larger one from wrapping PyTorch's int8 device index.
   if (static_cast<int>(selected.size()) > kMaxDevicesPerProcess) {
     throw Error(ErrorCode::kConfiguration,
                 "this process would see " + std::to_string(selected.size()) +
@@ -88,11 +90,17 @@ Topology Topology::build(const TopologyConfig& config) {
 
 const LogicalCore& Topology::core(int device_index) const {
   if (device_index < 0 || device_index >= device_count()) {
+    // TorchNeuron's sentence, then which devices exist and what sets them: the same words as
+    // the backend's check_device_index and torch.neuron's ValueError.
+    const int count = device_count();
     throw Error(ErrorCode::kInvalidDevice,
-                "neuron:" + std::to_string(device_index) + " does not exist: this process sees " +
-                    std::to_string(device_count()) + " NeuronCore device(s) (neuron:0" +
-                    (device_count() > 1 ? "-neuron:" + std::to_string(device_count() - 1) : "") +
-                    "); check NEURON_RT_VISIBLE_CORES / NEURON_RT_NUM_CORES");
+                "Device index " + std::to_string(device_index) +
+                    " is out of range. Valid range is 0 to " + std::to_string(count - 1) +
+                    " for this process: neuron:" + std::to_string(device_index) +
+                    " does not exist among its " + std::to_string(count) +
+                    " NeuronCore device(s) (neuron:0" +
+                    (count > 1 ? "-neuron:" + std::to_string(count - 1) : "") +
+                    "), set by NEURON_RT_VISIBLE_CORES / NEURON_RT_NUM_CORES");
   }
   return cores_[device_index];
 }

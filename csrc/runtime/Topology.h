@@ -50,7 +50,9 @@ class Topology {
   std::vector<LogicalCore> cores_;
 };
 
-// PyTorch's c10::DeviceIndex is an int8: a process can address at most this many cores.
-inline constexpr int kMaxDevicesPerProcess = 127;
+// PyTorch's c10::DeviceIndex is an int8, so device indices run from 0 to 127: a process can
+// address at most 128 cores, as many as the largest instances have logical cores at LNC=1
+// (trn2.48xlarge, trn3.48xlarge: neuron:0 to neuron:127, as TorchNeuron exposes them).
+inline constexpr int kMaxDevicesPerProcess = 128;
 
 }  // namespace nrtsim

@@ -287,8 +287,10 @@ def test_device_properties():
 
 
 def test_device_name_and_capability():
-    assert torch.neuron.get_device_name() == "trn2.3xlarge"
-    assert torch.neuron.get_device_name(3) == "trn2.3xlarge"
+    # TorchNeuron's names: the device string; the instance type is in the properties.
+    assert torch.neuron.get_device_name() == "neuron:0"
+    assert torch.neuron.get_device_name(3) == "neuron:3"
+    assert torch.neuron.get_device_properties(3).name == "trn2.3xlarge"
     assert torch.neuron.get_device_capability() == (3, 0)  # NeuronCore-v3 (Trainium2)
     assert torch.neuron.get_device_capability("neuron:1") == (3, 0)
 
@@ -304,7 +306,8 @@ def test_accelerator_device_capability():
 
 
 def test_bad_property_index():
-    with pytest.raises(ValueError, match=r"neuron:7.*4 neuron device"):
+    with pytest.raises(ValueError, match=r"^Device index 7 is out of range\. Valid range is 0 to 3 "
+                       r"for this process.*4 NeuronCore device"):
         torch.neuron.get_device_properties(7)
 
 

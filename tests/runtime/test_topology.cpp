@@ -143,16 +143,36 @@ TEST(Topology, Trn2_48xlargeHas64LogicalCores) {
   EXPECT_EQ(topo.core(63).hbm_capacity, 24 * kGiB);
 }
 
-TEST(Topology, Lnc1OnTrn2_48xlargeExceedsTheDeviceLimit) {
-  TopologyConfig config;
-  config.instance = "trn2.48xlarge";
-  config.lnc = 1;
-  const std::string message =
-      error_message(ErrorCode::kConfiguration, [&] { Topology::build(config); });
-  EXPECT_EQ(nrtsim::kMaxDevicesPerProcess, 127);
-  EXPECT_NE(message.find("would see 128 logical NeuronCores"), std::string::npos) << message;
-  EXPECT_NE(message.find("at most 127"), std::string::npos) << message;
-  EXPECT_NE(message.find("NEURON_RT_VISIBLE_CORES"), std::string::npos) << message;
+TEST(Topology, Lnc1OnTrn2_48xlargeHasAll128LogicalCores) {
+  // 0..127 is exactly the range of PyTorch's int8 device index: every core is addressable.
+  EXPECT_EQ(nrtsim::kMaxDevicesPerProcess, 128);
+  for (const char* instance : {"trn2.48xlarge", "trn3.48xlarge"}) {
+    TopologyConfig config;
+    config.instance = instance;
+    config.lnc = 1;
+    const Topology topo = Topology::build(config);
+    EXPECT_EQ(topo.logical_cores_on_instance(), 128) << instance;
+    ASSERT_EQ(topo.device_count(), 128) << instance;
+    EXPECT_EQ(topo.core(127).logical_id, 127) << instance;
+    EXPECT_EQ(topo.core(127).chip, 15) << instance;
+    EXPECT_EQ(topo.core(127).physical_cores, (std::vector<int>{127})) << instance;
+    error_message(ErrorCode::kInvalidDevice, [&] { topo.core(128); });
+  }
+}
+
+TEST(Topology, EveryPresetFitsPyTorchsDeviceIndex) {
+  // The device limit is never what stops a preset: at its smallest LNC (the most logical cores)
+  // every instance nrtsim knows fits in 0..127.
+  for (const auto& preset : nrtsim::all_presets()) {
+    for (int lnc : preset.chip.valid_lnc) {
+      TopologyConfig config;
+      config.instance = preset.name;
+      config.lnc = lnc;
+      const Topology topo = Topology::build(config);
+      EXPECT_LE(topo.device_count(), nrtsim::kMaxDevicesPerProcess) << preset.name;
+      EXPECT_EQ(topo.device_count(), topo.logical_cores_on_instance()) << preset.name;
+    }
+  }
 }
 
 TEST(Topology, Lnc1OnTrn2_48xlargeWithASubsetIsFine) {
@@ -168,8 +188,10 @@ TEST(Topology, Lnc1OnTrn2_48xlargeWithASubsetIsFine) {
   EXPECT_EQ(topo.core(0).hbm_capacity, 12 * kGiB);
 
   config.visible_cores.reset();
-  config.num_cores = 127;
-  EXPECT_EQ(Topology::build(config).device_count(), 127);
+  config.num_cores = 128;
+  EXPECT_EQ(Topology::build(config).device_count(), 128);
+  config.num_cores = 129;
+  error_message(ErrorCode::kConfiguration, [&] { Topology::build(config); });
 }
 
 TEST(Topology, InvalidLncIsAnError) {
@@ -229,19 +251,27 @@ TEST(Topology, HbmOverrideAppliesToEveryCore) {
 TEST(Topology, CoreOutOfRangeNamesTheVisibleRange) {
   const Topology topo = Topology::build(TopologyConfig{});
   std::string message = error_message(ErrorCode::kInvalidDevice, [&] { topo.core(4); });
-  EXPECT_NE(message.find("neuron:4 does not exist"), std::string::npos) << message;
-  EXPECT_NE(message.find("sees 4 NeuronCore device(s) (neuron:0-neuron:3)"), std::string::npos)
+  // TorchNeuron's sentence first, then the visible devices and what selects them.
+  EXPECT_EQ(message.rfind("Device index 4 is out of range. Valid range is 0 to 3 for this process",
+                          0),
+            0u)
+      << message;
+  EXPECT_NE(message.find("neuron:4 does not exist among its 4 NeuronCore device(s) "
+                         "(neuron:0-neuron:3)"),
+            std::string::npos)
       << message;
   EXPECT_NE(message.find("NEURON_RT_VISIBLE_CORES"), std::string::npos) << message;
 
   message = error_message(ErrorCode::kInvalidDevice, [&] { topo.core(-1); });
-  EXPECT_NE(message.find("neuron:-1 does not exist"), std::string::npos) << message;
+  EXPECT_NE(message.find("Device index -1 is out of range"), std::string::npos) << message;
 
   TopologyConfig one;
   one.visible_cores = "2";
   const Topology single = Topology::build(one);
   message = error_message(ErrorCode::kInvalidDevice, [&] { single.core(1); });
-  EXPECT_NE(message.find("sees 1 NeuronCore device(s) (neuron:0)"), std::string::npos)
+  EXPECT_NE(message.find("Valid range is 0 to 0 for this process: neuron:1 does not exist among "
+                         "its 1 NeuronCore device(s) (neuron:0),"),
+            std::string::npos)
       << message;
 }
 

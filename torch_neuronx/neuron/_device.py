@@ -82,10 +82,40 @@ def current_device() -> int:
     return _C._current_device()
 
 
+def _out_of_range_message(index: int, count: int) -> str:
+    # TorchNeuron's sentence first (code written against it may match on it), then which devices
+    # exist and what sets them. The same words as the C++ checks (check_device_index in
+    # NeuronRuntime.cpp, Topology::core in nrtsim), which answer the paths that reach C++
+    # directly: tensor placement, the guard, torch.accelerator.set_device_index.
+    devices = "neuron:0" if count == 1 else f"neuron:0-neuron:{count - 1}"
+    return (
+        f"Device index {index} is out of range. Valid range is 0 to {count - 1} for this process: "
+        f"neuron:{index} does not exist among its {count} NeuronCore device(s) ({devices}), set by "
+        f"NEURON_RT_VISIBLE_CORES / NEURON_RT_NUM_CORES"
+    )
+
+
+def _check_device_index(index: int) -> int:
+    """`index` if this process sees neuron:<index>; ValueError otherwise, as TorchNeuron raises.
+
+    Checked here, before the index reaches C++, where PyTorch's device index is a signed byte and
+    an index such as 200 would wrap to another, valid-looking one."""
+    count = device_count()
+    if count == 0:
+        why = _C._configuration_error()
+        raise RuntimeError("no neuron device is available" + (f": {why}" if why else ""))
+    if not 0 <= index < count:
+        raise ValueError(_out_of_range_message(index, count))
+    return index
+
+
 def set_device(device: _DeviceLike) -> None:
+    """Make `device` the calling thread's current neuron device. A negative index is a no-op (as
+    in torch.cuda); an index this process does not see raises ValueError."""
     index = _device_index(device)
     if index < 0:
         return
+    _check_device_index(index)
     _lazy_init()
     _C._set_device(index)
 
@@ -100,6 +130,7 @@ class device:
     def __enter__(self):
         if self.idx < 0:
             return self
+        _check_device_index(self.idx)  # ValueError before anything switches
         self.prev_idx = current_device()
         if self.idx != self.prev_idx:
             set_device(self.idx)
@@ -147,12 +178,7 @@ class NeuronDeviceProperties:
 
 
 def get_device_properties(device: _DeviceLike = None) -> NeuronDeviceProperties:
-    index = _device_index(device)
-    if index < 0 or index >= device_count():
-        raise ValueError(
-            f"Invalid device id: neuron:{index}; this process sees {device_count()} neuron "
-            f"device(s)"
-        )
+    index = _check_device_index(_device_index(device))
     _lazy_init()
     p: dict[str, Any] = _C._device_properties(index)
     p["physical_cores"] = tuple(p["physical_cores"])
@@ -160,7 +186,17 @@ def get_device_properties(device: _DeviceLike = None) -> NeuronDeviceProperties:
 
 
 def get_device_name(device: _DeviceLike = None) -> str:
-    return get_device_properties(device).name
+    """The device's name as TorchNeuron gives it: "neuron:<index>" for an index or None (the
+    current device), str(device) for a torch.device or device string ("neuron:1", or "neuron"
+    for an index-less one). The instance type is get_device_properties(device).name."""
+    if isinstance(device, (torch.device, str)):
+        device = torch.device(device)
+        if device.type != "neuron":
+            raise ValueError(f"expected a neuron device, got {device}")
+        if device.index is not None:
+            _check_device_index(device.index)
+        return str(device)
+    return f"neuron:{_check_device_index(_device_index(device))}"
 
 
 def get_device_capability(device: _DeviceLike = None) -> tuple:

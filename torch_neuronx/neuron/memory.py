@@ -1,5 +1,12 @@
-"""Memory statistics of the neuron caching allocator, in CUDA's shape. These are the numbers
-torch.accelerator.memory_* reports for neuron too: both read the same allocator."""
+"""Memory statistics of the neuron caching allocator. These are the numbers
+torch.accelerator.memory_* reports for neuron too: both read the same allocator.
+
+memory_stats() gives TorchNeuron's schema (nested "allocated_bytes" / "reserved_bytes" /
+"active_bytes" entries with current, peak, allocated, freed, and the counters "num_alloc_retries",
+"num_ooms", "num_tensor_frees", "allocation_requests") together with CUDA's flat keys
+("allocated_bytes.all.current", ...), which device-generic PyTorch code reads through
+torch.<device>.memory_stats() (torch.distributed._tools.MemoryTracker reads "num_alloc_retries"
+and "active_bytes.all.current")."""
 
 from collections import OrderedDict
 from typing import Any
@@ -30,8 +37,33 @@ def _index(device) -> int:
     return _device_index(device)
 
 
+# The byte statistics TorchNeuron nests, each as {current, peak, allocated, freed}.
+_NESTED_BYTE_STATS = ("allocated_bytes", "reserved_bytes", "active_bytes")
+_METRICS = ("current", "peak", "allocated", "freed")
+
+
 def memory_stats(device=None) -> "OrderedDict[str, Any]":
-    return torch.accelerator.memory_stats(_index(device))
+    """The allocator's statistics for `device` (default: the current device).
+
+    TorchNeuron's entries come first: "allocated_bytes", "reserved_bytes" and "active_bytes",
+    each a dict of current / peak / allocated (total increase) / freed (total decrease) bytes
+    over all pools, then "num_alloc_retries", "num_ooms", "num_tensor_frees" (tensor blocks
+    freed) and "allocation_requests" (tensor blocks allocated). The flat CUDA keys follow,
+    exactly as torch.accelerator.memory_stats() gives them, with the small/large pool split.
+    Peaks reset with reset_peak_memory_stats(); the allocated/freed totals and the counters with
+    reset_accumulated_memory_stats()."""
+    flat = torch.accelerator.memory_stats(_index(device))
+    stats: "OrderedDict[str, Any]" = OrderedDict()
+    for key in _NESTED_BYTE_STATS:
+        stats[key] = {m: flat.get(f"{key}.all.{m}", 0) for m in _METRICS}
+    stats["num_alloc_retries"] = flat.get("num_alloc_retries", 0)
+    stats["num_ooms"] = flat.get("num_ooms", 0)
+    # One tensor allocation is one "allocation" block in CUDA's terms: counted when handed out and
+    # when freed (zero-byte tensors hold no block and are not counted).
+    stats["num_tensor_frees"] = flat.get("allocation.all.freed", 0)
+    stats["allocation_requests"] = flat.get("allocation.all.allocated", 0)
+    stats.update(flat)
+    return stats
 
 
 def memory_allocated(device=None) -> int:
@@ -90,7 +122,8 @@ def _format_size(n: int) -> str:
 
 
 def memory_summary(device=None, abbreviated: bool = False) -> str:
-    """A human-readable table of the allocator's statistics for `device`."""
+    """A human-readable table of the allocator's statistics for `device`, titled "Neuron Memory
+    Summary" as TorchNeuron's is. The full form adds the small/large pool split under each row."""
     index = _index(device)
     stats = memory_stats(index)
     free, total = mem_get_info(index)
@@ -107,7 +140,10 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
     width = 78
     lines = [
         "=" * width,
-        f" neuron:{index} memory summary (HBM capacity {_format_size(total)}, free {_format_size(free)})",
+        f" Neuron Memory Summary, Device {index} (neuron:{index})",
+        f" HBM capacity {_format_size(total)}, free {_format_size(free)}",
+        f" Allocations: {stats['allocation_requests']}  |  Frees: {stats['num_tensor_frees']}"
+        f"  |  OOMs: {stats['num_ooms']}  |  Alloc retries: {stats['num_alloc_retries']}",
         "-" * width,
         f" {'Metric':<28}{'Cur Usage':>12}{'Peak Usage':>12}{'Tot Alloc':>12}{'Tot Freed':>12}",
         "-" * width,
@@ -115,15 +151,14 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
     for title, key, is_bytes in rows:
         for pool in pools:
             prefix = f"{key}.{pool}"
-            values = [stats.get(f"{prefix}.{k}", 0) for k in ("current", "peak", "allocated", "freed")]
+            values = [stats.get(f"{prefix}.{k}", 0) for k in _METRICS]
             shown = [_format_size(v) if is_bytes else str(v) for v in values]
             label = title if pool == "all" else f"  from {pool.replace('_', ' ')}"
             lines.append(f" {label:<28}" + "".join(f"{s:>12}" for s in shown))
     lines += [
         "-" * width,
-        f" Allocation retries: {stats.get('num_alloc_retries', 0)}    "
-        f"OOMs: {stats.get('num_ooms', 0)}    "
-        f"Device allocs/frees: {stats.get('num_device_alloc', 0)}/{stats.get('num_device_free', 0)}",
+        f" Device allocs/frees (segments from HBM): {stats.get('num_device_alloc', 0)}/"
+        f"{stats.get('num_device_free', 0)}",
         "=" * width,
     ]
     return "\n".join(lines) + "\n"

@@ -9,7 +9,7 @@ from typing import Iterable, Union
 import torch
 
 from torch_neuronx import _C
-from torch_neuronx.neuron._device import _device_index, device_count
+from torch_neuronx.neuron._device import _check_device_index, _device_index, device_count
 
 __all__ = [
     "default_generators",
@@ -26,10 +26,7 @@ __all__ = [
 
 
 def _generator(device=None) -> torch.Generator:
-    index = _device_index(device)
-    if index < 0 or index >= device_count():
-        raise ValueError(f"neuron:{index} does not exist; this process sees {device_count()} device(s)")
-    return _C._default_generator(index)
+    return _C._default_generator(_check_device_index(_device_index(device)))
 
 
 def _make_default_generators() -> tuple:

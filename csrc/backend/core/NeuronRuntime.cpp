@@ -2,6 +2,10 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <limits>
+#include <string>
+
 namespace torch_neuronx {
 
 namespace {
@@ -27,22 +31,31 @@ nrtsim::NeuronCore& core(c10::DeviceIndex index) {
 }
 
 c10::DeviceIndex device_count() noexcept {
-  return static_cast<c10::DeviceIndex>(nrtsim::Runtime::visible_device_count());
+  // PyTorch counts devices in a c10::DeviceIndex (int8). 128 visible cores (trn2.48xlarge at
+  // LNC=1) are all addressable, neuron:0 to neuron:127, but their count is not representable:
+  // PyTorch's own interfaces (hooks, guard, torch.accelerator.device_count) get 127, rather than
+  // a wrapped -128. Index checks and torch.neuron.device_count() use the runtime's real count.
+  constexpr int kMaxCount = std::numeric_limits<c10::DeviceIndex>::max();
+  return static_cast<c10::DeviceIndex>(std::min(nrtsim::Runtime::visible_device_count(), kMaxCount));
 }
 
 c10::DeviceIndex current_device() { return t_current_device; }
 
 void check_device_index(c10::DeviceIndex index) {
-  const auto count = device_count();
+  const int count = nrtsim::Runtime::visible_device_count();  // not device_count(): may be 128
   if (count == 0) {
     const std::string why = nrtsim::Runtime::configuration_error();
     TORCH_CHECK(false, "no neuron device is available",
                 why.empty() ? std::string() : ": " + why);
   }
-  TORCH_CHECK(index >= 0 && index < count, "neuron:", static_cast<int>(index),
-                    " does not exist: this process sees ", static_cast<int>(count),
-                    " NeuronCore device(s), neuron:0 to neuron:", static_cast<int>(count - 1),
-                    " (set by NEURON_RT_VISIBLE_CORES / NEURON_RT_NUM_CORES)");
+  // The same words as torch.neuron's ValueError and nrtsim's Topology::core: TorchNeuron's
+  // sentence, then which devices exist and what sets them.
+  TORCH_CHECK(index >= 0 && index < count, "Device index ", static_cast<int>(index),
+              " is out of range. Valid range is 0 to ", count - 1, " for this process: neuron:",
+              static_cast<int>(index), " does not exist among its ", count,
+              " NeuronCore device(s) (neuron:0",
+              count > 1 ? "-neuron:" + std::to_string(count - 1) : std::string(),
+              "), set by NEURON_RT_VISIBLE_CORES / NEURON_RT_NUM_CORES");
 }
 
 void set_device(c10::DeviceIndex index) {
