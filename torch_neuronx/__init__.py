@@ -22,6 +22,12 @@ import time  # noqa: E402
 import torch  # noqa: E402
 
 from torch_neuronx import _C  # noqa: E402
+
+# The simulated clock's per-engine model of each Trainium generation: an editable data file
+# (NRTSIM_ENGINE_MODEL names another one). Set before anything can start the runtime.
+_C._set_engine_model_path(
+    __import__("os").path.join(__import__("os").path.dirname(__file__), "data", "neuron_cores.ini")
+)
 from torch_neuronx import _registration  # noqa: E402
 
 _registration.register()
@@ -85,6 +91,7 @@ from torch_neuronx._tracking import (  # noqa: E402,F401
     clear_op_tracking,
     get_executed_ops,
     get_fallback_ops,
+    clear_kernel_trace,
     kernel_trace,
 )
 
@@ -111,6 +118,7 @@ __all__ = [
     "get_fallback_ops",
     "is_available",
     "is_neuron_runtime_initialized",
+    "clear_kernel_trace",
     "kernel_trace",
     "max_memory_allocated",
     "max_memory_reserved",

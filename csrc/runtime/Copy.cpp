@@ -4,14 +4,13 @@
 #include <string>
 
 #include "runtime/Error.h"
-#include "runtime/KernelLaunch.h"
+#include "runtime/Launch.h"
 #include "runtime/Runtime.h"
 
 namespace nrtsim {
 
 namespace {
-void require_device_pointer(const void* ptr, size_t bytes, const char* role) {
-  Runtime& runtime = Runtime::get();
+void require_device_pointer(Runtime& runtime, const void* ptr, size_t bytes, const char* role) {
   // Checking both ends is not enough: the range could run from one allocation into another
   // over host memory that is no tensor's.
   const int device = runtime.device_of(ptr);
@@ -29,24 +28,31 @@ void copy(Stream& stream, void* dst, const void* src, size_t bytes, CopyKind kin
   if (dst == nullptr || src == nullptr) {
     throw Error(ErrorCode::kInvalidArgument, "copy: null pointer");
   }
+  Runtime& runtime = stream.core().runtime();
   const char* op = nullptr;
+  LaunchKind launch_kind = LaunchKind::kCopyDeviceToDevice;
   switch (kind) {
     case CopyKind::kHostToDevice:
-      require_device_pointer(dst, bytes, "destination");
+      require_device_pointer(runtime, dst, bytes, "destination");
       op = "nrtsim::copy_host_to_device";
+      launch_kind = LaunchKind::kCopyHostToDevice;
       break;
     case CopyKind::kDeviceToHost:
-      require_device_pointer(src, bytes, "source");
+      require_device_pointer(runtime, src, bytes, "source");
       op = "nrtsim::copy_device_to_host";
+      launch_kind = LaunchKind::kCopyDeviceToHost;
       break;
     case CopyKind::kDeviceToDevice:
-      require_device_pointer(src, bytes, "source");
-      require_device_pointer(dst, bytes, "destination");
+      require_device_pointer(runtime, src, bytes, "source");
+      require_device_pointer(runtime, dst, bytes, "destination");
       op = "nrtsim::copy_device_to_device";
       break;
   }
   if (trace_name != nullptr) op = trace_name;
-  launch(stream, KernelInfo{op, 0, bytes, Engine::kDma}, [&] { std::memmove(dst, src, bytes); });
+  Work work;
+  work[Engine::kDma].bytes_read = bytes;
+  work[Engine::kDma].bytes_written = bytes;
+  launch(stream, op, launch_kind, work, [&] { std::memmove(dst, src, bytes); });
 }
 
 }  // namespace nrtsim

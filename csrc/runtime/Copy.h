@@ -9,8 +9,8 @@ namespace nrtsim {
 
 enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
 
-// Copies `bytes` from `src` to `dst` in `stream`'s order and records it in the execution trace,
-// under `trace_name` when given (the framework op that asked for it), else by direction.
+// Copies `bytes` from `src` to `dst` in `stream`'s order as one launch whose kind is the direction,
+// named `trace_name` when given (the framework op that asked for it), else by direction.
 // Device-side pointers are checked against the HBM of the runtime's cores: a host pointer passed
 // as a device one is an Error(kInvalidArgument), not a silent memcpy.
 void copy(Stream& stream, void* dst, const void* src, size_t bytes, CopyKind kind,

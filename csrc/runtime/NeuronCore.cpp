@@ -6,14 +6,14 @@
 
 namespace nrtsim {
 
-NeuronCore::NeuronCore(const LogicalCore& info)
-    : info_(info), hbm_(info.device_index, info.hbm_capacity) {
-  streams_.push_back(std::make_unique<Stream>(info.device_index, kDefaultStreamId, 0));
+NeuronCore::NeuronCore(Runtime& runtime, const LogicalCore& info, const CoreModel& model)
+    : runtime_(runtime), info_(info), hbm_(info.device_index, info.hbm_capacity), clock_(model) {
+  streams_.push_back(std::make_unique<Stream>(*this, kDefaultStreamId, 0));
   for (uint32_t i = 0; i < kPoolSize; ++i) {
-    streams_.push_back(std::make_unique<Stream>(info.device_index, 1 + i, 0));
+    streams_.push_back(std::make_unique<Stream>(*this, 1 + i, 0));
   }
   for (uint32_t i = 0; i < kPoolSize; ++i) {
-    streams_.push_back(std::make_unique<Stream>(info.device_index, 1 + kPoolSize + i, -1));
+    streams_.push_back(std::make_unique<Stream>(*this, 1 + kPoolSize + i, -1));
   }
 }
 

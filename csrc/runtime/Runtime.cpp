@@ -22,8 +22,24 @@ void mark_forked_child() {
 }
 }  // namespace
 
-Runtime::Runtime(Topology topology) : topology_(std::move(topology)) {
-  for (const auto& info : topology_.cores()) cores_.push_back(std::make_unique<NeuronCore>(info));
+namespace {
+CoreModel model_for(const Topology& topology, const std::map<std::string, CoreSpec>& engine_model) {
+  const std::string& chip = topology.instance().chip.name;
+  const auto it = engine_model.find(chip);
+  if (it == engine_model.end()) {
+    throw Error(ErrorCode::kConfiguration,
+                "the engine model has no [" + chip + "] section for " + topology.instance().name +
+                    " (add it to the file NRTSIM_ENGINE_MODEL names, or unset the variable)");
+  }
+  return CoreModel(it->second, topology.lnc());
+}
+}  // namespace
+
+Runtime::Runtime(Topology topology, const std::map<std::string, CoreSpec>& engine_model)
+    : topology_(std::move(topology)), core_model_(model_for(topology_, engine_model)) {
+  for (const auto& info : topology_.cores()) {
+    cores_.push_back(std::make_unique<NeuronCore>(*this, info, core_model_));
+  }
 }
 
 Runtime& Runtime::get() {
@@ -41,7 +57,14 @@ Runtime& Runtime::get() {
   if (runtime != nullptr) return *runtime;
   // If the environment is bad this throws before anything is stored; the next call retries.
   // Never destroyed: tensors held by static objects may be freed during exit.
-  runtime = new Runtime(Topology::build(TopologyConfig::from_environment()));
+  Topology topology = Topology::build(TopologyConfig::from_environment());
+  const std::string model_path = default_engine_model_path();
+  if (model_path.empty()) {
+    throw Error(ErrorCode::kConfiguration,
+                "no engine model file: set NRTSIM_ENGINE_MODEL to a file like "
+                "torch_neuronx/data/neuron_cores.ini (importing torch_neuronx sets it)");
+  }
+  runtime = new Runtime(std::move(topology), load_engine_model(model_path));
   pthread_atfork(nullptr, nullptr, mark_forked_child);
   g_runtime.store(runtime, std::memory_order_release);
   return *runtime;

@@ -3,22 +3,26 @@
 // nrtsim executes work on the thread that submits it, so a submission has finished when submit()
 // returns. The stream still keeps the books of an asynchronous queue (a ticket per submission and
 // the last completed ticket) and serialises submissions from different host threads, so events,
-// queries and waits have exactly the semantics they would have on a queue that runs ahead.
+// queries and waits have exactly the semantics they would have on a queue that runs ahead. On the
+// simulated clock the stream has a cursor: where its last launch ended in modelled device time.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
 
 namespace nrtsim {
 
+class NeuronCore;
+
 class Stream {
  public:
-  Stream(int device_index, uint32_t id, int priority)
-      : device_index_(device_index), id_(id), priority_(priority) {}
+  Stream(NeuronCore& core, uint32_t id, int priority);
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
+  NeuronCore& core() const { return core_; }
   int device_index() const { return device_index_; }
   uint32_t id() const { return id_; }
   int priority() const { return priority_; }  // 0 normal, negative = higher priority
@@ -52,7 +56,17 @@ class Stream {
   // Returns once all work submitted before the call has completed.
   void synchronize() { std::lock_guard<std::recursive_mutex> lock(mutex_); }
 
+  // Modelled device time at which this stream's last launch ends. Read and moved only inside
+  // submit() (the stream's lock is held there).
+  double& sim_cursor_ns() { return sim_cursor_ns_; }
+  // Makes later work on this stream start no earlier than `time_ns` (a wait on an event).
+  void wait_until_ns(double time_ns) {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    sim_cursor_ns_ = std::max(sim_cursor_ns_, time_ns);
+  }
+
  private:
+  NeuronCore& core_;
   const int device_index_;
   const uint32_t id_;
   const int priority_;
@@ -61,6 +75,7 @@ class Stream {
   std::atomic<uint64_t> submitted_{0};
   std::atomic<uint64_t> completed_{0};
   uint32_t depth_ = 0;  // submissions running on the thread that holds mutex_
+  double sim_cursor_ns_ = 0;
 };
 
 }  // namespace nrtsim

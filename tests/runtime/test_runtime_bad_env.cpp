@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "test_util.h"
 #include "runtime/Error.h"
 #include "runtime/Runtime.h"
 
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
     unsetenv(name);
   }
   setenv("NEURON_LOGICAL_NC_CONFIG", "3", 1);
+  nrtsim::testing::use_shipped_engine_model();
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

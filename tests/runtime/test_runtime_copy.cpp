@@ -19,7 +19,7 @@
 #include "test_util.h"
 #include "runtime/Copy.h"
 #include "runtime/Error.h"
-#include "runtime/KernelLaunch.h"
+#include "runtime/LaunchTotals.h"
 #include "runtime/Runtime.h"
 
 namespace {
@@ -51,9 +51,19 @@ std::vector<unsigned char> pattern(size_t n, unsigned seed) {
   return v;
 }
 
-const nrtsim::OpStats* trace_row(const std::string& op) {
-  static std::vector<nrtsim::OpStats> rows;
-  rows = nrtsim::ExecutionTrace::global().snapshot();
+// Every launch of this test process, aggregated per op.
+nrtsim::LaunchTotals& totals() {
+  static nrtsim::LaunchTotals* observer = [] {
+    auto* o = new nrtsim::LaunchTotals();
+    nrtsim::add_observer(o);
+    return o;
+  }();
+  return *observer;
+}
+
+const nrtsim::OpTotals* trace_row(const std::string& op) {
+  static std::vector<nrtsim::OpTotals> rows;
+  rows = totals().snapshot();
   for (const auto& row : rows) {
     if (row.op == op) return &row;
   }
@@ -121,7 +131,7 @@ TEST(Runtime, DeviceOfFindsTheOwningCore) {
 }
 
 TEST(Copy, HostToDeviceToHostRoundTrip) {
-  nrtsim::ExecutionTrace::global().clear();
+  totals().clear();
   constexpr size_t kBytes = 10000;
   const auto input = pattern(kBytes, 7);
   DeviceBuffer dev(0, kBytes);
@@ -139,15 +149,18 @@ TEST(Copy, HostToDeviceToHostRoundTrip) {
   const auto* h2d = trace_row("nrtsim::copy_host_to_device");
   ASSERT_NE(h2d, nullptr);
   EXPECT_EQ(h2d->launches, 1u);
-  EXPECT_EQ(h2d->bytes, kBytes);
+  EXPECT_EQ(h2d->bytes_read, kBytes);
+  EXPECT_EQ(h2d->bytes_written, kBytes);
+  EXPECT_EQ(h2d->kind, nrtsim::LaunchKind::kCopyHostToDevice);
   EXPECT_EQ(h2d->engine, nrtsim::Engine::kDma);
   const auto* d2h = trace_row("nrtsim::copy_device_to_host");
   ASSERT_NE(d2h, nullptr);
-  EXPECT_EQ(d2h->bytes, kBytes);
+  EXPECT_EQ(d2h->bytes_read, kBytes);
+  EXPECT_EQ(d2h->kind, nrtsim::LaunchKind::kCopyDeviceToHost);
 }
 
 TEST(Copy, DeviceToDeviceAcrossCores) {
-  nrtsim::ExecutionTrace::global().clear();
+  totals().clear();
   constexpr size_t kBytes = 3000;
   const auto input = pattern(kBytes, 99);
   DeviceBuffer a(0, kBytes), b(1, kBytes), c(1, kBytes);
@@ -161,7 +174,8 @@ TEST(Copy, DeviceToDeviceAcrossCores) {
   const auto* d2d = trace_row("nrtsim::copy_device_to_device");
   ASSERT_NE(d2d, nullptr);
   EXPECT_EQ(d2d->launches, 2u);
-  EXPECT_EQ(d2d->bytes, 2 * kBytes);
+  EXPECT_EQ(d2d->bytes_read, 2 * kBytes);
+  EXPECT_EQ(d2d->kind, nrtsim::LaunchKind::kCopyDeviceToDevice);
 }
 
 TEST(Copy, InteriorRangesAndOverlap) {
@@ -359,6 +373,7 @@ int main(int argc, char** argv) {
                            "NEURON_RT_NUM_CORES", "NRTSIM_HBM_BYTES"}) {
     unsetenv(name);
   }
+  nrtsim::testing::use_shipped_engine_model();
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "test_util.h"
 #include "runtime/Error.h"
 #include "runtime/Runtime.h"
 
@@ -101,6 +102,7 @@ int main(int argc, char** argv) {
   setenv("NEURON_LOGICAL_NC_CONFIG", "1", 1);
   setenv("NEURON_RT_VISIBLE_CORES", "8-11", 1);
   setenv("NRTSIM_HBM_BYTES", "64MiB", 1);
+  nrtsim::testing::use_shipped_engine_model();
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "runtime/Error.h"
+#include "test_util.h"
 #include "runtime/Event.h"
+#include "runtime/Launch.h"
 #include "runtime/Stream.h"
 
 namespace {
@@ -21,7 +23,7 @@ using nrtsim::Event;
 using nrtsim::Stream;
 
 TEST(Stream, Identity) {
-  Stream s(3, 7, -1);
+  Stream s(nrtsim::testing::test_core(3), 7, -1);
   EXPECT_EQ(s.device_index(), 3);
   EXPECT_EQ(s.id(), 7u);
   EXPECT_EQ(s.priority(), -1);
@@ -31,14 +33,14 @@ TEST(Stream, Identity) {
 }
 
 TEST(Stream, RunsWorkInSubmissionOrder) {
-  Stream s(0, 0, 0);
+  Stream s(nrtsim::testing::test_core(0), 0, 0);
   std::vector<int> order;
   for (int i = 0; i < 10; ++i) s.submit([&, i] { order.push_back(i); });
   EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
 }
 
 TEST(Stream, EverySubmissionTakesATicket) {
-  Stream s(0, 0, 0);
+  Stream s(nrtsim::testing::test_core(0), 0, 0);
   for (uint64_t i = 1; i <= 5; ++i) {
     uint64_t seen_inside = 0;
     s.submit([&] { seen_inside = s.submitted(); });
@@ -52,7 +54,7 @@ TEST(Stream, EverySubmissionTakesATicket) {
 }
 
 TEST(Stream, WorkIsNotCompleteWhileItRuns) {
-  Stream s(0, 0, 0);
+  Stream s(nrtsim::testing::test_core(0), 0, 0);
   bool complete_inside = true;
   uint64_t completed_inside = 99;
   s.submit([&] {
@@ -65,7 +67,7 @@ TEST(Stream, WorkIsNotCompleteWhileItRuns) {
 }
 
 TEST(Stream, AnExceptionPropagatesAndTheStreamStaysUsable) {
-  Stream s(0, 0, 0);
+  Stream s(nrtsim::testing::test_core(0), 0, 0);
   try {
     s.submit([] { throw std::runtime_error("kernel failed"); });
     FAIL() << "the exception did not propagate";
@@ -89,7 +91,7 @@ TEST(Stream, AnExceptionPropagatesAndTheStreamStaysUsable) {
 }
 
 TEST(Stream, WorkMayEnqueueOntoItsOwnStream) {
-  Stream s(0, 0, 0);
+  Stream s(nrtsim::testing::test_core(0), 0, 0);
   std::vector<int> order;
   s.submit([&] {
     order.push_back(1);
@@ -106,7 +108,7 @@ TEST(Stream, WorkMayEnqueueOntoItsOwnStream) {
 }
 
 TEST(Stream, ConcurrentSubmissionsNeverOverlap) {
-  Stream s(0, 0, 0);
+  Stream s(nrtsim::testing::test_core(0), 0, 0);
   constexpr int kThreads = 8;
   constexpr int kPerThread = 200;
   std::atomic<int> in_work{0};
@@ -144,7 +146,7 @@ TEST(Stream, ConcurrentSubmissionsNeverOverlap) {
 }
 
 TEST(Stream, SynchronizeWaitsForWorkRunningOnAnotherThread) {
-  Stream s(0, 0, 0);
+  Stream s(nrtsim::testing::test_core(0), 0, 0);
   std::atomic<bool> started{false};
   std::atomic<bool> finished{false};
   std::thread worker([&] {
@@ -173,7 +175,7 @@ TEST(Event, NeverRecordedCountsComplete) {
 }
 
 TEST(Event, RecordQuerySynchronize) {
-  Stream s(2, 5, 0);
+  Stream s(nrtsim::testing::test_core(2), 5, 0);
   Event e(false);
   s.submit([] {});
   e.record(s);
@@ -186,7 +188,7 @@ TEST(Event, RecordQuerySynchronize) {
 }
 
 TEST(Event, CompletesIndependentlyOfLaterWork) {
-  Stream s(0, 0, 0);
+  Stream s(nrtsim::testing::test_core(0), 0, 0);
   Event before(false);
   before.record(s);
   std::atomic<bool> started{false};
@@ -208,8 +210,8 @@ TEST(Event, CompletesIndependentlyOfLaterWork) {
 }
 
 TEST(Event, ReRecordingMovesTheMarker) {
-  Stream a(0, 1, 0);
-  Stream b(1, 2, 0);
+  Stream a(nrtsim::testing::test_core(0), 1, 0);
+  Stream b(nrtsim::testing::test_core(1), 2, 0);
   Event e(false);
   e.record(a);
   EXPECT_EQ(e.device_index(), 0);
@@ -218,27 +220,31 @@ TEST(Event, ReRecordingMovesTheMarker) {
   EXPECT_TRUE(e.query());
 }
 
-TEST(Event, ElapsedTimeIsPositiveAndOrdered) {
-  Stream s(0, 0, 0);
+TEST(Event, ElapsedTimeIsModelledTimeHostTimeStaysAvailable) {
+  Stream s(nrtsim::testing::test_core(0), 0, 0);
   Event start(true), middle(true), end(true);
   EXPECT_TRUE(start.timing_enabled());
+  nrtsim::Work work;
+  work[nrtsim::Engine::kVector].ops = 1 << 20;
   start.record(s);
-  std::this_thread::sleep_for(20ms);
+  std::this_thread::sleep_for(20ms);  // host time: not device time
   middle.record(s);
-  std::this_thread::sleep_for(20ms);
+  nrtsim::launch(s, "test::k", nrtsim::LaunchKind::kKernel, work, [] {});
   end.record(s);
-  const double first = start.elapsed_ms(middle);
-  const double total = start.elapsed_ms(end);
-  EXPECT_GE(first, 19.0);  // sleep_for sleeps at least as long as asked, on the steady clock
-  EXPECT_GT(total, first);
-  EXPECT_GE(total, 39.0);
-  EXPECT_NEAR(start.elapsed_ms(middle) + middle.elapsed_ms(end), total, 1e-6);
+  const auto& model = s.core().clock().model();
+  const double kernel_ms = (model.fixed_cost_ns(nrtsim::LaunchKind::kKernel) +
+                            (1 << 20) / model.elements_per_ns(nrtsim::Engine::kVector,
+                                                              nrtsim::Precision::kFp32)) / 1e6;
+  EXPECT_DOUBLE_EQ(start.elapsed_ms(middle), 0.0);  // nothing ran on the device in between
+  EXPECT_NEAR(middle.elapsed_ms(end), kernel_ms, 1e-9);
+  EXPECT_NEAR(start.elapsed_ms(end), kernel_ms, 1e-9);
   EXPECT_LT(end.elapsed_ms(start), 0.0);
   EXPECT_DOUBLE_EQ(start.elapsed_ms(start), 0.0);
+  EXPECT_GE(start.host_elapsed_ms(middle), 19.0);  // sleep_for sleeps at least as long as asked
 }
 
 TEST(Event, ElapsedTimeNeedsTimingOnBothEvents) {
-  Stream s(0, 0, 0);
+  Stream s(nrtsim::testing::test_core(0), 0, 0);
   Event timed(true), untimed(false);
   timed.record(s);
   untimed.record(s);
@@ -255,7 +261,7 @@ TEST(Event, ElapsedTimeNeedsTimingOnBothEvents) {
 }
 
 TEST(Event, ElapsedTimeNeedsBothEventsRecorded) {
-  Stream s(0, 0, 0);
+  Stream s(nrtsim::testing::test_core(0), 0, 0);
   Event recorded(true), pending(true);
   recorded.record(s);
   try {

@@ -10,43 +10,6 @@ std::string op_name(const c10::OperatorName& name) {
   return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
 }
 
-void fail_two_devices(const std::string& name, c10::Device a, c10::Device b) {
-  const std::string fix =
-      b.type() == c10::DeviceType::PrivateUse1
-          ? ""
-          : ". Move the " + b.str() + " tensor to neuron with .to('neuron'), or the neuron tensor "
-            "to the CPU with .cpu().";
-  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ",
-              a, " and ", b, "! (when checking arguments for ", name, ")", fix);
-}
-
-std::optional<c10::Device> check_devices(const std::string& name, const c10::FunctionSchema& schema,
-                   const torch::jit::Stack& stack, size_t first) {
-  std::optional<c10::Device> neuron;
-  std::optional<c10::Device> cpu;
-  auto visit = [&](const at::Tensor& t) {
-    if (!t.defined()) return;
-    if (t.device().type() == c10::DeviceType::PrivateUse1) {
-      if (neuron && *neuron != t.device()) fail_two_devices(name, *neuron, t.device());
-      neuron = t.device();
-    } else if (t.dim() > 0 || !t.device().is_cpu()) {
-      cpu = t.device();
-    }
-  };
-  const auto& args = schema.arguments();
-  for (size_t i = 0; i < args.size() && first + i < stack.size(); ++i) {
-    const c10::IValue& value = stack[first + i];
-    if (value.isTensor()) {
-      visit(value.toTensor());
-    } else if (value.isTensorList()) {
-      for (const auto& t : value.toTensorVector()) visit(t);
-    }
-    // Lists of optional tensors are index lists (index, index_put_): CPU indices are accepted.
-  }
-  if (neuron && cpu) fail_two_devices(name, *neuron, *cpu);
-  return neuron;
-}
-
 namespace {
 bool is_generator(const c10::Argument& argument) {
   const c10::TypePtr& type = argument.type();

@@ -1,5 +1,6 @@
 // The catch-all for ATen ops without a native neuron kernel: run the op on the CPU and copy the
-// results back. Each op is recorded (torch_neuronx.get_fallback_ops()) and warned about once
+// results back, as one host-fallback launch record (torch_neuronx.get_fallback_ops() lists the
+// ops that yielded one). Each op is warned about once
 // (TORCH_NEURONX_FALLBACK_WARN=0 silences the warning).
 //
 // Before handing over, the fallback enforces what a native kernel would: all tensors on one
@@ -18,7 +19,8 @@
 #include <string>
 
 #include "backend/core/BoxedArgs.h"
-#include "backend/core/OpTracking.h"
+#include "backend/core/DeviceCheck.h"
+#include "backend/core/KernelLaunch.h"
 
 namespace torch_neuronx {
 namespace {
@@ -50,10 +52,15 @@ void neuron_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
   const size_t first = stack->size() - num_args;
   const std::optional<c10::Device> device = check_devices(name, op.schema(), *stack, first);
   substitute_generators(op.schema(), *stack, first, device);
-  record_fallback(name);
   warn_once(name);
-  // View-returning ops cannot be emulated by copying; those need native kernels (Views.cpp).
-  at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
+  // One launch record of kind host-fallback: the host computation, charged at its host time; the
+  // copies in and out are launches of their own, nested inside it. Op tracking lists the op as a
+  // fallback from this record.
+  const c10::DeviceIndex index = device.has_value() ? device->index() : current_device();
+  launch_on(index, nrtsim::intern(name), LaunchKind::kHostFallback, nrtsim::Work{}, [&] {
+    // View-returning ops cannot be emulated by copying; those need native kernels (Views.cpp).
+    at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
+  });
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {

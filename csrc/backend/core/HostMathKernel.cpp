@@ -1,7 +1,6 @@
 #include "backend/core/HostMathKernel.h"
 
 #include <ATen/core/Tensor.h>
-#include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
 
 #include <memory>
@@ -9,8 +8,10 @@
 #include <vector>
 
 #include "backend/core/BoxedArgs.h"
+#include "backend/core/DeviceCheck.h"
 #include "backend/core/HostView.h"
 #include "backend/core/KernelLaunch.h"
+#include "runtime/LaunchRecord.h"
 
 namespace torch_neuronx {
 
@@ -18,15 +19,6 @@ namespace {
 
 bool is_neuron(const at::Tensor& t) {
   return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
-}
-
-int64_t numel_of(const c10::IValue& v) {
-  if (v.isTensor()) return v.toTensor().defined() ? v.toTensor().numel() : 0;
-  int64_t total = 0;
-  if (v.isTensorList()) {
-    for (const auto& t : v.toTensorVector()) total += t.numel();
-  }
-  return total;
 }
 
 // One neuron tensor argument and the host view standing in for it.
@@ -38,8 +30,8 @@ struct Swapped {
 
 class HostMathKernel final : public c10::OperatorKernel {
  public:
-  HostMathKernel(const OpFamily& family, std::string name)
-      : family_(family), name_(std::move(name)) {}
+  HostMathKernel(const OpFamily& family, const std::string& name)
+      : family_(family), name_(nrtsim::intern(name)) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     const c10::FunctionSchema& schema = op.schema();
@@ -48,63 +40,67 @@ class HostMathKernel final : public c10::OperatorKernel {
 
     const std::optional<c10::Device> found = check_devices(name_, schema, *stack, first);
     const c10::Device device = found.value_or(c10::Device(c10::DeviceType::PrivateUse1));
-    const c10::DeviceGuard guard(device);
     substitute_generators(schema, *stack, first, device);
 
+    Kernel kernel(name_, device, family_.engine);
     std::vector<Swapped> swapped;
-    uint64_t bytes = 0;
-    auto swap = [&](const at::Tensor& t, bool writable) -> at::Tensor {
+    auto swap = [&](const at::Tensor& t, bool writable, bool out_argument) -> at::Tensor {
+      if (!t.defined()) return t;
+      // Every tensor the CPU code reads counts, CPU scalars included; an out= argument's old
+      // contents are not read.
+      if (!out_argument) kernel.reads(t);
       if (!is_neuron(t)) return t;
       swapped.push_back({t, host_view(t, writable), writable});
-      bytes += tensor_bytes(t);
       return swapped.back().view;
     };
     for (size_t i = 0; i < arguments.size(); ++i) {
       c10::IValue& value = (*stack)[first + i];
       const auto* alias = arguments[i].alias_info();
       const bool writable = alias != nullptr && alias->isWrite();
+      const bool out_argument = arguments[i].is_out();
       if (value.isTensor()) {
-        value = swap(value.toTensor(), writable);
+        value = swap(value.toTensor(), writable, out_argument);
       } else if (value.isTensorList()) {
         c10::List<at::Tensor> views;
-        for (const auto& t : value.toTensorVector()) views.push_back(swap(t, writable));
+        for (const auto& t : value.toTensorVector()) views.push_back(swap(t, writable, out_argument));
         value = views;
       } else if (value.isOptionalTensorList()) {
         c10::List<std::optional<at::Tensor>> views;
         for (const auto& t : value.toOptionalTensorVector()) {
-          views.push_back(t.has_value() ? std::optional<at::Tensor>(swap(*t, writable)) : t);
+          views.push_back(t.has_value() ? std::optional<at::Tensor>(swap(*t, writable, out_argument))
+                                        : t);
         }
         value = views;
       }
     }
-    const uint64_t flops =
-        family_.flops(schema, KernelArgs(stack->data() + first, arguments.size()));
+    kernel.ops(family_.flops(schema, KernelArgs(stack->data() + first, arguments.size())));
 
-    launch_kernel(device.index(), KernelInfo{name_.c_str(), flops, bytes, family_.engine},
-                  [&] {
-                    const HostAllocationsInHbm results_in_hbm(device.index());
-                    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
-                  });
-
-    for (const auto& s : swapped) {
-      if (s.writable) adopt_host_view(s.view, s.original);
-    }
-    for (size_t i = first; i < stack->size(); ++i) {
-      c10::IValue& result = (*stack)[i];
-      if (result.isTensor()) {
-        result = to_neuron(result.toTensor(), swapped, device);
-      } else if (result.isTensorList()) {
-        c10::List<at::Tensor> moved;
-        for (const auto& t : result.toTensorVector()) moved.push_back(to_neuron(t, swapped, device));
-        result = moved;
+    kernel.run([&] {
+      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+      for (const auto& s : swapped) {
+        if (s.writable) {
+          adopt_host_view(s.view, s.original);
+          kernel.writes(s.original);
+        }
       }
-    }
+      for (size_t i = first; i < stack->size(); ++i) {
+        c10::IValue& result = (*stack)[i];
+        if (result.isTensor()) {
+          result = to_neuron(kernel, result.toTensor(), swapped);
+        } else if (result.isTensorList()) {
+          c10::List<at::Tensor> moved;
+          for (const auto& t : result.toTensorVector()) moved.push_back(to_neuron(kernel, t, swapped));
+          result = moved;
+        }
+      }
+    });
   }
 
  private:
   // A result of the CPU kernel, as the neuron tensor it stands for.
-  static at::Tensor to_neuron(const at::Tensor& t, const std::vector<Swapped>& swapped,
-                              c10::Device device) {
+  // A fresh result counts as written; a returned argument was counted as its argument.
+  static at::Tensor to_neuron(Kernel& kernel, const at::Tensor& t,
+                              const std::vector<Swapped>& swapped) {
     if (!t.defined() || is_neuron(t)) return t;
     for (const auto& s : swapped) {
       if (t.is_same(s.view)) return s.original;
@@ -118,11 +114,11 @@ class HostMathKernel final : public c10::OperatorKernel {
     if (!t.device().is_cpu()) return t;
     // A fresh result of a functional op (allocated in HBM by the launch's HostAllocationsInHbm
     // scope): it becomes the neuron tensor, without a copy.
-    return move_to_hbm(t, device);
+    return kernel.result(t);
   }
 
   OpFamily family_;
-  std::string name_;
+  const char* name_;  // interned
 };
 
 // No argument is written. The functional form of a structured op gets a kernel of its own: the
@@ -157,52 +153,6 @@ void register_overload(torch::Library& library, const OpFamily& family,
 std::vector<std::string>& unregistered_names() {
   static auto* names = new std::vector<std::string>();
   return *names;
-}
-
-void check_input_devices(const char* op, c10::Device device,
-                         std::initializer_list<const at::Tensor*> inputs) {
-  for (const at::Tensor* t : inputs) {
-    if (!t->defined() || t->device() == device) continue;
-    if (!t->device().is_cpu() || t->dim() != 0) fail_two_devices(op, device, t->device());
-  }
-}
-
-void check_out_devices(const char* op, const at::Tensor& out,
-                       std::initializer_list<const at::Tensor*> inputs) {
-  TORCH_CHECK(is_neuron(out), op, ": expected the output on neuron, got ", out.device());
-  check_input_devices(op, out.device(), inputs);
-}
-
-uint64_t flops_none(const c10::FunctionSchema&, KernelArgs) { return 0; }
-
-uint64_t flops_per_element(const c10::FunctionSchema&, KernelArgs args) {
-  int64_t largest = 0;
-  for (const auto& a : args) largest = std::max(largest, numel_of(a));
-  return static_cast<uint64_t>(largest);
-}
-
-uint64_t flops_matmul(const c10::FunctionSchema& schema, KernelArgs args) {
-  // The multiplied operands by schema name: addmm's `self` is the bias, mm's is the left matrix.
-  const at::Tensor* left = nullptr;
-  const at::Tensor* self = nullptr;
-  const at::Tensor* right = nullptr;
-  const auto& arguments = schema.arguments();
-  for (size_t i = 0; i < arguments.size() && i < args.size(); ++i) {
-    if (!args[i].isTensor()) continue;
-    const std::string& n = arguments[i].name();
-    if (n == "mat1" || n == "batch1" || n == "mat" || n == "vec1") left = &args[i].toTensor();
-    else if (n == "self") self = &args[i].toTensor();
-    else if (!right && (n == "mat2" || n == "batch2" || n == "vec" || n == "tensor" || n == "vec2")) {
-      right = &args[i].toTensor();
-    }
-  }
-  if (left == nullptr) left = self;
-  if (!left || !right || !left->defined() || !right->defined() || left->dim() == 0) return 0;
-  // left is [..., M, K] (or [K]); right is [..., K, N] or [K].
-  const int64_t k = left->size(-1);
-  const int64_t rows = left->numel() / std::max<int64_t>(k, 1);
-  const int64_t n = right->dim() >= 2 ? right->size(-1) : 1;
-  return static_cast<uint64_t>(2 * rows * k * n);
 }
 
 void register_host_math_ops(torch::Library& library, const OpFamily& family,

@@ -1,33 +1,121 @@
-// The single kernel-launch path of the backend. A native kernel describes itself (op name, FLOPs,
-// bytes moved, engine) and hands its body over; the body runs on the current stream of the
-// tensor's device and the launch lands in nrtsim's execution trace, which feeds
-// torch_neuronx.get_executed_ops(), the profiler and the cost model.
+// The backend's one kernel builder. A kernel names its op, the device it runs on and its engine,
+// states what it touches (Cost.h derives bytes and number format from the tensors) and the
+// arithmetic it does (FlopModels.h), then runs its body: one launch on the current stream of the
+// device, with the device current and the body's fresh CPU allocations placed in that device's
+// HBM, yielding one launch record.
+//
+//   Kernel kernel("aten::mm", self.device(), Engine::kTensor);
+//   kernel.reads(self).reads(mat2).ops(flops::matmul(self, mat2));
+//   at::Tensor out;
+//   kernel.run([&] { out = kernel.result(at::mm(host_view(self), host_view(mat2))); });
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <optional>
 #include <utility>
 
+#include "backend/core/Cost.h"
+#include "backend/core/HostView.h"
 #include "backend/core/NeuronRuntime.h"
-#include "backend/core/NeuronStream.h"
-#include "runtime/KernelLaunch.h"
+#include "runtime/Launch.h"
 
 namespace torch_neuronx {
 
-using nrtsim::Engine;
-using nrtsim::KernelInfo;
+using nrtsim::LaunchKind;
 
+// The calling thread's current stream of `device`, as the runtime's stream object. The device
+// index must be valid (the caller's tensors vouch for it).
 nrtsim::Stream& current_runtime_stream(c10::DeviceIndex device);
 
+// Runs `body` as one launch of `op` on the current stream of `device`, with `device` current.
 template <class Body>
-void launch_kernel(c10::DeviceIndex device, const KernelInfo& info, Body&& body) {
+void launch_on(c10::DeviceIndex device, const char* op, LaunchKind kind, const nrtsim::Work& work,
+               Body&& body) {
   nrtsim::Stream& stream = current_runtime_stream(device);
-  runtime_call([&] { nrtsim::launch(stream, info, std::forward<Body>(body)); });
+  const CurrentDeviceScope scope(device);
+  runtime_call([&] { nrtsim::launch(stream, op, kind, work, std::forward<Body>(body)); });
 }
 
-// Bytes a tensor's elements occupy (what a kernel reads or writes of it).
-inline uint64_t tensor_bytes(const at::Tensor& t) {
-  return t.defined() ? static_cast<uint64_t>(t.numel()) * t.element_size() : 0;
+class Kernel {
+ public:
+  // A device without an index means the current neuron device.
+  Kernel(const char* op, c10::Device device, Engine engine, LaunchKind kind = LaunchKind::kKernel)
+      : op_(op),
+        device_(device.has_index() ? device
+                                   : c10::Device(c10::DeviceType::PrivateUse1, current_device())),
+        kind_(kind),
+        cost_(engine) {}
+
+  Kernel& reads(const at::Tensor& t) {
+    cost_.reads(t);
+    return *this;
+  }
+  Kernel& reads(const std::optional<at::Tensor>& t) {
+    if (t.has_value()) cost_.reads(*t);
+    return *this;
+  }
+  Kernel& reads(at::TensorList ts) {
+    cost_.reads(ts);
+    return *this;
+  }
+  Kernel& writes(const at::Tensor& t) {
+    cost_.writes(t);
+    return *this;
+  }
+  Kernel& writes(at::TensorList ts) {
+    cost_.writes(ts);
+    return *this;
+  }
+  Kernel& ops(uint64_t n) {
+    cost_.ops(n);
+    return *this;
+  }
+  Kernel& ops(Engine engine, uint64_t n) {
+    cost_.ops(engine, n);
+    return *this;
+  }
+
+  // Inside run(): a fresh result of the CPU code as a tensor of this kernel's device (allocated
+  // in its HBM already, so usually without a copy), counted as written.
+  at::Tensor result(const at::Tensor& host_result) {
+    at::Tensor moved = move_to_hbm(host_result, device_);
+    cost_.writes(moved);
+    return moved;
+  }
+
+  template <class Body>
+  void run(Body&& body) {
+    launch_on(device_.index(), op_, kind_, cost_.work(), [&] {
+      const HostAllocationsInHbm results_in_hbm(device_.index());
+      body();
+    });
+  }
+
+  c10::Device device() const { return device_; }
+  Cost& cost() { return cost_; }
+
+ private:
+  const char* op_;
+  c10::Device device_;
+  LaunchKind kind_;
+  Cost cost_;
+};
+
+// Transitional: the pre-builder call form, kept only until every family file uses Kernel.
+struct KernelInfo {
+  const char* op;
+  uint64_t flops = 0;
+  uint64_t bytes = 0;
+  Engine engine = Engine::kVector;
+};
+template <class Body>
+void launch_kernel(c10::DeviceIndex device, const KernelInfo& info, Body&& body) {
+  nrtsim::Work work;
+  work[info.engine].ops = info.flops;
+  work[info.engine].bytes_read = info.bytes;
+  launch_on(device, info.op, LaunchKind::kKernel, work, std::forward<Body>(body));
 }
+inline uint64_t tensor_bytes(const at::Tensor& t) { return bytes_of_elements(t); }
 
 }  // namespace torch_neuronx

@@ -99,8 +99,11 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     if (event == nullptr) return;
     // The stream's later work is ordered after the event: with host-synchronous execution that
     // means waiting until the event's stream has reached it.
-    runtime_stream(stream);
-    static_cast<nrtsim::Event*>(event)->synchronize();
+    // On the simulated clock, the stream's later launches start no earlier than the event.
+    auto* runtime_event = static_cast<nrtsim::Event*>(event);
+    nrtsim::Stream& waiting = runtime_stream(stream);
+    runtime_event->synchronize();
+    runtime_event->block(waiting);
   }
 
   bool queryEvent(void* event) const override {

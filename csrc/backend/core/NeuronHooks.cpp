@@ -9,6 +9,7 @@
 #include "backend/core/CachingAllocator.h"
 #include "backend/core/Generator.h"
 #include "backend/core/HostAllocator.h"
+#include "backend/core/KernelLaunch.h"
 #include "backend/core/NeuronRuntime.h"
 
 namespace torch_neuronx {
@@ -57,10 +58,15 @@ struct NeuronHooks final : public at::PrivateUse1HooksInterface {
     c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
     const c10::DeviceGuard guard(storage.device());
     c10::DataPtr fresh = caching_allocator().allocate(new_bytes);
-    const size_t keep = std::min(new_bytes, impl->nbytes());
-    if (keep > 0 && impl->data() != nullptr) {
-      std::memcpy(fresh.get(), impl->data(), keep);
-    }
+    const size_t keep = impl->data() != nullptr ? std::min(new_bytes, impl->nbytes()) : 0;
+    // The old bytes move within HBM in the stream's order, as one launch: later kernels on the
+    // stream see the grown storage, earlier ones the old one.
+    nrtsim::Work work;
+    work[nrtsim::Engine::kDma].bytes_read = keep;
+    work[nrtsim::Engine::kDma].bytes_written = keep;
+    launch_on(storage.device().index(), "nrtsim::storage_resize", LaunchKind::kResize, work, [&] {
+      if (keep > 0) std::memcpy(fresh.get(), impl->data(), keep);
+    });
     impl->set_data_ptr_noswap(std::move(fresh));
     impl->set_nbytes(new_bytes);
   }

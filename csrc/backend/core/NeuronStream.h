@@ -16,5 +16,8 @@ c10::Stream new_stream(c10::DeviceIndex device, int priority);
 int stream_priority(const c10::Stream& stream);
 
 nrtsim::Stream& runtime_stream(const c10::Stream& stream);
+// The calling thread's current stream of `device` (a valid index, or -1 for the current device):
+// the launch path's lookup, without validation.
+nrtsim::Stream& current_stream_object(c10::DeviceIndex device);
 
 }  // namespace torch_neuronx

@@ -21,19 +21,19 @@ void non_finite_check_and_unscale_(at::TensorList grads, at::Tensor& found_inf,
                                    const at::Tensor& inv_scale) {
   constexpr const char* kOp = "aten::_amp_foreach_non_finite_check_and_unscale_";
   check_same_device(inv_scale, found_inf, kOp, "found_inf");
-  uint64_t bytes = 0, elements = 0;
+  uint64_t elements = 0;
   for (const auto& g : grads) {
     check_same_device(inv_scale, g, kOp, "a gradient");
-    bytes += 2 * tensor_bytes(g);
     elements += static_cast<uint64_t>(g.numel());
   }
-  launch_kernel(inv_scale.device().index(), KernelInfo{kOp, 2 * elements, bytes, Engine::kVector},
-                [&] {
-                  auto views = host_views(grads);
-                  at::Tensor found = host_view(found_inf);
-                  at::native::_amp_foreach_non_finite_check_and_unscale_cpu_(views, found,
-                                                                             host_view(inv_scale));
-                });
+  // A check and a multiply per element; every gradient is read and written back.
+  Kernel kernel(kOp, inv_scale.device(), Engine::kVector);
+  kernel.reads(grads).reads(inv_scale).reads(found_inf).writes(grads).writes(found_inf);
+  kernel.ops(2 * elements).run([&] {
+    auto views = host_views(grads);
+    at::Tensor found = host_view(found_inf);
+    at::native::_amp_foreach_non_finite_check_and_unscale_cpu_(views, found, host_view(inv_scale));
+  });
 }
 
 at::Tensor& update_scale_(at::Tensor& self, at::Tensor& growth_tracker, const at::Tensor& found_inf,
@@ -41,14 +41,14 @@ at::Tensor& update_scale_(at::Tensor& self, at::Tensor& growth_tracker, const at
   constexpr const char* kOp = "aten::_amp_update_scale_";
   check_same_device(self, growth_tracker, kOp, "growth_tracker");
   check_same_device(self, found_inf, kOp, "found_inf");
-  launch_kernel(self.device().index(), KernelInfo{kOp, 4, 3 * tensor_bytes(self), Engine::kScalar},
-                [&] {
-                  at::Tensor scale = host_view(self);
-                  at::Tensor tracker = host_view(growth_tracker);
-                  at::native::_amp_update_scale_cpu_(scale, tracker, host_view(found_inf),
-                                                     growth_factor, backoff_factor,
-                                                     growth_interval);
-                });
+  Kernel kernel(kOp, self.device(), Engine::kScalar);
+  kernel.reads(self).reads(growth_tracker).reads(found_inf).writes(self).writes(growth_tracker);
+  kernel.ops(4).run([&] {
+    at::Tensor scale = host_view(self);
+    at::Tensor tracker = host_view(growth_tracker);
+    at::native::_amp_update_scale_cpu_(scale, tracker, host_view(found_inf), growth_factor,
+                                       backoff_factor, growth_interval);
+  });
   return self;
 }
 

@@ -5,51 +5,31 @@
 // them. These kernels run ATen's CPU convolution on the device buffers, one launch each; on a
 // NeuronCore a convolution is a sequence of matmuls on the Tensor engine.
 #include <ATen/core/Tensor.h>
-#include <ATen/native/ConvUtils.h>
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
 #include "backend/core/HostView.h"
+#include "backend/core/FlopModels.h"
 #include "backend/core/KernelLaunch.h"
 
 namespace torch_neuronx {
 namespace {
 
-// 2 * multiply-adds: each output element (each input element, transposed) takes one per weight
-// element of its group.
-uint64_t conv_flops(const at::Tensor& input, const at::Tensor& weight, at::IntArrayRef padding,
-                    at::IntArrayRef stride, at::IntArrayRef dilation, bool transposed) {
-  if (weight.dim() != input.dim() || weight.size(0) == 0) return 0;
-  int64_t elements = input.numel();
-  if (!transposed) {
-    elements = 1;
-    for (int64_t size : at::native::conv_output_size(input.sizes(), weight.sizes(), padding,
-                                                     stride, dilation)) {
-      elements *= size;
-    }
-  }
-  return static_cast<uint64_t>(2 * elements * (weight.numel() / weight.size(0)));
-}
-
 at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight,
                        const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
                        at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
                        at::IntArrayRef output_padding, int64_t groups) {
-  const c10::DeviceGuard guard(input.device());
   at::Tensor output;
-  launch_kernel(input.device().index(),
-                KernelInfo{"aten::convolution_overrideable",
-                           conv_flops(input, weight, padding, stride, dilation, transposed),
-                           tensor_bytes(input) + tensor_bytes(weight), Engine::kTensor},
-                [&] {
-                  const HostAllocationsInHbm results_in_hbm(input.device().index());
-                  output = move_to_hbm(
-                      at::convolution(host_view(input), host_view(weight), host_view(bias), stride,
-                                      padding, dilation, transposed, output_padding, groups),
-                      input.device());
-                });
+  Kernel kernel("aten::convolution_overrideable", input.device(), Engine::kTensor);
+  kernel.reads(input).reads(weight).reads(bias);
+  kernel.ops(flops::convolution(input, weight, padding, stride, dilation, transposed));
+  kernel.run([&] {
+    output = kernel.result(at::convolution(host_view(input), host_view(weight), host_view(bias),
+                                           stride, padding, dilation, transposed, output_padding,
+                                           groups));
+  });
   return output;
 }
 
@@ -57,27 +37,24 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
     at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
     at::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> output_mask) {
-  const c10::DeviceGuard guard(input.device());
   // The bias has one element per output channel; its gradient sums grad_output over the rest.
   const int64_t out_channels = transposed ? weight.size(1) * groups : weight.size(0);
   const std::vector<int64_t> bias_sizes{out_channels};
   at::Tensor grad_input, grad_weight, grad_bias;
-  const uint64_t bytes = tensor_bytes(grad_output) + tensor_bytes(input) + tensor_bytes(weight);
-  launch_kernel(
-      input.device().index(),
-      KernelInfo{"aten::convolution_backward_overrideable",
-                 2 * conv_flops(input, weight, padding, stride, dilation, transposed), bytes,
-                 Engine::kTensor},
-      [&] {
-        const HostAllocationsInHbm results_in_hbm(input.device().index());
-        auto [gi, gw, gb] = at::convolution_backward(
-            host_view(grad_output), host_view(input), host_view(weight),
-            output_mask[2] ? at::OptionalIntArrayRef(bias_sizes) : std::nullopt, stride, padding,
-            dilation, transposed, output_padding, groups, output_mask);
-        grad_input = move_to_hbm(gi, input.device());
-        grad_weight = move_to_hbm(gw, input.device());
-        grad_bias = move_to_hbm(gb, input.device());
-      });
+  // The input gradient and the weight gradient are each a convolution's worth of multiply-adds.
+  const uint64_t one_pass = flops::convolution(input, weight, padding, stride, dilation, transposed);
+  Kernel kernel("aten::convolution_backward_overrideable", input.device(), Engine::kTensor);
+  kernel.reads(grad_output).reads(input).reads(weight);
+  kernel.ops((output_mask[0] ? one_pass : 0) + (output_mask[1] ? one_pass : 0));
+  kernel.run([&] {
+    auto [gi, gw, gb] = at::convolution_backward(
+        host_view(grad_output), host_view(input), host_view(weight),
+        output_mask[2] ? at::OptionalIntArrayRef(bias_sizes) : std::nullopt, stride, padding,
+        dilation, transposed, output_padding, groups, output_mask);
+    grad_input = kernel.result(gi);
+    grad_weight = kernel.result(gw);
+    grad_bias = kernel.result(gb);
+  });
   return {grad_input, grad_weight, grad_bias};
 }
 

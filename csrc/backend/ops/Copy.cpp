@@ -7,7 +7,6 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
-#include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
 #include "backend/core/HostView.h"
@@ -40,6 +39,15 @@ nrtsim::CopyKind kind_of(const at::Tensor& src, const at::Tensor& dst) {
   return is_neuron(dst) ? nrtsim::CopyKind::kHostToDevice : nrtsim::CopyKind::kDeviceToHost;
 }
 
+LaunchKind launch_kind_of(nrtsim::CopyKind kind) {
+  switch (kind) {
+    case nrtsim::CopyKind::kHostToDevice: return LaunchKind::kCopyHostToDevice;
+    case nrtsim::CopyKind::kDeviceToHost: return LaunchKind::kCopyDeviceToHost;
+    case nrtsim::CopyKind::kDeviceToDevice: return LaunchKind::kCopyDeviceToDevice;
+  }
+  return LaunchKind::kCopyDeviceToDevice;
+}
+
 at::Tensor as_host(const at::Tensor& t) { return is_neuron(t) ? host_view(t) : t; }
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
@@ -60,19 +68,21 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
 
   // The copy runs in the stream order of the device it writes (or reads, for device->host).
   const at::Tensor& device_side = is_neuron(dst) ? dst : self;
-  const c10::DeviceGuard guard(device_side.device());
-  const uint64_t bytes = tensor_bytes(dst);
+  const c10::DeviceIndex device = device_side.device().index();
+  const nrtsim::CopyKind kind = kind_of(self, dst);
 
   if (same_dense_layout(self, dst)) {
-    nrtsim::Stream& stream = current_runtime_stream(device_side.device().index());
+    nrtsim::Stream& stream = current_runtime_stream(device);
+    const CurrentDeviceScope scope(device);
     runtime_call([&] {
-      nrtsim::copy(stream, span_start(dst), span_start(self), bytes, kind_of(self, dst),
+      nrtsim::copy(stream, span_start(dst), span_start(self), bytes_of_elements(dst), kind,
                    kCopyOp);
     });
     return dst;
   }
-  launch_kernel(device_side.device().index(), KernelInfo{kCopyOp, 0, bytes, Engine::kDma},
-                [&] { as_host(dst).copy_(as_host(self)); });
+  // A strided DMA (with dtype conversion, broadcasting): what it reads and writes, by direction.
+  Kernel kernel(kCopyOp, device_side.device(), Engine::kDma, launch_kind_of(kind));
+  kernel.reads(self).writes(dst).run([&] { as_host(dst).copy_(as_host(self)); });
   return dst;
 }
 

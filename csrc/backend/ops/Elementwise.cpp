@@ -9,18 +9,14 @@
 #include <ATen/ops/sub_cpu_dispatch.h>
 #include <torch/library.h>
 
+#include "backend/core/HostMath.h"
 #include "backend/core/HostMathKernel.h"
 
 namespace torch_neuronx {
 namespace {
 
-constexpr OpFamily kVectorElementwise{"elementwise", nrtsim::Engine::kVector, &flops_per_element};
-constexpr OpFamily kScalarElementwise{"activation", nrtsim::Engine::kScalar, &flops_per_element};
-
-KernelInfo elementwise(const char* op, const at::Tensor& out) {
-  return KernelInfo{op, static_cast<uint64_t>(out.numel()), 3 * tensor_bytes(out),
-                    nrtsim::Engine::kVector};
-}
+constexpr OpFamily kVectorElementwise{"elementwise", nrtsim::Engine::kVector, &flops::per_element};
+constexpr OpFamily kScalarElementwise{"activation", nrtsim::Engine::kScalar, &flops::per_element};
 
 // The four arithmetic ops, unboxed, functional and out= forms: they run on every small tensor of
 // every model, and the boxed path's argument stack would dominate their cost. The functional form
@@ -28,13 +24,13 @@ KernelInfo elementwise(const char* op, const at::Tensor& out) {
 template <class Compute>
 at::Tensor& binary_out(const char* op, const at::Tensor& self, const at::Tensor& other,
                        at::Tensor& out, Compute&& compute) {
-  return host_math_out(elementwise(op, out), out, compute, self, other);
+  return host_math_out({op, Engine::kVector}, out, compute, self, other);
 }
 
 template <class Compute>
 at::Tensor binary(const char* op, const at::Tensor& self, const at::Tensor& other, Compute&& compute) {
   const bool self_on_neuron = self.device().type() == c10::DeviceType::PrivateUse1;
-  return host_math(elementwise(op, self), self_on_neuron ? self.device() : other.device(), compute,
+  return host_math({op, Engine::kVector}, self_on_neuron ? self.device() : other.device(), compute,
                    self, other);
 }
 

@@ -6,27 +6,25 @@
 #include <torch/library.h>
 
 #include "backend/core/HostMathKernel.h"
+#include "backend/core/KernelLaunch.h"
 
 namespace torch_neuronx {
 namespace {
 
-constexpr OpFamily kIndexing{"indexing", nrtsim::Engine::kGpSimd, &flops_none};
+constexpr OpFamily kIndexing{"indexing", nrtsim::Engine::kGpSimd, &flops::none};
 
 // histc of integer tensors, as CUDA has it (transformers' MoE routing counts tokens per expert
 // with histc on integer expert ids off the CPU); CPU's kernel has floating types only. Integers are
 // counted in float64 and the counts returned in the input's dtype, as CUDA returns them.
 at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, const at::Scalar& max) {
   at::Tensor out;
-  const c10::DeviceIndex device = self.device().index();
-  const CurrentDeviceScope scope(device);
-  launch_kernel(device, KernelInfo{"aten::histc", static_cast<uint64_t>(self.numel()),
-                                   tensor_bytes(self), nrtsim::Engine::kGpSimd},
-                [&] {
-                  at::Tensor values = host_view(self);
-                  const bool integral = c10::isIntegralType(self.scalar_type(), /*includeBool=*/true);
-                  at::Tensor counts = at::histc(integral ? values.to(at::kDouble) : values, bins, min, max);
-                  out = move_to_hbm(integral ? counts.to(self.scalar_type()) : counts, self.device());
-                });
+  Kernel kernel("aten::histc", self.device(), Engine::kGpSimd);
+  kernel.reads(self).ops(flops::elementwise(self)).run([&] {
+    at::Tensor values = host_view(self);
+    const bool integral = c10::isIntegralType(self.scalar_type(), /*includeBool=*/true);
+    at::Tensor counts = at::histc(integral ? values.to(at::kDouble) : values, bins, min, max);
+    out = kernel.result(integral ? counts.to(self.scalar_type()) : counts);
+  });
   return out;
 }
 

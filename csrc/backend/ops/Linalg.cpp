@@ -5,29 +5,12 @@
 // buffers is the kernel. On a NeuronCore these are matrix products: the Tensor engine.
 #include <torch/library.h>
 
-#include <algorithm>
-
 #include "backend/core/HostMathKernel.h"
 
 namespace torch_neuronx {
 namespace {
 
-// A factorization of an m x n matrix costs about m * n * min(m, n) multiply-adds, per matrix of
-// the batch; the largest tensor argument stands for the problem.
-uint64_t flops_factorization(const c10::FunctionSchema&, KernelArgs args) {
-  uint64_t largest = 0;
-  for (const auto& a : args) {
-    if (!a.isTensor() || !a.toTensor().defined() || a.toTensor().dim() < 2) continue;
-    const at::Tensor& t = a.toTensor();
-    const int64_t m = t.size(-2);
-    const int64_t n = t.size(-1);
-    const int64_t batch = t.numel() / std::max<int64_t>(m * n, 1);
-    largest = std::max<uint64_t>(largest, 2 * batch * m * n * std::min(m, n));
-  }
-  return largest;
-}
-
-constexpr OpFamily kLinalg{"linalg", nrtsim::Engine::kTensor, &flops_factorization};
+constexpr OpFamily kLinalg{"linalg", nrtsim::Engine::kTensor, &flops::factorization};
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   register_host_math_ops(m, kLinalg, {

@@ -8,7 +8,7 @@
 namespace torch_neuronx {
 namespace {
 
-constexpr OpFamily kMatmul{"matmul", nrtsim::Engine::kTensor, &flops_matmul};
+constexpr OpFamily kMatmul{"matmul", nrtsim::Engine::kTensor, &flops::matmul_by_schema};
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   register_host_math_ops(m, kMatmul, {

@@ -7,7 +7,7 @@
 namespace torch_neuronx {
 namespace {
 
-constexpr OpFamily kLoss{"loss", nrtsim::Engine::kVector, &flops_per_element};
+constexpr OpFamily kLoss{"loss", nrtsim::Engine::kVector, &flops::per_element};
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   register_host_math_ops(m, kLoss, {

@@ -7,7 +7,7 @@
 namespace torch_neuronx {
 namespace {
 
-constexpr OpFamily kOptimizer{"optimizer", nrtsim::Engine::kVector, &flops_per_element,
+constexpr OpFamily kOptimizer{"optimizer", nrtsim::Engine::kVector, &flops::per_element,
                                /*composite_explicit_cpu=*/true};
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -12,6 +12,7 @@
 
 #include "backend/core/Generator.h"
 #include "backend/core/HostView.h"
+#include "backend/core/FlopModels.h"
 #include "backend/core/KernelLaunch.h"
 
 namespace torch_neuronx {
@@ -24,13 +25,12 @@ at::Tensor& random_fill(at::Tensor& self, const OptGen& generator, const char* o
   if (self.numel() == 0) return self;
   at::Generator host =
       host_generator_for(generator, self.device().index(), static_cast<uint64_t>(self.numel()));
-  launch_kernel(self.device().index(),
-                KernelInfo{op, static_cast<uint64_t>(self.numel()), tensor_bytes(self),
-                           Engine::kGpSimd},
-                [&] {
-                  at::Tensor view = host_view(self);
-                  fill(view, host);
-                });
+  // One draw per element, generated on GpSimd (its PRNG), written once.
+  Kernel kernel(op, self.device(), Engine::kGpSimd);
+  kernel.writes(self).ops(flops::elementwise(self)).run([&] {
+    at::Tensor view = host_view(self);
+    fill(view, host);
+  });
   return self;
 }
 
@@ -99,16 +99,14 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
   const double scale = keep == 0. ? 0. : 1. / keep;
   at::Generator host = host_generator_for(std::nullopt, input.device().index(),
                                           static_cast<uint64_t>(input.numel()));
-  launch_kernel(input.device().index(),
-                KernelInfo{"aten::native_dropout", 2 * static_cast<uint64_t>(input.numel()),
-                           tensor_bytes(input) + tensor_bytes(output) + tensor_bytes(mask),
-                           Engine::kGpSimd},
-                [&] {
-                  at::Tensor mask_view = host_view(mask);
-                  mask_view.bernoulli_(keep, host);
-                  at::Tensor output_view = host_view(output);
-                  at::mul_out(output_view, host_view(input), mask_view).mul_(scale);
-                });
+  // A draw and a multiply per element.
+  Kernel kernel("aten::native_dropout", input.device(), Engine::kGpSimd);
+  kernel.reads(input).writes(output).writes(mask).ops(2 * flops::elementwise(input)).run([&] {
+    at::Tensor mask_view = host_view(mask);
+    mask_view.bernoulli_(keep, host);
+    at::Tensor output_view = host_view(output);
+    at::mul_out(output_view, host_view(input), mask_view).mul_(scale);
+  });
   return {output, mask};
 }
 

@@ -5,31 +5,32 @@
 #include <ATen/ops/sum_cpu_dispatch.h>
 #include <torch/library.h>
 
+#include "backend/core/HostMath.h"
 #include "backend/core/HostMathKernel.h"
 
 namespace torch_neuronx {
 namespace {
 
-constexpr OpFamily kReduction{"reduction", nrtsim::Engine::kVector, &flops_per_element};
-constexpr OpFamily kSort{"sort", nrtsim::Engine::kGpSimd, &flops_per_element};
+constexpr OpFamily kReduction{"reduction", nrtsim::Engine::kVector, &flops::per_element};
+constexpr OpFamily kSort{"sort", nrtsim::Engine::kGpSimd, &flops::per_element};
 
-KernelInfo reduction(const char* op, const at::Tensor& self) {
-  return KernelInfo{op, static_cast<uint64_t>(self.numel()), tensor_bytes(self),
-                    nrtsim::Engine::kVector};
+// A reduction does one operation per input element.
+constexpr HostMathOp reduction(const char* op) {
+  return HostMathOp{op, Engine::kVector, HostMathOp::OpsPer::kInputElement};
 }
 
 // sum and mean, unboxed: loss scalars, norms and statistics reduce small tensors all the time.
 at::Tensor& sum_out(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                     std::optional<at::ScalarType> dtype, at::Tensor& out) {
   return host_math_out(
-      reduction("aten::sum.IntList_out", self), out,
+      reduction("aten::sum.IntList_out"), out,
       [&](at::Tensor& o, const at::Tensor& a) { at::cpu::sum_outf(a, dim, keepdim, dtype, o); },
       self);
 }
 at::Tensor& mean_out(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                      std::optional<at::ScalarType> dtype, at::Tensor& out) {
   return host_math_out(
-      reduction("aten::mean.out", self), out,
+      reduction("aten::mean.out"), out,
       [&](at::Tensor& o, const at::Tensor& a) { at::cpu::mean_outf(a, dim, keepdim, dtype, o); },
       self);
 }
@@ -37,7 +38,7 @@ at::Tensor& mean_out(const at::Tensor& self, at::OptionalIntArrayRef dim, bool k
 at::Tensor sum(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                std::optional<at::ScalarType> dtype) {
   return host_math(
-      reduction("aten::sum.dim_IntList", self), self.device(),
+      reduction("aten::sum.dim_IntList"), self.device(),
       [&](const at::Tensor& a) { return at::cpu::sum(a, dim, keepdim, dtype); }, self);
 }
 at::Tensor sum_all(const at::Tensor& self, std::optional<at::ScalarType> dtype) {
@@ -46,7 +47,7 @@ at::Tensor sum_all(const at::Tensor& self, std::optional<at::ScalarType> dtype) 
 at::Tensor mean(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                 std::optional<at::ScalarType> dtype) {
   return host_math(
-      reduction("aten::mean.dim", self), self.device(),
+      reduction("aten::mean.dim"), self.device(),
       [&](const at::Tensor& a) { return at::cpu::mean(a, dim, keepdim, dtype); }, self);
 }
 

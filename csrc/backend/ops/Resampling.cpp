@@ -8,7 +8,7 @@
 namespace torch_neuronx {
 namespace {
 
-constexpr OpFamily kResampling{"resampling", nrtsim::Engine::kVector, &flops_per_element};
+constexpr OpFamily kResampling{"resampling", nrtsim::Engine::kVector, &flops::per_element};
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   register_host_math_ops(m, kResampling, {

@@ -12,9 +12,12 @@ namespace {
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(),
               " elements cannot be converted to Scalar");
-  // The read waits for every kernel queued before it on the current stream.
-  current_runtime_stream(self.device().index()).synchronize();
-  return at::_local_scalar_dense(host_view(self));
+  // The read is a launch on the current stream, so it comes after every kernel queued before it:
+  // one element over the host link.
+  at::Scalar value;
+  Kernel kernel("aten::_local_scalar_dense", self.device(), Engine::kDma, LaunchKind::kScalarRead);
+  kernel.reads(self).run([&] { value = at::_local_scalar_dense(host_view(self)); });
+  return value;
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -13,7 +13,9 @@
 #include "backend/core/NeuronRuntime.h"
 #include "backend/core/NeuronStream.h"
 #include "backend/core/OpTracking.h"
-#include "runtime/KernelLaunch.h"
+#include "runtime/EngineModel.h"
+#include "runtime/Event.h"
+#include "runtime/LaunchTotals.h"
 
 namespace py = pybind11;
 
@@ -120,6 +122,19 @@ PYBIND11_MODULE(_C, m) {
     const c10::Event& end_event = reinterpret_cast<THPEvent*>(end.ptr())->event;
     return start_event.elapsedTime(end_event);
   });
+  // Host wall time between two recorded neuron events (elapsed_time gives modelled device time).
+  m.def("_event_host_elapsed_time", [](py::handle start, py::handle end) {
+    TORCH_CHECK(THPEvent_Check(start.ptr()) && THPEvent_Check(end.ptr()),
+                "host_elapsed_time: expected two torch.Event objects");
+    const c10::Event& s = reinterpret_cast<THPEvent*>(start.ptr())->event;
+    const c10::Event& e = reinterpret_cast<THPEvent*>(end.ptr())->event;
+    TORCH_CHECK(s.eventId() != nullptr && e.eventId() != nullptr,
+                "host_elapsed_time: both events must be recorded first");
+    return runtime_call([&] {
+      return static_cast<nrtsim::Event*>(s.eventId())
+          ->host_elapsed_ms(*static_cast<nrtsim::Event*>(e.eventId()));
+    });
+  });
   m.def("_stream_priority", [](int device, int64_t stream_id) {
     return stream_priority(c10::Stream(c10::Stream::UNSAFE,
                                        c10::Device(c10::DeviceType::PrivateUse1,
@@ -132,16 +147,62 @@ PYBIND11_MODULE(_C, m) {
   m.def("_clear_op_tracking", &clear_op_tracking);
   m.def("_kernel_trace", [] {
     py::list rows;
-    for (const auto& row : nrtsim::ExecutionTrace::global().snapshot()) {
+    for (const auto& row : kernel_totals().snapshot()) {
       py::dict d;
       d["op"] = row.op;
+      d["kind"] = nrtsim::launch_kind_name(row.kind);
       d["engine"] = nrtsim::engine_name(row.engine);
       d["launches"] = row.launches;
-      d["flops"] = row.flops;
-      d["bytes"] = row.bytes;
-      d["host_ns"] = row.host_nanoseconds;
+      py::dict ops;
+      for (nrtsim::Engine e : nrtsim::kAllEngines) ops[nrtsim::engine_name(e)] = row.ops[nrtsim::index_of(e)];
+      d["ops"] = ops;
+      d["flops"] = row.ops[nrtsim::index_of(nrtsim::Engine::kTensor)];
+      d["bytes_read"] = row.bytes_read;
+      d["bytes_written"] = row.bytes_written;
+      d["bytes"] = row.bytes_read + row.bytes_written;
+      d["host_ns"] = row.host_ns;
+      d["sim_ns"] = row.sim_ns;
       rows.append(d);
     }
     return rows;
+  });
+  m.def("_clear_kernel_trace", [] { kernel_totals().clear(); });
+  m.def("_set_engine_model_path", [](const std::string& path) {
+    nrtsim::set_default_engine_model_path(path);
+  });
+  m.def("_engine_model_path", &nrtsim::default_engine_model_path);
+  // The simulated clock of a device: where it stands and how long each engine has been busy.
+  m.def("_simulated_time", [](int device) {
+    nrtsim::NeuronCore& c = core(static_cast<c10::DeviceIndex>(device));
+    py::dict busy;
+    const auto totals = c.clock().busy_totals_ns();
+    for (nrtsim::Engine e : nrtsim::kAllEngines) busy[nrtsim::engine_name(e)] = totals[nrtsim::index_of(e)];
+    py::dict d;
+    d["now_ns"] = c.clock().now_ns();
+    d["busy_ns"] = busy;
+    return d;
+  });
+  // The core model a device's clock uses (rates per logical core), for reports and tests.
+  m.def("_core_model", [](int device) {
+    const nrtsim::CoreModel& model = core(static_cast<c10::DeviceIndex>(device)).clock().model();
+    py::dict d;
+    d["neuroncore"] = model.spec().neuroncore;
+    d["lnc"] = model.lnc();
+    d["tensor_flops_per_ns"] = py::dict(
+        py::arg("fp32") = model.tensor_flops_per_ns(nrtsim::Precision::kFp32),
+        py::arg("bf16") = model.tensor_flops_per_ns(nrtsim::Precision::kBf16),
+        py::arg("fp8") = model.tensor_flops_per_ns(nrtsim::Precision::kFp8));
+    py::dict elements;
+    for (nrtsim::Engine e : {nrtsim::Engine::kVector, nrtsim::Engine::kScalar, nrtsim::Engine::kGpSimd}) {
+      elements[nrtsim::engine_name(e)] = py::dict(
+          py::arg("fp32") = model.elements_per_ns(e, nrtsim::Precision::kFp32),
+          py::arg("bf16") = model.elements_per_ns(e, nrtsim::Precision::kBf16));
+    }
+    d["elements_per_ns"] = elements;
+    d["hbm_bytes_per_ns"] = model.hbm_bytes_per_ns();
+    d["host_link_bytes_per_ns"] = model.host_link_bytes_per_ns();
+    d["kernel_launch_ns"] = model.fixed_cost_ns(nrtsim::LaunchKind::kKernel);
+    d["copy_launch_ns"] = model.fixed_cost_ns(nrtsim::LaunchKind::kCopyHostToDevice);
+    return d;
   });
 }

@@ -1,0 +1,41 @@
+#include "runtime/SimClock.h"
+
+#include <algorithm>
+
+namespace nrtsim {
+
+void SimClock::schedule(LaunchRecord& record, double& stream_cursor, double host_exclusive_ns) {
+  const std::array<double, kEngineCount> busy = model_.busy_ns(record.work, record.kind);
+  double duration = model_.duration_ns(busy, record.kind);
+  if (record.kind == LaunchKind::kHostFallback) duration += host_exclusive_ns;
+  const double fixed = model_.fixed_cost_ns(record.kind);
+
+  std::lock_guard<std::mutex> lock(mutex_);
+  double begin = stream_cursor;
+  for (size_t e = 0; e < kEngineCount; ++e) {
+    if (busy[e] > 0) begin = std::max(begin, free_at_ns_[e]);
+  }
+  for (size_t e = 0; e < kEngineCount; ++e) {
+    if (busy[e] > 0) {
+      free_at_ns_[e] = begin + fixed + busy[e];
+      busy_total_ns_[e] += busy[e];
+    }
+  }
+  record.sim_begin_ns = begin;
+  record.sim_end_ns = begin + duration;
+  record.engine_busy_ns = busy;
+  stream_cursor = record.sim_end_ns;
+  now_ns_ = std::max(now_ns_, record.sim_end_ns);
+}
+
+double SimClock::now_ns() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return now_ns_;
+}
+
+std::array<double, kEngineCount> SimClock::busy_totals_ns() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return busy_total_ns_;
+}
+
+}  // namespace nrtsim
