@@ -87,6 +87,7 @@ from torch_neuronx.neuron import (  # noqa: E402,F401
     stream,
     synchronize,
 )
+from torch_neuronx._clock import core_model, simulated_time  # noqa: E402,F401
 from torch_neuronx._tracking import (  # noqa: E402,F401
     clear_op_tracking,
     get_executed_ops,
@@ -119,6 +120,8 @@ __all__ = [
     "is_available",
     "is_neuron_runtime_initialized",
     "clear_kernel_trace",
+    "core_model",
+    "simulated_time",
     "kernel_trace",
     "max_memory_allocated",
     "max_memory_reserved",

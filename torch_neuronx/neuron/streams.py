@@ -82,10 +82,17 @@ class Event(torch.Event):
         super().wait(current_stream() if stream is None else stream)
 
     def elapsed_time(self, end_event: torch.Event) -> float:
-        """Milliseconds from this event to `end_event`; both need enable_timing=True."""
+        """Milliseconds from this event to `end_event` on the simulated Trainium clock: the time
+        the work between them would take on a NeuronCore, as the engine model says. Both events
+        need enable_timing=True. :meth:`host_elapsed_time` gives the host's wall time."""
         # torch.Event.elapsed_time accepts only an exact torch.Event as the end event (it compares
         # the Python type, not isinstance), so it would reject this subclass.
         return _C._event_elapsed_time(self, end_event)
+
+    def host_elapsed_time(self, end_event: torch.Event) -> float:
+        """Milliseconds of host wall time from this event to `end_event` (what the simulator
+        itself took to get from one to the other)."""
+        return _C._event_host_elapsed_time(self, end_event)
 
     def __repr__(self) -> str:
         return f"<torch.neuron.Event {'timing' if self.enable_timing else 'no timing'}>"
