@@ -57,8 +57,9 @@ def train(device: str):
 
 def main():
     print(f"torch {torch.__version__}; accelerator: {torch.accelerator.current_accelerator()}")
-    print(f"neuron devices: {torch.neuron.device_count()} x {torch.neuron.get_device_name(0)} "
-          f"({torch.neuron.get_device_properties(0).total_memory / 2**30:.0f} GiB HBM each)")
+    props = torch.neuron.get_device_properties(0)
+    print(f"neuron devices: {torch.neuron.device_count()} x {props.name} "
+          f"({props.total_memory / 2**30:.0f} GiB HBM each)")
 
     neuron_losses, neuron_acc, neuron_time = train("neuron")
     cpu_losses, cpu_acc, cpu_time = train("cpu")

@@ -64,15 +64,16 @@ Topology Topology::build(const TopologyConfig& config) {
   } else {
     for (int i = 0; i < total; ++i) selected.push_back(i);
   }
-  // No preset exceeds the limit today (the 48xlarge instances have exactly 128 logical cores at
-  // LNC=1); this keeps a larger one from wrapping PyTorch's int8 device index.
+  // The 48xlarge instances at LNC=1 have 128 logical cores: one more than a process can use.
   if (static_cast<int>(selected.size()) > kMaxDevicesPerProcess) {
     throw Error(ErrorCode::kConfiguration,
                 "this process would see " + std::to_string(selected.size()) +
-                    " logical NeuronCores" + where + ", but PyTorch addresses at most " +
+                    " logical NeuronCores" + where + ", but PyTorch counts a process's devices "
+                    "in a signed byte and so addresses at most " +
                     std::to_string(kMaxDevicesPerProcess) +
                     " devices per process; select fewer with NEURON_RT_VISIBLE_CORES or "
-                    "NEURON_RT_NUM_CORES (one process per chip or per core is usual)");
+                    "NEURON_RT_NUM_CORES (one process per chip or per core is usual; to use every "
+                    "core, give the processes disjoint sets, e.g. 0-63 and 64-127)");
   }
 
   const uint64_t capacity = config.hbm_bytes.value_or(chip.hbm_bytes / per_chip);

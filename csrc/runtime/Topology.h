@@ -50,9 +50,10 @@ class Topology {
   std::vector<LogicalCore> cores_;
 };
 
-// PyTorch's c10::DeviceIndex is an int8, so device indices run from 0 to 127: a process can
-// address at most 128 cores, as many as the largest instances have logical cores at LNC=1
-// (trn2.48xlarge, trn3.48xlarge: neuron:0 to neuron:127, as TorchNeuron exposes them).
-inline constexpr int kMaxDevicesPerProcess = 128;
+// PyTorch counts a process's devices in a c10::DeviceIndex, an int8: at most 127. Index 127 would
+// fit, but not a count of 128, and PyTorch sizes per-device tables by that count (autograd's
+// caller streams, its device threads): a 128th device would be read past their end. CUDA refuses
+// more than 127 devices for the same reason.
+inline constexpr int kMaxDevicesPerProcess = 127;
 
 }  // namespace nrtsim

@@ -157,19 +157,11 @@ def test_instance_presets(python_subprocess, instance, count, chip, memory, capa
     assert r["last_device_ok"]
 
 
-def test_trn2_48xlarge_lnc1_sees_all_128_cores(python_subprocess):
-    # 128 logical cores, neuron:0 to neuron:127: exactly the range of PyTorch's int8 device index.
-    r = topology(python_subprocess, NRTSIM_INSTANCE="trn2.48xlarge", NEURON_LOGICAL_NC_CONFIG="1",
-                 NRTSIM_HBM_BYTES="64MiB")
-    assert r["count"] == 128 and r["available"] is True
-    # PyTorch's own count is an int8 too: it stops at 127 (docs/compatibility.md).
-    assert r["accelerator_count"] == 127
-    assert r["logical_cores_on_instance"] == 128
-    assert r["logical_ids"] == list(range(128))
-    assert r["chip_index"] == [i // 8 for i in range(128)]
-    assert r["physical_cores"] == [[i] for i in range(128)]
-    assert r["total_memory"] == [64 * MiB]
-    assert r["last_device_ok"]
+def test_trn2_48xlarge_lnc1_exceeds_pytorch_device_limit(python_subprocess):
+    # 128 logical cores, but PyTorch counts a process's devices in an int8: at most 127.
+    r = topology(python_subprocess, NRTSIM_INSTANCE="trn2.48xlarge", NEURON_LOGICAL_NC_CONFIG="1")
+    assert r["count"] == 0 and r["available"] is False
+    assert "128" in r["why"] and "at most 127" in r["why"] and "NEURON_RT_VISIBLE_CORES" in r["why"]
 
 
 def test_trn2_48xlarge_lnc1_one_chip_of_cores(python_subprocess):

@@ -143,34 +143,38 @@ TEST(Topology, Trn2_48xlargeHas64LogicalCores) {
   EXPECT_EQ(topo.core(63).hbm_capacity, 24 * kGiB);
 }
 
-TEST(Topology, Lnc1OnTrn2_48xlargeHasAll128LogicalCores) {
-  // 0..127 is exactly the range of PyTorch's int8 device index: every core is addressable.
-  EXPECT_EQ(nrtsim::kMaxDevicesPerProcess, 128);
+TEST(Topology, Lnc1On48xlargeExceedsTheDeviceLimit) {
+  // 128 logical cores: index 127 would fit PyTorch's int8 device index, a count of 128 does not.
+  EXPECT_EQ(nrtsim::kMaxDevicesPerProcess, 127);
   for (const char* instance : {"trn2.48xlarge", "trn3.48xlarge"}) {
     TopologyConfig config;
     config.instance = instance;
     config.lnc = 1;
-    const Topology topo = Topology::build(config);
-    EXPECT_EQ(topo.logical_cores_on_instance(), 128) << instance;
-    ASSERT_EQ(topo.device_count(), 128) << instance;
-    EXPECT_EQ(topo.core(127).logical_id, 127) << instance;
-    EXPECT_EQ(topo.core(127).chip, 15) << instance;
-    EXPECT_EQ(topo.core(127).physical_cores, (std::vector<int>{127})) << instance;
-    error_message(ErrorCode::kInvalidDevice, [&] { topo.core(128); });
+    const std::string message =
+        error_message(ErrorCode::kConfiguration, [&] { Topology::build(config); });
+    EXPECT_NE(message.find("would see 128 logical NeuronCores"), std::string::npos) << message;
+    EXPECT_NE(message.find("at most 127"), std::string::npos) << message;
+    EXPECT_NE(message.find("NEURON_RT_VISIBLE_CORES"), std::string::npos) << message;
   }
 }
 
-TEST(Topology, EveryPresetFitsPyTorchsDeviceIndex) {
-  // The device limit is never what stops a preset: at its smallest LNC (the most logical cores)
-  // every instance nrtsim knows fits in 0..127.
+TEST(Topology, EveryPresetFitsOrIsRejectedByTheDeviceLimitAlone) {
+  // At every valid LNC a preset either gives the process all its logical cores or is refused
+  // only for having more than PyTorch can count: never a silently smaller or larger set.
   for (const auto& preset : nrtsim::all_presets()) {
     for (int lnc : preset.chip.valid_lnc) {
       TopologyConfig config;
       config.instance = preset.name;
       config.lnc = lnc;
-      const Topology topo = Topology::build(config);
-      EXPECT_LE(topo.device_count(), nrtsim::kMaxDevicesPerProcess) << preset.name;
-      EXPECT_EQ(topo.device_count(), topo.logical_cores_on_instance()) << preset.name;
+      const int logical = preset.physical_cores() / lnc;
+      if (logical <= nrtsim::kMaxDevicesPerProcess) {
+        EXPECT_EQ(Topology::build(config).device_count(), logical) << preset.name << " " << lnc;
+      } else {
+        EXPECT_EQ(logical, 128) << preset.name;
+        const std::string message =
+            error_message(ErrorCode::kConfiguration, [&] { Topology::build(config); });
+        EXPECT_NE(message.find("at most 127"), std::string::npos) << message;
+      }
     }
   }
 }
@@ -187,10 +191,17 @@ TEST(Topology, Lnc1OnTrn2_48xlargeWithASubsetIsFine) {
   EXPECT_EQ(topo.core(0).physical_cores, (std::vector<int>{8}));
   EXPECT_EQ(topo.core(0).hbm_capacity, 12 * kGiB);
 
+  // The last logical core is usable: as one of at most 127 in this process.
+  config.visible_cores = "1-127";
+  const Topology upper = Topology::build(config);
+  ASSERT_EQ(upper.device_count(), 127);
+  EXPECT_EQ(upper.core(126).logical_id, 127);
+  EXPECT_EQ(upper.core(126).physical_cores, (std::vector<int>{127}));
+
   config.visible_cores.reset();
+  config.num_cores = 127;
+  EXPECT_EQ(Topology::build(config).device_count(), 127);
   config.num_cores = 128;
-  EXPECT_EQ(Topology::build(config).device_count(), 128);
-  config.num_cores = 129;
   error_message(ErrorCode::kConfiguration, [&] { Topology::build(config); });
 }
 

@@ -2,8 +2,6 @@
 
 #include <c10/util/Exception.h>
 
-#include <algorithm>
-#include <limits>
 #include <string>
 
 namespace torch_neuronx {
@@ -31,18 +29,13 @@ nrtsim::NeuronCore& core(c10::DeviceIndex index) {
 }
 
 c10::DeviceIndex device_count() noexcept {
-  // PyTorch counts devices in a c10::DeviceIndex (int8). 128 visible cores (trn2.48xlarge at
-  // LNC=1) are all addressable, neuron:0 to neuron:127, but their count is not representable:
-  // PyTorch's own interfaces (hooks, guard, torch.accelerator.device_count) get 127, rather than
-  // a wrapped -128. Index checks and torch.neuron.device_count() use the runtime's real count.
-  constexpr int kMaxCount = std::numeric_limits<c10::DeviceIndex>::max();
-  return static_cast<c10::DeviceIndex>(std::min(nrtsim::Runtime::visible_device_count(), kMaxCount));
+  return static_cast<c10::DeviceIndex>(nrtsim::Runtime::visible_device_count());
 }
 
 c10::DeviceIndex current_device() { return t_current_device; }
 
 void check_device_index(c10::DeviceIndex index) {
-  const int count = nrtsim::Runtime::visible_device_count();  // not device_count(): may be 128
+  const int count = device_count();
   if (count == 0) {
     const std::string why = nrtsim::Runtime::configuration_error();
     TORCH_CHECK(false, "no neuron device is available",

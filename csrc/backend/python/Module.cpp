@@ -48,8 +48,7 @@ PYBIND11_MODULE(_C, m) {
   using namespace torch_neuronx;
   m.doc() = "torch_neuronx native extension: PyTorch integration over the nrtsim runtime";
 
-  // The runtime's count, not device_count(): that is capped at 127 for PyTorch's int8 interfaces.
-  m.def("_device_count", [] { return nrtsim::Runtime::visible_device_count(); });
+  m.def("_device_count", [] { return static_cast<int>(device_count()); });
   m.def("_configuration_error", [] { return nrtsim::Runtime::configuration_error(); });
   m.def("_is_initialized", [] { return nrtsim::Runtime::is_initialized(); });
   m.def("_in_bad_fork", [] { return nrtsim::Runtime::in_forked_child(); });
