@@ -25,7 +25,12 @@ import torch
 from datasets import Dataset
 from peft import LoraConfig
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import (
+    AutoModelForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+)
 from trl import SFTConfig, SFTTrainer
 
 DATA = Path(__file__).parent / "data" / "tiny_facts.txt"
@@ -69,7 +74,11 @@ def build_model(tokenizer: PreTrainedTokenizerFast) -> LlamaForCausalLM:
         # low-rank adapter barely moves; a wider init gives LoRA something to steer.
         initializer_range=0.2,
     )
-    return LlamaForCausalLM(config).to(torch.bfloat16)
+    # Built in bfloat16 rather than built in float32 and cast with .to(bfloat16): a cast also
+    # rounds the rotary embedding's float32 frequencies (a non-persistent buffer, never saved),
+    # so the trained model would run on bf16-rounded frequencies (up to 2e-4 off) while every
+    # reload of the checkpoint recomputes them in float32 -- different logits from the same files.
+    return AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
 
 
 def main(argv=None) -> dict:
