@@ -202,6 +202,28 @@ def test_cpp_paths_raise_runtime_error_with_the_same_message(default_topology, c
     assert torch.neuron.current_device() == 0
 
 
+@pytest.mark.parametrize(
+    "call, error",
+    [
+        (lambda: torch.neuron.set_device(200), ValueError),
+        (lambda: torch.neuron.get_device_name(200), ValueError),
+        (lambda: torch.neuron.synchronize(200), RuntimeError),
+        (lambda: torch.neuron.Stream(device=200), RuntimeError),
+        (lambda: torch.neuron.current_stream(200), RuntimeError),
+        (lambda: torch.neuron.memory_allocated(200), RuntimeError),
+        (lambda: torch.neuron.memory_stats(200), RuntimeError),
+        (lambda: torch.neuron.mem_get_info(200), RuntimeError),
+    ],
+    ids=["set_device", "get_device_name", "synchronize", "Stream", "current_stream",
+         "memory_allocated", "memory_stats", "mem_get_info"],
+)
+def test_index_beyond_a_signed_byte_is_named_as_given(default_topology, call, error):
+    # PyTorch's device index is an int8: 200 would reach C++ as -56. torch.neuron checks first, so
+    # the message names the index the caller passed.
+    with pytest.raises(error, match=r"^Device index 200 is out of range\. Valid range is 0 to 3"):
+        call()
+
+
 def test_eight_devices_name_zero_to_seven(python_subprocess):
     # TorchNeuron's example message: 8 devices (trn2.3xlarge at LNC=1).
     out = run_json(

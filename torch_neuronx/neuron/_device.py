@@ -95,17 +95,19 @@ def _out_of_range_message(index: int, count: int) -> str:
     )
 
 
-def _check_device_index(index: int) -> int:
-    """`index` if this process sees neuron:<index>; ValueError otherwise, as TorchNeuron raises.
+def _check_device_index(index: int, error: type = ValueError) -> int:
+    """`index` if this process sees neuron:<index>; otherwise `error`: ValueError, as TorchNeuron
+    raises from device selection, or RuntimeError where torch.neuron has always raised it (and
+    CUDA does): synchronize, streams, the memory functions.
 
     Checked here, before the index reaches C++, where PyTorch's device index is a signed byte and
-    an index such as 200 would wrap to another, valid-looking one."""
+    an index such as 200 would wrap to -56."""
     count = device_count()
     if count == 0:
         why = _C._configuration_error()
         raise RuntimeError("no neuron device is available" + (f": {why}" if why else ""))
     if not 0 <= index < count:
-        raise ValueError(_out_of_range_message(index, count))
+        raise error(_out_of_range_message(index, count))
     return index
 
 
@@ -152,7 +154,10 @@ class device_of(device):
 def synchronize(device: _DeviceLike = None) -> None:
     """Wait until all work queued on every stream of `device` (default: the current one) is done."""
     _lazy_init()
-    _C._synchronize(_device_index(device))
+    index = _device_index(device)
+    if index >= 0:  # a negative index waits for every device
+        _check_device_index(index, RuntimeError)
+    _C._synchronize(index)
 
 
 @dataclass(frozen=True)

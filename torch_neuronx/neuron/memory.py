@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from torch_neuronx import _C
-from torch_neuronx.neuron._device import _device_index, _lazy_init
+from torch_neuronx.neuron._device import _check_device_index, _device_index, _lazy_init
 
 __all__ = [
     "empty_cache",
@@ -34,7 +34,7 @@ __all__ = [
 
 def _index(device) -> int:
     _lazy_init()
-    return _device_index(device)
+    return _check_device_index(_device_index(device), RuntimeError)
 
 
 # The byte statistics TorchNeuron nests, each as {current, peak, allocated, freed}.

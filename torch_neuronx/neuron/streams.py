@@ -7,7 +7,12 @@ from typing import Optional
 import torch
 
 from torch_neuronx import _C
-from torch_neuronx.neuron._device import _device_index, _lazy_init, current_device
+from torch_neuronx.neuron._device import (
+    _check_device_index,
+    _device_index,
+    _lazy_init,
+    current_device,
+)
 
 __all__ = [
     "Event",
@@ -31,7 +36,7 @@ class Stream(torch.Stream):
         _lazy_init()
         if "stream_id" in kwargs:  # wrapping an existing stream
             return super().__new__(cls, **kwargs)
-        index = _device_index(device)
+        index = _check_device_index(_device_index(device), RuntimeError)
         return super().__new__(cls, device=torch.device("neuron", index), priority=priority)
 
     @property
@@ -101,7 +106,8 @@ class Event(torch.Event):
 def current_stream(device=None) -> Stream:
     """The calling thread's current stream on `device` (default: the current device)."""
     _lazy_init()
-    return _wrap(torch._C._accelerator_getStream(_device_index(device)))
+    index = _check_device_index(_device_index(device), RuntimeError)
+    return _wrap(torch._C._accelerator_getStream(index))
 
 
 def default_stream(device=None) -> Stream:
