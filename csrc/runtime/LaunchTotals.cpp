@@ -3,7 +3,7 @@
 namespace nrtsim {
 
 void LaunchTotals::on_launch(const LaunchRecord& record) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   auto [it, inserted] = index_.try_emplace(record.op, rows_.size());
   if (inserted) {
     // A name that was not interned may share its text with an interned one: share the row.
@@ -28,19 +28,19 @@ void LaunchTotals::on_launch(const LaunchRecord& record) {
 }
 
 std::vector<OpTotals> LaunchTotals::snapshot() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   return rows_;
 }
 
 uint64_t LaunchTotals::total_launches() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   uint64_t total = 0;
   for (const auto& row : rows_) total += row.launches;
   return total;
 }
 
 void LaunchTotals::clear() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   index_.clear();
   rows_.clear();
 }

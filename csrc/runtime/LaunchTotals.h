@@ -5,6 +5,8 @@
 #include <array>
 #include <cstdint>
 #include <mutex>
+
+#include "runtime/SpinLock.h"
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -33,7 +35,7 @@ class LaunchTotals final : public LaunchObserver {
   void clear();
 
  private:
-  mutable std::mutex mutex_;
+  mutable SpinLock mutex_;
   std::unordered_map<const char*, size_t> index_;  // interned names: one pointer per text
   std::vector<OpTotals> rows_;
 };

@@ -10,7 +10,7 @@ void SimClock::schedule(LaunchRecord& record, double& stream_cursor, double host
   if (record.kind == LaunchKind::kHostFallback) duration += host_exclusive_ns;
   const double fixed = model_.fixed_cost_ns(record.kind);
 
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   double begin = stream_cursor;
   for (size_t e = 0; e < kEngineCount; ++e) {
     if (busy[e] > 0) begin = std::max(begin, free_at_ns_[e]);
@@ -29,12 +29,12 @@ void SimClock::schedule(LaunchRecord& record, double& stream_cursor, double host
 }
 
 double SimClock::now_ns() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   return now_ns_;
 }
 
 std::array<double, kEngineCount> SimClock::busy_totals_ns() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   return busy_total_ns_;
 }
 

@@ -8,6 +8,8 @@
 #include <array>
 #include <mutex>
 
+#include "runtime/SpinLock.h"
+
 #include "runtime/EngineModel.h"
 #include "runtime/LaunchRecord.h"
 
@@ -30,7 +32,7 @@ class SimClock {
 
  private:
   const CoreModel model_;
-  mutable std::mutex mutex_;
+  mutable SpinLock mutex_;
   std::array<double, kEngineCount> free_at_ns_{};
   std::array<double, kEngineCount> busy_total_ns_{};
   double now_ns_ = 0;
