@@ -15,6 +15,7 @@
 #include "backend/core/OpTracking.h"
 #include "runtime/EngineModel.h"
 #include "runtime/Event.h"
+#include "runtime/LaunchObserver.h"
 #include "runtime/LaunchTotals.h"
 
 namespace py = pybind11;
@@ -166,6 +167,10 @@ PYBIND11_MODULE(_C, m) {
     return rows;
   });
   m.def("_clear_kernel_trace", [] { kernel_totals().clear(); });
+  // How many launch observers are registered (tests check that profilers leave none behind).
+  m.def("_observer_count", [] {
+    return nrtsim::detail::g_observer_count.load(std::memory_order_acquire);
+  });
   m.def("_set_engine_model_path", [](const std::string& path) {
     nrtsim::set_default_engine_model_path(path);
   });
