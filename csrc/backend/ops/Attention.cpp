@@ -1,46 +1,108 @@
 // scaled_dot_product_attention through PyTorch's "overrideable" fused-attention backend.
 //
-// _fused_sdp_choice picks the overrideable backend wherever the CPU would pick its flash attention
-// (grouped-query heads included), so SDPA runs as one fused kernel forward and one backward,
-// computed by ATen's CPU flash attention on the device buffers. Everything else takes the math
-// backend, which decomposes into native ops.
+// The backend choice (the op _fused_sdp_choice and the dispatch stub SDPA itself consults) takes
+// the overrideable backend wherever the CPU would take its flash attention (grouped-query heads
+// included), so SDPA runs as one fused kernel forward and one backward, computed by ATen's CPU
+// flash attention on the device buffers. Everything else takes the math backend, which decomposes
+// into native ops. The fused backward also computes the gradient of a float mask, which ATen's CPU
+// flash kernel does not.
+#include <ATen/Context.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/SDPBackend.h>
+#include <ATen/TensorOperators.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/transformers/attention.h>
+#include <ATen/native/transformers/sdp_utils_cpp.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward_native.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_native.h>
-#include <ATen/ops/_fused_sdp_choice_native.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/isinf.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/where.h>
+#include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "backend/core/FlopModels.h"
 #include "backend/core/HostView.h"
 #include "backend/core/KernelLaunch.h"
 
 namespace torch_neuronx {
 namespace {
 
-// The CPU's own backend choice decides (flash attention or math), so a program takes the same
-// algorithm, with the same bf16 rounding, on neuron as on the CPU; the choice reads only shapes,
-// strides, dtypes and the global sdpa_kernel() switches. Two extra conditions: the fused kernel
-// computes no mask gradient and draws no dropout, so those cases take the math backend, whose
-// native ops compute the mask gradient and draw dropout from the neuron generator.
-int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                         const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
-                         std::optional<double> scale, bool enable_gqa) {
-  const bool mask_needs_grad = mask.has_value() && mask->defined() && mask->requires_grad();
-  if (dropout_p > 0 || mask_needs_grad) return static_cast<int64_t>(at::SDPBackend::math);
-  const auto cpu_choice = static_cast<at::SDPBackend>(
-      at::native::_fused_sdp_choice_cpp(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa));
-  return static_cast<int64_t>(cpu_choice == at::SDPBackend::flash_attention
-                                  ? at::SDPBackend::overrideable
-                                  : at::SDPBackend::math);
+// Whether ATen's CPU flash kernel, which the fused backend runs, accepts these inputs: the CPU's
+// own gates (sdp_utils_cpp.h), without the CPU's runtime switch (neuron's switches are read by
+// the caller) and without its refusal of a mask that requires grad (the caller passes the mask
+// detached: the fused backward computes that gradient). The mask's last-dim stride is not
+// checked: the kernel reads the mask through a CPU view, and the CPU accepts any stride there.
+bool fused_kernel_accepts(const sdp::sdp_params& params, bool debug) {
+  constexpr std::array<at::ScalarType, 4> kDtypes{at::kFloat, at::kDouble, at::kBFloat16,
+                                                  at::kHalf};
+  const sdp::sdp_params without_mask{params.query,   params.key,       params.value, std::nullopt,
+                                     params.dropout, params.is_causal, params.enable_gqa};
+  if (!(sdp::check_nested_tensor(params, debug) && sdp::check_for_dropout(params, debug) &&
+        sdp::check_tensor_shapes(params, debug) &&
+        sdp::check_batch_size_and_num_heads_dense</*supports_gqa=*/true>(params, debug) &&
+        sdp::check_attn_mask_shape(params, debug))) {
+    return false;
+  }
+  const auto head_dim = params.query.sym_size(-1);
+  if (params.key.sym_size(-1) != head_dim || params.value.sym_size(-1) != head_dim) {
+    if (debug) {
+      TORCH_WARN("The neuron fused attention kernel needs query, key and value with the same last "
+                 "dimension; got ", params.query.sym_sizes(), ", ", params.key.sym_sizes(), ", ",
+                 params.value.sym_sizes(), ".");
+    }
+    return false;
+  }
+  return sdp::check_nonzero_sequence_lengths_dense(params, debug) &&
+         sdp::check_last_dim_stride_equals_1_dense</*ignore_singleton_dim=*/true>(without_mask,
+                                                                                  debug) &&
+         sdp::check_tensor_dtype(params, kDtypes, debug);
 }
 
-uint64_t attention_flops(const at::Tensor& q, const at::Tensor& k) {
-  // QK^T and PV: 2 * 2 * B * H * Lq * Lk * E.
-  return static_cast<uint64_t>(4 * q.size(0) * q.size(1) * q.size(2) * k.size(2) * q.size(3));
+// The answer of torch._fused_sdp_choice for neuron tensors and of the stub SDPA consults, so the
+// two always agree. Where the CPU would run its flash kernel, neuron runs the fused kernel; where
+// the CPU runs math (a mask that requires grad included: the CPU flash kernel has no mask
+// gradient), neuron runs math too while it is enabled -- the same algorithm with the same bf16
+// rounding as the CPU. sdpa_kernel() switches: the fused kernel is the OVERRIDEABLE backend and,
+// being flash attention, also answers to FLASH_ATTENTION (code written for CUDA or the CPU
+// selects it by that name); with math disabled, a mask that requires grad takes the fused kernel.
+// With neither usable, an error, as on the CPU and CUDA.
+int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                         const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
+                         std::optional<double> /*scale*/, bool enable_gqa) {
+  const bool has_mask = mask.has_value() && mask->defined();
+  const bool mask_needs_grad = has_mask && mask->requires_grad();
+  const std::optional<at::Tensor> mask_values =
+      has_mask ? std::optional<at::Tensor>(mask->detach()) : std::nullopt;
+  const sdp::sdp_params params{q, k, v, mask_values, dropout_p, is_causal, enable_gqa};
+
+  const auto& ctx = at::globalContext();
+  const bool fused_enabled = ctx.userEnabledOverrideableSDP() || ctx.userEnabledFlashSDP();
+  const bool math_enabled = ctx.userEnabledMathSDP();
+  if (fused_enabled && fused_kernel_accepts(params, /*debug=*/false) &&
+      !(mask_needs_grad && math_enabled)) {
+    return static_cast<int64_t>(at::SDPBackend::overrideable);
+  }
+  if (math_enabled) return static_cast<int64_t>(at::SDPBackend::math);
+
+  if (fused_enabled) fused_kernel_accepts(params, /*debug=*/true);  // warns why it cannot run
+  TORCH_CHECK(false, "scaled_dot_product_attention on neuron: no enabled backend can run query ",
+              q.sizes(), " ", q.scalar_type(), ", key ", k.sizes(), ", value ", v.sizes(),
+              has_mask ? ", a mask" : "", dropout_p > 0 ? ", dropout" : "",
+              ". sdpa_kernel() disabled the math backend, and the fused kernel "
+              "(SDPBackend.OVERRIDEABLE, also selected by FLASH_ATTENTION) ",
+              fused_enabled ? "cannot run these inputs (the warnings above say why)"
+                            : "is disabled too",
+              ". Allow SDPBackend.MATH (or OVERRIDEABLE for inputs the fused kernel takes) in "
+              "sdpa_kernel().");
 }
 
 std::optional<at::Tensor> mask_view(const std::optional<at::Tensor>& mask) {
@@ -54,26 +116,58 @@ fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                 const std::optional<at::Tensor>& attn_bias, double dropout_p, bool is_causal,
                 bool return_debug_mask, std::optional<double> scale) {
   TORCH_CHECK(dropout_p == 0.0,
-              "neuron fused attention does not apply dropout; _fused_sdp_choice routes dropout to "
-              "the math backend");
-  const c10::DeviceGuard guard(q.device());
+              "neuron fused attention does not apply dropout (dropout_p=", dropout_p,
+              "); scaled_dot_product_attention routes dropout to the math backend, so call it "
+              "rather than _scaled_dot_product_fused_attention_overrideable");
   at::Tensor out, logsumexp;
-  launch_kernel(q.device().index(),
-                KernelInfo{"aten::_scaled_dot_product_fused_attention_overrideable",
-                           attention_flops(q, k),
-                           tensor_bytes(q) + tensor_bytes(k) + 2 * tensor_bytes(v), Engine::kTensor},
-                [&] {
-                  const HostAllocationsInHbm results_in_hbm(q.device().index());
-                  auto [o, lse] = at::native::_scaled_dot_product_flash_attention_cpu(
-                      host_view(q), host_view(k), host_view(v), 0.0, is_causal, mask_view(attn_bias),
-                      scale);
-                  out = move_to_hbm(o, q.device());
-                  logsumexp = move_to_hbm(lse, q.device());
-                });
+  Kernel kernel("aten::_scaled_dot_product_fused_attention_overrideable", q.device(),
+                Engine::kTensor);
+  kernel.reads(q).reads(k).reads(v).reads(attn_bias).ops(flops::attention(q, k));
+  kernel.run([&] {
+    auto [o, lse] = at::native::_scaled_dot_product_flash_attention_cpu(
+        host_view(q), host_view(k), host_view(v), 0.0, is_causal, mask_view(attn_bias), scale);
+    out = kernel.result(o);
+    logsumexp = kernel.result(lse);
+  });
   const auto opts = q.options();
   at::Tensor empty = at::empty({0}, opts);
   return {out,   logsumexp, empty, empty, c10::SymInt(q.size(2)), c10::SymInt(k.size(2)),
           at::empty({0}, opts.dtype(at::kLong)), at::empty({0}, opts.dtype(at::kLong)), empty};
+}
+
+// The gradient of an additive float mask, on host views. The mask enters the scores
+// S = scale * Q K^T + M unscaled, so dL/dM = dL/dS = P * (dP - rowsum(P * dP)) with
+// P = exp(S - logsumexp) (the forward's logsumexp, so P is the forward's softmax) and dP = dO V^T,
+// summed over the dims along which M was broadcast. Computed in float32 (float64 for double
+// inputs) and rounded once to the mask's dtype; rows that the forward masked out entirely
+// (logsumexp = -inf) get a zero gradient.
+at::Tensor mask_gradient(const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
+                         const at::Tensor& v, const at::Tensor& mask, const at::Tensor& logsumexp,
+                         bool is_causal, std::optional<double> scale) {
+  const auto acc = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor keys = k.to(acc);
+  at::Tensor values = v.to(acc);
+  const int64_t group = q.size(1) / k.size(1);  // grouped-query heads share one key/value head
+  if (group > 1) {
+    keys = keys.repeat_interleave(group, 1);
+    values = values.repeat_interleave(group, 1);
+  }
+  const double softmax_scale =
+      scale.has_value() ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  at::Tensor scores = at::matmul(q.to(acc), keys.transpose(-2, -1)).mul_(softmax_scale);
+  scores.add_(mask.to(acc));
+  if (is_causal) {
+    // Top-left aligned, as the CPU kernel applies it: query i sees keys 0..i.
+    const auto future = at::ones({q.size(2), k.size(2)}, scores.options().dtype(at::kBool)).triu_(1);
+    scores.masked_fill_(future, -std::numeric_limits<double>::infinity());
+  }
+  const at::Tensor lse = logsumexp.to(acc).unsqueeze(-1);
+  const at::Tensor probs =
+      at::where(at::isinf(lse) & (lse < 0), at::zeros({}, scores.options()), (scores - lse).exp());
+  const at::Tensor grad_probs = at::matmul(grad_out.to(acc), values.transpose(-2, -1));
+  const at::Tensor row_dot = (probs * grad_probs).sum(-1, /*keepdim=*/true);
+  const at::Tensor grad_scores = probs * (grad_probs - row_dot);
+  return at::sum_to(grad_scores, mask.sizes()).to(mask.scalar_type());
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_attention_backward(
@@ -82,32 +176,41 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_attention_backw
     const at::Tensor& logsumexp, const at::Tensor&, const at::Tensor&, int64_t, int64_t,
     double dropout_p, bool is_causal, const at::Tensor&, const at::Tensor&,
     std::optional<double> scale) {
-  TORCH_CHECK(!grad_input_mask[3],
-              "neuron fused attention does not compute a gradient for attn_mask; _fused_sdp_choice "
-              "routes masks that require grad to the math backend");
-  const c10::DeviceGuard guard(q.device());
-  at::Tensor gq, gk, gv;
-  launch_kernel(q.device().index(),
-                KernelInfo{"aten::_scaled_dot_product_fused_attention_overrideable_backward",
-                           2 * attention_flops(q, k) + attention_flops(q, k) / 2,
-                           2 * (tensor_bytes(q) + tensor_bytes(k) + tensor_bytes(v)) +
-                               tensor_bytes(grad_out),
-                           Engine::kTensor},
-                [&] {
-                  const HostAllocationsInHbm results_in_hbm(q.device().index());
-                  const std::optional<at::Tensor> mask =
-                      attn_bias.defined() ? mask_view(attn_bias) : std::nullopt;
-                  auto [dq, dk, dv] = at::native::_scaled_dot_product_flash_attention_cpu_backward(
-                      host_view(grad_out), host_view(q), host_view(k), host_view(v),
-                      host_view(out), host_view(logsumexp), dropout_p, is_causal, mask, scale);
-                  gq = move_to_hbm(dq, q.device());
-                  gk = move_to_hbm(dk, q.device());
-                  gv = move_to_hbm(dv, q.device());
-                });
-  return {gq, gk, gv, at::Tensor()};
+  const bool want_mask_grad = grad_input_mask[3] && attn_bias.defined();
+  TORCH_CHECK(!want_mask_grad || at::isFloatingType(attn_bias.scalar_type()),
+              "neuron fused attention: a gradient was requested for an attn_mask of dtype ",
+              attn_bias.scalar_type(), "; only a float mask (added to the scores) has one");
+  at::Tensor gq, gk, gv, gmask;
+  Kernel kernel("aten::_scaled_dot_product_fused_attention_overrideable_backward", q.device(),
+                Engine::kTensor);
+  // Recomputing the scores and the probabilities' gradient (QK^T, dO V^T) is a forward's worth
+  // of multiply-adds, plus the backward's 1.5 passes.
+  const uint64_t one_pass = flops::attention(q, k);
+  kernel.reads(grad_out).reads(q).reads(k).reads(v).reads(out).reads(logsumexp);
+  if (attn_bias.defined()) kernel.reads(attn_bias);
+  kernel.ops(2 * one_pass + one_pass / 2 + (want_mask_grad ? one_pass : 0));
+  kernel.run([&] {
+    const std::optional<at::Tensor> mask =
+        attn_bias.defined() ? mask_view(attn_bias) : std::nullopt;
+    auto [dq, dk, dv] = at::native::_scaled_dot_product_flash_attention_cpu_backward(
+        host_view(grad_out), host_view(q), host_view(k), host_view(v), host_view(out),
+        host_view(logsumexp), dropout_p, is_causal, mask, scale);
+    gq = kernel.result(dq);
+    gk = kernel.result(dk);
+    gv = kernel.result(dv);
+    if (want_mask_grad) {
+      gmask = kernel.result(mask_gradient(host_view(grad_out), host_view(q), host_view(k),
+                                          host_view(v), *mask, host_view(logsumexp), is_causal,
+                                          scale));
+    }
+  });
+  return {gq, gk, gv, gmask};
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  // Registered as the op too (not only as the stub SDPA consults), so torch._fused_sdp_choice on
+  // neuron tensors answers for neuron instead of running the CPU's choice through the fallback.
+  m.impl("_fused_sdp_choice", TORCH_FN(fused_sdp_choice));
   m.impl("_scaled_dot_product_fused_attention_overrideable", TORCH_FN(fused_attention));
   m.impl("_scaled_dot_product_fused_attention_overrideable_backward",
          TORCH_FN(fused_attention_backward));
