@@ -88,6 +88,7 @@ from torch_neuronx.neuron import (  # noqa: E402,F401
     synchronize,
 )
 from torch_neuronx._clock import core_model, simulated_time  # noqa: E402,F401
+from torch_neuronx.profiler import NeuronProfiler  # noqa: E402,F401
 from torch_neuronx._tracking import (  # noqa: E402,F401
     clear_op_tracking,
     get_executed_ops,
@@ -106,6 +107,7 @@ def is_neuron_runtime_initialized() -> bool:
 
 __all__ = [
     "Event",
+    "NeuronProfiler",
     "Stream",
     "clear_op_tracking",
     "current_device",
