@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <mutex>
 
+#include "runtime/SpinLock.h"
+
 namespace nrtsim {
 
 class NeuronCore;
@@ -31,7 +33,7 @@ class Stream {
   // caller; the submission still counts as completed so that the stream stays usable.
   template <class Work>
   void submit(Work&& work) {
-    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    std::lock_guard<RecursiveSpinLock> lock(mutex_);
     submitted_.fetch_add(1, std::memory_order_relaxed);
     ++depth_;
     // Work nested inside other work on this stream (same thread, lock held) completes with the
@@ -54,14 +56,14 @@ class Stream {
   bool reached(uint64_t ticket) const { return completed() >= ticket; }
   bool query() const { return completed() >= submitted(); }
   // Returns once all work submitted before the call has completed.
-  void synchronize() { std::lock_guard<std::recursive_mutex> lock(mutex_); }
+  void synchronize() { std::lock_guard<RecursiveSpinLock> lock(mutex_); }
 
   // Modelled device time at which this stream's last launch ends. Read and moved only inside
   // submit() (the stream's lock is held there).
   double& sim_cursor_ns() { return sim_cursor_ns_; }
   // Makes later work on this stream start no earlier than `time_ns` (a wait on an event).
   void wait_until_ns(double time_ns) {
-    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    std::lock_guard<RecursiveSpinLock> lock(mutex_);
     sim_cursor_ns_ = std::max(sim_cursor_ns_, time_ns);
   }
 
@@ -70,8 +72,9 @@ class Stream {
   const int device_index_;
   const uint32_t id_;
   const int priority_;
-  // Recursive: a kernel may itself enqueue onto its stream (e.g. a copy inside a fallback).
-  std::recursive_mutex mutex_;
+  // Recursive: a kernel may itself enqueue onto its stream (e.g. a copy inside a fallback). A spin
+  // lock: held for one launch at a time, and uncontended on the hot path.
+  RecursiveSpinLock mutex_;
   std::atomic<uint64_t> submitted_{0};
   std::atomic<uint64_t> completed_{0};
   uint32_t depth_ = 0;  // submissions running on the thread that holds mutex_

@@ -73,18 +73,4 @@ at::Tensor host_math(const HostMathOp& what, c10::Device device, Compute&& compu
   return result;
 }
 
-// Transitional forms taking the pre-builder KernelInfo (engine and name; work is derived).
-template <class Compute, class... Inputs>
-at::Tensor& host_math_out(const KernelInfo& info, at::Tensor& out, Compute&& compute,
-                          const Inputs&... inputs) {
-  return host_math_out(HostMathOp{info.op, info.engine}, out, std::forward<Compute>(compute),
-                       inputs...);
-}
-template <class Compute, class... Inputs>
-at::Tensor host_math(const KernelInfo& info, c10::Device device, Compute&& compute,
-                     const Inputs&... inputs) {
-  return host_math(HostMathOp{info.op, info.engine}, device, std::forward<Compute>(compute),
-                   inputs...);
-}
-
 }  // namespace torch_neuronx

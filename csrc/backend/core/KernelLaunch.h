@@ -102,20 +102,4 @@ class Kernel {
   Cost cost_;
 };
 
-// Transitional: the pre-builder call form, kept only until every family file uses Kernel.
-struct KernelInfo {
-  const char* op;
-  uint64_t flops = 0;
-  uint64_t bytes = 0;
-  Engine engine = Engine::kVector;
-};
-template <class Body>
-void launch_kernel(c10::DeviceIndex device, const KernelInfo& info, Body&& body) {
-  nrtsim::Work work;
-  work[info.engine].ops = info.flops;
-  work[info.engine].bytes_read = info.bytes;
-  launch_on(device, info.op, LaunchKind::kKernel, work, std::forward<Body>(body));
-}
-inline uint64_t tensor_bytes(const at::Tensor& t) { return bytes_of_elements(t); }
-
 }  // namespace torch_neuronx

@@ -20,15 +20,18 @@ class OpTracker final : public nrtsim::LaunchObserver {
   void on_launch(const nrtsim::LaunchRecord& record) override {
     const bool fallback = record.kind == nrtsim::LaunchKind::kHostFallback;
     thread_local uint64_t generation = ~uint64_t{0};
+    thread_local const char* last = nullptr;  // a loop of one op: no set lookup at all
+    const uint64_t current = generation_.load(std::memory_order_acquire);
+    if (record.op == last && !fallback && generation == current) return;
     thread_local std::unordered_set<const char*> seen_executed;
     thread_local std::unordered_set<const char*> seen_fallback;
-    const uint64_t current = generation_.load(std::memory_order_acquire);
     if (generation != current) {
       seen_executed.clear();
       seen_fallback.clear();
       generation = current;
     }
     auto& seen = fallback ? seen_fallback : seen_executed;
+    if (!fallback) last = record.op;
     if (seen.count(record.op)) return;
     seen.insert(record.op);
     // Runtime-internal work (nrtsim::storage_resize, raw copies) is not an ATen op.

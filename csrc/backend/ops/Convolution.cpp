@@ -7,7 +7,6 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
-#include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
 #include "backend/core/HostView.h"
