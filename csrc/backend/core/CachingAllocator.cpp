@@ -60,13 +60,13 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
     const c10::DeviceIndex device = current_device();
     const c10::Device where(c10::DeviceType::PrivateUse1, device);
     if (nbytes == 0) return c10::DataPtr(nullptr, nullptr, &free_ptr, where);
-    nrtsim::NeuronCore& neuron_core = core(device);
 
     std::lock_guard<std::recursive_mutex> lock(mutex_);
     DeviceState& state = state_of(device);
     size_t size = round_size(nbytes);
     void* ptr = take_cached(state, size);  // a cached block may be larger: `size` becomes its size
-    if (ptr == nullptr) ptr = reserve(neuron_core, state, nbytes, size);
+    // The core (and its validation) only when HBM itself is asked: a cache hit needs neither.
+    if (ptr == nullptr) ptr = reserve(core(device), state, nbytes, size);
     blocks_.emplace(ptr, Block{ptr, size, nbytes, device});
     increase(state.stats.allocation, size, 1);
     increase(state.stats.active, size, 1);
