@@ -134,12 +134,8 @@ TEST(SimClock, OneStreamRunsInOrder) {
 }
 
 TEST(SimClock, TwoStreamsOverlapOnDifferentEnginesAndQueueOnOne) {
-  // A fresh runtime: clocks start at zero.
-  nrtsim::TopologyConfig config;
-  config.hbm_bytes = nrtsim::testing::kGiB;
-  nrtsim::Runtime runtime(nrtsim::Topology::build(config),
-                          nrtsim::load_engine_model(NRTSIM_SHIPPED_ENGINE_MODEL));
-  nrtsim::NeuronCore& core = runtime.core(0);
+  const auto runtime = nrtsim::testing::fresh_runtime();  // clocks start at zero
+  nrtsim::NeuronCore& core = runtime->core(0);
   nrtsim::Stream& a = core.pool_stream(0);
   nrtsim::Stream& b = core.pool_stream(0);
   Recorder recorder;
@@ -164,11 +160,8 @@ TEST(SimClock, TwoStreamsOverlapOnDifferentEnginesAndQueueOnOne) {
 }
 
 TEST(SimClock, EventsMeasureModelledTimeAndOrderStreams) {
-  nrtsim::TopologyConfig config;
-  config.hbm_bytes = nrtsim::testing::kGiB;
-  nrtsim::Runtime runtime(nrtsim::Topology::build(config),
-                          nrtsim::load_engine_model(NRTSIM_SHIPPED_ENGINE_MODEL));
-  nrtsim::NeuronCore& core = runtime.core(1);
+  const auto runtime = nrtsim::testing::fresh_runtime();
+  nrtsim::NeuronCore& core = runtime->core(1);
   nrtsim::Stream& a = core.pool_stream(0);
   nrtsim::Stream& b = core.pool_stream(-1);
   nrtsim::Event start(true), end(true);

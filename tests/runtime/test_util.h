@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "runtime/EngineModel.h"
@@ -21,14 +22,18 @@ inline void use_shipped_engine_model() {
   set_default_engine_model_path(NRTSIM_SHIPPED_ENGINE_MODEL);
 }
 
-// A runtime of its own for tests that need cores and streams but not the process default:
-// trn2.3xlarge at LNC=2 (four logical cores), 1 GiB of HBM per core.
+// A new runtime, not the process default: trn2.3xlarge at LNC=2 (four logical cores), 1 GiB of
+// HBM per core, the shipped engine model, every clock at zero.
+inline std::unique_ptr<Runtime> fresh_runtime() {
+  TopologyConfig config;
+  config.hbm_bytes = kGiB;
+  return std::make_unique<Runtime>(Topology::build(config),
+                                   load_engine_model(NRTSIM_SHIPPED_ENGINE_MODEL));
+}
+
+// One such runtime shared by the tests that need cores and streams but no particular clock.
 inline Runtime& test_runtime() {
-  static Runtime* runtime = [] {
-    TopologyConfig config;
-    config.hbm_bytes = kGiB;
-    return new Runtime(Topology::build(config), load_engine_model(NRTSIM_SHIPPED_ENGINE_MODEL));
-  }();
+  static Runtime* runtime = fresh_runtime().release();
   return *runtime;
 }
 inline NeuronCore& test_core(int device_index) { return test_runtime().core(device_index); }
