@@ -58,6 +58,10 @@ atexit.register(_let_autograd_device_threads_finish)
 torch.autograd.set_multithreading_enabled(False)
 
 from torch_neuronx import neuron  # noqa: E402
+from torch_neuronx import multiprocessing as _multiprocessing  # noqa: E402
+
+# Sending a neuron tensor to another process (torch.multiprocessing) raises a clear error.
+_multiprocessing.install()
 
 # What TorchNeuron exports at top level beside torch.neuron: the same objects, so that
 # torch_neuronx.set_device is torch.neuron.set_device. Still to come with their issues:
