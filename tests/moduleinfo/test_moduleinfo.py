@@ -1,0 +1,596 @@
+"""ModuleInfo parity: PyTorch's own module samples (module_db) run on neuron and on CPU, compared.
+
+For every ModuleInfo in torch.testing._internal.common_modules.module_db, in float32 and in
+bfloat16, each eval-mode sample of ``module_info.module_inputs_func(..., device="cpu",
+training=False)`` is run twice: by the CPU module, and by a deepcopy of that module moved to neuron
+(``.to("neuron")``) on the sample's inputs copied to neuron. The module is built on CPU (seeded),
+converted to the dtype as PyTorch's own test_modules.py does, and put in eval mode; lazy modules
+are materialised by one CPU forward first, so both devices start from the same parameters.
+
+Per sample:
+- forward: the outputs must match CPU's (same structure, types, shapes, dtypes, on neuron), and so
+  must the sample's input tensors and the module's buffers after the call. Where CPU raises,
+  neuron must raise an exception of the same type (bfloat16 samples of modules whose CPU kernels
+  lack bfloat16, e.g. CTCLoss, count as "raised on both").
+- backward: ``torch.autograd.grad`` of the differentiable outputs, with a random cotangent drawn
+  once on CPU from a seed fixed per sample, with respect to every input that requires grad and
+  every parameter of the module. The gradients must match CPU's.
+
+A sample passes when all of these hold; the session summary (conftest.py) reports the pass rate
+per sample.
+
+Tolerances: derived from the arithmetic of the CPU run, per compared tensor
+-----------------------------------------------------------------------------
+Neuron runs the same ATen math as CPU, but a kernel may sum in another order (another blocking,
+thread count or kernel), and in bfloat16 a difference of one float32 ulp before the final rounding
+can flip the rounded result by one bfloat16 ulp. The bound therefore follows the arithmetic each
+compared tensor went through on CPU. A third CPU run (of another deepcopy, on copies of the
+inputs) runs under a dispatch mode that sees every ATen op, forward and backward, and gives each
+result an error bound, in units of its magnitude:
+
+    bound(result) = max(bound(inputs)) + 2 * (u_out + K * u_acc)
+
+- u_out: the unit roundoff of the result's dtype, for its one rounding: float32 2^-24,
+  bfloat16 2^-8 (8 significant bits).
+- K * u_acc: a sum of K terms carries up to K * u_acc relative error (the classical recursive
+  summation bound, relative to the sum of the terms' magnitudes). CPU kernels accumulate float32
+  and bfloat16 in float32, so u_acc = 2^-24. K is the op's accumulation length: the contracted
+  size for matrix products (mm, addmm, bmm, ...), in-channels/groups times kernel size for a
+  convolution (and for its backward also the batch times output positions a weight gradient sums
+  over), and otherwise the ratio of the largest input to the smallest output (a sum, a mean, the
+  mean/rstd of layer and group norm, a loss' reduction); an op that keeps its input's shape but is
+  not pointwise (softmax, cumsum, a norm's normalisation) sums along at most its input's largest
+  dimension, or its whole input when it has a list of dims.
+- The factor 2: each device's result lies within the bound of the exact value, so the two differ
+  by at most twice it.
+- Errors along a chain add up (the bound of a result starts from the largest bound of its inputs).
+  Views and copies that keep or widen the dtype do not round and add nothing.
+- A few fused CPU kernels round inside themselves (flash attention rounds the probabilities to
+  the input dtype before the second matrix product); FUSED_ROUNDINGS counts those.
+
+A neuron tensor passes when every finite element satisfies
+``|neuron - cpu| <= bound * max(max|cpu|, smallest normal)``: the error bound of a sum is relative
+to the magnitudes of its terms, not to the (possibly cancelling) result, and the tensor's largest
+magnitude stands for that scale. NaNs and infinities must sit where CPU's are. Integer outputs
+(pooling indices) must be equal. The summary reports the largest observed fraction of the allowed
+difference, so the margin is visible.
+
+Random values: a sample whose CPU run draws random numbers (an ATen op tagged
+nondeterministic_seeded) is compared by types and shapes only, and counted apart. In eval mode no
+module of module_db does so at present.
+
+By default (``make test``) a deterministic subset runs: every module and both dtypes, forward and
+backward, but only every STRIDE-th sample (``TORCH_NEURONX_MODULEINFO_STRIDE``, default 8): sample
+i of the module at position p of module_db runs when (i + p) % STRIDE == 0, so consecutive modules
+take different samples, and a module with fewer samples than that runs its sample p % n. Known
+failures run their samples in order until the first one fails (that is all a strict xfail needs
+to know; the full run counts them all), so one that starts passing fails the run (XPASS).
+``TORCH_NEURONX_MODULEINFO=full`` (``make moduleinfo``) runs every sample. Known failures live in
+known_failures.py, nowhere else. See docs/moduleinfo.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import zlib
+
+import pytest
+import torch
+from torch.testing._internal.common_modules import module_db
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.weak import WeakTensorKeyDictionary
+
+from .known_failures import KNOWN_FAILURES
+
+DEVICE = "neuron"
+FULL = os.environ.get("TORCH_NEURONX_MODULEINFO", "").lower() == "full"
+STRIDE = int(os.environ.get("TORCH_NEURONX_MODULEINFO_STRIDE", "8"))
+DTYPES = (torch.float32, torch.bfloat16)
+SEED = 1234  # modules are built, and both devices run, right after torch.manual_seed(SEED)
+
+U_ACC = 2.0**-24  # CPU kernels accumulate float32 and bfloat16 in float32
+UNIT_ROUNDOFF = {torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11,
+                 torch.float64: 2.0**-53}
+
+# Matrix products: the accumulation length is the contracted size, the last dimension of the
+# first matrix operand (its position in the op's arguments).
+MATMUL_FIRST_OPERAND = {
+    "mm": 0, "bmm": 0, "matmul": 0, "dot": 0, "vdot": 0, "mv": 0, "linear": 0, "_trilinear": 0,
+    "addmm": 1, "baddbmm": 1, "addbmm": 1, "addmv": 1, "_addmm_activation": 1, "addr": 1,
+}
+CONVOLUTIONS = {"convolution", "_convolution", "convolution_overrideable", "mkldnn_convolution",
+                "_slow_conv2d_forward", "slow_conv3d_forward", "slow_conv_transpose2d",
+                "slow_conv_transpose3d", "_mkldnn_convolution", "slow_conv_dilated2d",
+                "slow_conv_dilated3d", "thnn_conv2d", "_nnpack_spatial_convolution"}
+CONVOLUTION_BACKWARDS = {"convolution_backward", "convolution_backward_overrideable"}
+# Fused CPU kernels that round to the input dtype inside (besides their result's own rounding).
+FUSED_ROUNDINGS = {
+    "_scaled_dot_product_flash_attention_for_cpu": 1,  # probabilities before P @ V
+    "_scaled_dot_product_flash_attention_for_cpu_backward": 2,  # probabilities, dP
+}
+# Copies that do not round when the destination is at least as precise as the source.
+COPIES = {"_to_copy", "copy_", "clone", "copy", "lift_fresh_copy", "_copy_from",
+          "_copy_from_and_resize", "detach_copy", "alias_copy"}
+
+pytestmark = [
+    # Fallback notices and the samples' own deprecation warnings are noise here: the suite compares
+    # numbers, and conftest.py reports the ops that went to the CPU fallback.
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+]
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _subset(samples: list, position: int, known: bool) -> list[tuple[int, object]]:
+    """(index, sample) pairs this run checks; see the module docstring."""
+    indexed = list(enumerate(samples))
+    if FULL or known or not indexed:
+        return indexed
+    chosen = [(i, s) for i, s in indexed if (i + position) % STRIDE == 0]
+    return chosen or [indexed[position % len(indexed)]]
+
+
+def _cases():
+    for position, module_info in enumerate(module_db):
+        for dtype in DTYPES:
+            key = (module_info.name, _dtype_name(dtype))
+            marks = []
+            reason = KNOWN_FAILURES.get(key)
+            if reason is not None:
+                # Strict: a known failure that passes fails the run, so the list stays honest.
+                marks.append(pytest.mark.xfail(reason=reason, strict=True))
+            yield pytest.param(
+                module_info, dtype, position, id=f"{module_info.name}-{key[1]}", marks=marks
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# Copying inputs
+
+
+class _Copier:
+    """Copies tensors to `device` keeping sizes, strides, storage offsets and storage sharing, so
+    neuron kernels see the layouts CPU's see; a leaf that requires grad stays a leaf that does."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self._storages: dict[tuple[int, int, torch.dtype], torch.Tensor] = {}
+        self._tensors: dict[int, torch.Tensor] = {}
+
+    def tensor(self, t: torch.Tensor) -> torch.Tensor:
+        if id(t) not in self._tensors:
+            with torch.no_grad():
+                if t.layout != torch.strided or t.is_conj() or t.is_neg():
+                    result = t.to(self.device, copy=True)
+                else:
+                    storage = t.untyped_storage()
+                    key = (storage.data_ptr(), storage.nbytes(), t.dtype)
+                    if key not in self._storages:
+                        flat = torch.empty(0, dtype=t.dtype)
+                        flat.set_(storage, 0, (storage.nbytes() // t.element_size(),), (1,))
+                        self._storages[key] = flat.to(self.device, copy=True)
+                    result = self._storages[key].as_strided(
+                        t.size(), t.stride(), t.storage_offset()
+                    )
+            if t.requires_grad:
+                result = result.detach().requires_grad_(True)
+            self._tensors[id(t)] = result
+        return self._tensors[id(t)]
+
+    def __call__(self, value):
+        return pytree.tree_map_only(torch.Tensor, self.tensor, value)
+
+
+def _forward_arguments(module_input):
+    forward = module_input.forward_input
+    return list(forward.args), dict(forward.kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Error bounds from the CPU run's arithmetic (see the module docstring)
+
+
+def _floating(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.dtype.is_floating_point
+
+
+def _accumulation_length(name: str, func, args, inputs, outputs) -> int:
+    if name in MATMUL_FIRST_OPERAND:
+        position = MATMUL_FIRST_OPERAND[name]
+        operand = args[position] if len(args) > position else None
+        if isinstance(operand, torch.Tensor) and operand.dim() > 0:
+            return operand.shape[-1] * (operand.shape[0] if name == "addbmm" else 1)
+    if name in CONVOLUTIONS and len(args) > 1 and isinstance(args[1], torch.Tensor):
+        weight = args[1]  # (out, in/groups, *kernel), or (in, out/groups, *kernel) transposed
+        return max(weight.numel() // max(weight.shape[0], 1), weight.numel() // max(weight.shape[1], 1))
+    if name in CONVOLUTION_BACKWARDS and len(args) > 2:
+        grad_output, weight = args[0], args[2]
+        per_weight = grad_output.numel() // max(grad_output.shape[1], 1)  # grad_weight sums
+        per_input = max(weight.numel() // max(weight.shape[0], 1),
+                        weight.numel() // max(weight.shape[1], 1))
+        return max(per_weight, per_input)
+    largest = max((t.numel() for t in inputs), default=1)
+    sizes = [t.numel() for t in outputs if t.numel() > 0]
+    ratio = math.ceil(largest / min(sizes)) if sizes else 1
+    if ratio > 1 or torch.Tag.pointwise in func.tags:
+        return max(ratio, 1)
+    # Shape kept, not pointwise: it sums along at most one dimension, or several if it takes a
+    # list of dims (a norm's normalised shape).
+    biggest = max(inputs, key=lambda t: t.numel(), default=None)
+    if biggest is None or biggest.dim() == 0:
+        return 1
+    lists = any(isinstance(a, (list, tuple)) and a and all(isinstance(x, int) for x in a)
+                for a in args[1:])
+    return biggest.numel() if lists else max(biggest.shape)
+
+
+def _draws(func, args, kwargs) -> bool:
+    """Whether an op tagged nondeterministic_seeded draws here: the fused attention kernels and
+    native_dropout carry the tag for their dropout, which draws nothing at probability 0 or
+    outside training."""
+    named = {a.name: a.default_value for a in func._schema.arguments if a.has_default_value()}
+    named.update(kwargs)
+    for argument, value in zip(func._schema.arguments, args):
+        named[argument.name] = value
+    if named.get("train") is False:
+        return False
+    for name in ("dropout_p", "p"):
+        if name in named and isinstance(named[name], (int, float)) and named[name] == 0:
+            return False
+    return True
+
+
+class _ErrorBounds(TorchDispatchMode):
+    """Gives every floating result of an ATen op an error bound, in units of its magnitude, that
+    the CPU arithmetic leading to it allows; notes whether any op draws random numbers."""
+
+    def __init__(self):
+        super().__init__()
+        self.bound = WeakTensorKeyDictionary()
+        self.largest = 0.0
+        self.seeded = False
+
+    def of(self, t: torch.Tensor) -> float:
+        """A tensor's bound; one the run did not produce gets the run's largest."""
+        return self.bound.get(t, self.largest)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if torch.Tag.nondeterministic_seeded in func.tags and _draws(func, args, kwargs):
+            self.seeded = True
+        inputs = [t for t in pytree.tree_leaves((args, kwargs)) if _floating(t)]
+        outputs = [t for t in pytree.tree_leaves(out) if _floating(t)]
+        if not outputs:
+            return out
+        start = max((self.bound.get(t, 0.0) for t in inputs), default=0.0)
+        name = func._schema.name.removeprefix("aten::")
+        out_dtype = outputs[0].dtype
+        exact_copy = name in COPIES and all(
+            UNIT_ROUNDOFF.get(t.dtype, 0.0) >= UNIT_ROUNDOFF.get(out_dtype, 0.0) for t in inputs
+        )
+        if func.is_view or exact_copy:
+            bound = start
+        else:
+            roundings = 1 + FUSED_ROUNDINGS.get(name, 0)
+            length = _accumulation_length(name, func, args, inputs, outputs)
+            unit = UNIT_ROUNDOFF.get(out_dtype, 2.0**-24)
+            bound = start + 2 * (roundings * unit + length * min(U_ACC, unit))
+        for t in outputs:
+            self.bound[t] = bound
+        self.largest = max(self.largest, bound)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparison
+
+
+class Mismatch(AssertionError):
+    """Neuron and CPU disagree on one sample."""
+
+
+class _Margin:
+    """The largest observed |neuron - cpu| as a fraction of what the bound allows, per dtype and
+    where it was; and the largest within the current sample (0: bit-identical to CPU)."""
+
+    largest: dict[str, tuple[float, str]] = {}
+    sample = 0.0
+
+    @classmethod
+    def note(cls, dtype: torch.dtype, fraction: float, where: str) -> None:
+        cls.sample = max(cls.sample, fraction)
+        name = _dtype_name(dtype)
+        if fraction > cls.largest.get(name, (0.0, ""))[0]:
+            cls.largest[name] = (fraction, where)
+
+
+def _compare_tensor(actual, expected: torch.Tensor, bound: float, where: str, values: bool):
+    if not isinstance(actual, torch.Tensor):
+        raise Mismatch(f"{where}: CPU returned a tensor, neuron {type(actual).__name__}")
+    if expected.device.type == "cpu" and actual.device.type != DEVICE:
+        raise Mismatch(f"{where}: the result is on {actual.device}, expected {DEVICE}")
+    if actual.dtype != expected.dtype or actual.shape != expected.shape:
+        raise Mismatch(
+            f"{where}: neuron {actual.dtype}{list(actual.shape)} vs "
+            f"CPU {expected.dtype}{list(expected.shape)}"
+        )
+    if not values:
+        return
+    a, e = actual.detach().to("cpu"), expected.detach()
+    if not (e.dtype.is_floating_point or e.dtype.is_complex):
+        if not torch.equal(a, e):
+            differ = int((a != e).sum())
+            raise Mismatch(f"{where}: {differ} of {e.numel()} elements differ (exact dtype)")
+        return
+    a, e = a.double(), e.double()
+    finite = e.isfinite()
+    infinite = e.isinf()
+    if not torch.equal(a.isnan(), e.isnan()) or not torch.equal(a[infinite], e[infinite]):
+        raise Mismatch(f"{where}: NaN/inf positions differ from CPU's")
+    if not bool(a[finite].isfinite().all()):
+        raise Mismatch(f"{where}: neuron has NaN/inf where CPU's values are finite")
+    if not bool(finite.any()):
+        return
+    scale = max(float(e[finite].abs().max()), torch.finfo(expected.dtype).tiny)
+    allowed = bound * scale
+    diff = (a[finite] - e[finite]).abs()
+    largest = float(diff.max())
+    _Margin.note(expected.dtype, largest / allowed, where)
+    if largest > allowed:
+        index = int(diff.argmax())
+        raise Mismatch(
+            f"{where}: max |neuron - cpu| = {largest:.3g} > allowed {allowed:.3g} "
+            f"(bound {bound:.3g} x scale {scale:.3g}); at flat index {index}: neuron "
+            f"{float(a[finite][index]):.6g}, CPU {float(e[finite][index]):.6g}; "
+            f"{int((diff > allowed).sum())} of {diff.numel()} elements outside"
+        )
+
+
+def _compare(actual, expected, bounds, where: str, values: bool) -> None:
+    """Compares nested results leaf by leaf; `bounds` gives one bound per tensor leaf of
+    `expected`, in order."""
+    actual_leaves, actual_spec = pytree.tree_flatten(actual)
+    expected_leaves, expected_spec = pytree.tree_flatten(expected)
+    if actual_spec != expected_spec:
+        raise Mismatch(f"{where}: neuron returned {actual_spec}, CPU {expected_spec}")
+    tensors = 0
+    for i, (a, e) in enumerate(zip(actual_leaves, expected_leaves)):
+        if isinstance(e, torch.Tensor):
+            _compare_tensor(a, e, bounds[tensors], f"{where}[{i}]", values)
+            tensors += 1
+        elif isinstance(e, float) and isinstance(a, float):
+            if values and not (math.isclose(a, e, rel_tol=1e-6) or (math.isnan(a) and math.isnan(e))):
+                raise Mismatch(f"{where}[{i}]: neuron {a!r} vs CPU {e!r}")
+        elif isinstance(e, torch.device) or e is None and a is None:
+            continue
+        elif type(a) is not type(e) or a != e:
+            raise Mismatch(f"{where}[{i}]: neuron {a!r:.200} vs CPU {e!r:.200}")
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0][:500] if lines else ""
+
+
+def _both_raised(cpu_error, neuron_error, where: str) -> bool:
+    """True when both raised exceptions of the same type; a Mismatch when only one raised or the
+    types differ; False when neither raised."""
+    if cpu_error is None and neuron_error is None:
+        return False
+    if cpu_error is None:
+        raise Mismatch(
+            f"{where}: neuron raised {type(neuron_error).__name__}: {_first_line(neuron_error)}"
+        )
+    cpu = f"{type(cpu_error).__name__} ({_first_line(cpu_error)})"
+    if neuron_error is None:
+        raise Mismatch(f"{where}: CPU raised {cpu}, neuron did not")
+    if not isinstance(neuron_error, type(cpu_error)):
+        raise Mismatch(
+            f"{where}: CPU raised {cpu}, neuron "
+            f"{type(neuron_error).__name__} ({_first_line(neuron_error)})"
+        )
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Running one sample
+
+
+def _build(module_info, module_input, dtype: torch.dtype) -> torch.nn.Module:
+    """The CPU module of a sample, as PyTorch's test_modules builds it, in eval mode, lazy
+    parameters materialised by one CPU forward on copies of the inputs."""
+    torch.manual_seed(SEED)
+    constructor = module_input.constructor_input
+    module = module_info.module_cls(*constructor.args, **constructor.kwargs)
+    module.to(dtype)
+    module.eval()
+    if module_info.is_lazy or any(
+        isinstance(p, torch.nn.parameter.UninitializedParameter) for p in module.parameters()
+    ):
+        args, kwargs = copy.deepcopy(_forward_arguments(module_input))
+        with torch.no_grad():
+            module(*args, **kwargs)
+    return module
+
+
+def _run(module, args, kwargs):
+    """(output, None) or (None, the exception raised)."""
+    torch.manual_seed(SEED)
+    try:
+        return module(*args, **kwargs), None
+    except Exception as error:  # noqa: BLE001 - whatever CPU raises, neuron must raise too
+        return None, error
+
+
+def _grad(outputs, inputs, cotangents):
+    try:
+        return list(torch.autograd.grad(outputs, inputs, cotangents, allow_unused=True)), None
+    except Exception as error:  # noqa: BLE001 - as in _run
+        return None, error
+
+
+def _differentiable(output) -> list[torch.Tensor]:
+    return [t for t in pytree.tree_leaves(output) if _floating(t) and t.requires_grad]
+
+
+def _grad_inputs(module, args, kwargs) -> list[torch.Tensor]:
+    """Every distinct input tensor that requires grad, then the module's parameters."""
+    seen: dict[int, torch.Tensor] = {}
+    for t in pytree.tree_leaves((args, kwargs)):
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            seen.setdefault(id(t), t)
+    return list(seen.values()) + [p for p in module.parameters() if p.requires_grad]
+
+
+def _check_sample(module_info, module_input, dtype: torch.dtype, index: int) -> str:
+    """Runs one sample on both devices; returns what it counted as, raises Mismatch."""
+    where = f"{module_info.name} {_dtype_name(dtype)} sample {index} {module_input.desc!r}"
+    cpu_module = _build(module_info, module_input, dtype)
+    neuron_module = copy.deepcopy(cpu_module).to(DEVICE)
+    traced_module = copy.deepcopy(cpu_module)
+    args, kwargs = _forward_arguments(module_input)
+    copier = _Copier(DEVICE)
+    neuron_args, neuron_kwargs = copier(args), copier(kwargs)
+    traced_args, traced_kwargs = _Copier("cpu")((args, kwargs))
+
+    expected, cpu_error = _run(cpu_module, args, kwargs)
+    actual, neuron_error = _run(neuron_module, neuron_args, neuron_kwargs)
+    if _both_raised(cpu_error, neuron_error, f"{where} forward"):
+        return "raised on both"
+
+    # Cotangents drawn on CPU once, from a seed fixed per sample.
+    cpu_diff, neuron_diff = _differentiable(expected), _differentiable(actual)
+    generator = torch.Generator().manual_seed(
+        zlib.crc32(f"{module_info.name}/{dtype}/{index}".encode())
+    )
+    cotangents = [torch.randn(t.shape, generator=generator, dtype=t.dtype) for t in cpu_diff]
+
+    bounds = _ErrorBounds()
+    with bounds:
+        traced, _ = _run(traced_module, traced_args, traced_kwargs)
+        traced_grads = None
+        traced_diff = _differentiable(traced)
+        if traced_diff and len(traced_diff) == len(cotangents):
+            traced_grads, _ = _grad(
+                traced_diff, _grad_inputs(traced_module, traced_args, traced_kwargs), cotangents
+            )
+    values = not bounds.seeded
+
+    def bounds_of(result) -> list[float]:
+        return [bounds.of(t) for t in pytree.tree_leaves(result) if isinstance(t, torch.Tensor)]
+
+    _compare(actual, expected, bounds_of(traced), f"{where} output", values)
+    _compare(
+        [t for t in pytree.tree_leaves((neuron_args, neuron_kwargs)) if isinstance(t, torch.Tensor)],
+        [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)],
+        bounds_of((traced_args, traced_kwargs)),
+        f"{where} input tensors after the call",
+        values,
+    )
+    _compare(
+        dict(neuron_module.named_buffers()),
+        dict(cpu_module.named_buffers()),
+        bounds_of(dict(traced_module.named_buffers())),
+        f"{where} buffers after the call",
+        values,
+    )
+
+    if len(cpu_diff) != len(neuron_diff):
+        raise Mismatch(
+            f"{where}: {len(neuron_diff)} differentiable outputs on neuron, {len(cpu_diff)} on CPU"
+        )
+    if not cpu_diff:
+        return "forward only (no differentiable output)"
+    cpu_inputs = _grad_inputs(cpu_module, args, kwargs)
+    neuron_inputs = _grad_inputs(neuron_module, neuron_args, neuron_kwargs)
+    expected_grads, cpu_error = _grad(cpu_diff, cpu_inputs, cotangents)
+    actual_grads, neuron_error = _grad(
+        neuron_diff, neuron_inputs, [c.to(DEVICE) for c in cotangents]
+    )
+    if _both_raised(cpu_error, neuron_error, f"{where} backward"):
+        return "forward compared, backward raised on both"
+    parameters = [f"parameter {n}" for n, p in cpu_module.named_parameters() if p.requires_grad]
+    names = [f"input {i}" for i in range(len(cpu_inputs) - len(parameters))] + parameters
+    grad_bounds = (
+        [bounds.of(g) if g is not None else 0.0 for g in traced_grads]
+        if traced_grads is not None
+        else [bounds.largest] * len(expected_grads)
+    )
+    for name, a, e, bound in zip(names, actual_grads, expected_grads, grad_bounds):
+        if (a is None) != (e is None):
+            raise Mismatch(f"{where} gradient of {name}: neuron {a is None and 'None'}, CPU "
+                           f"{e is None and 'None'}")
+        if e is not None:
+            _compare_tensor(a, e, bound, f"{where} gradient of {name}", values)
+    return "forward and backward compared" if values else "random values, shapes compared"
+
+
+# ---------------------------------------------------------------------------------------------
+# The test
+
+
+class _Tally:
+    """Per-sample counts; the session totals go into the summary (conftest.py)."""
+
+    totals: dict[str, int] = {}
+    identical = [0]  # passed samples whose every compared value equals CPU's bit for bit
+
+    @classmethod
+    def add(cls, what: str) -> None:
+        cls.totals[what] = cls.totals.get(what, 0) + 1
+
+    @classmethod
+    def add_identical(cls) -> None:
+        cls.identical[0] += 1
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report_totals(request):
+    request.config._neuron_moduleinfo = (_Tally.totals, _Tally.identical, _Margin.largest)
+    yield
+
+
+def _samples(module_info, dtype: torch.dtype):
+    # Samples are drawn from the global generator: seed per module so they don't depend on order.
+    torch.manual_seed(zlib.crc32(module_info.name.encode()))
+    samples = module_info.module_inputs_func(
+        module_info, device="cpu", dtype=dtype, requires_grad=True, training=False
+    )
+    return [s for s in samples if s.forward_input is not None]
+
+
+@pytest.mark.parametrize("module_info,dtype,position", list(_cases()))
+def test_module(module_info, dtype, position):
+    known = (module_info.name, _dtype_name(dtype)) in KNOWN_FAILURES
+    failures = []
+    chosen = _subset(_samples(module_info, dtype), position, known)
+    for index, module_input in chosen:
+        _Margin.sample = 0.0
+        try:
+            what = _check_sample(module_info, module_input, dtype, index)
+        except Mismatch as error:
+            failures.append(str(error))
+            _Tally.add("failed, known failure" if known else "failed")
+            if known and not FULL:
+                break  # still fails: all a strict xfail needs to know in the subset
+            continue
+        _Tally.add(f"passed: {what}")
+        if _Margin.sample == 0.0:
+            _Tally.add_identical()
+    if failures:
+        shown = "\n".join(failures[:5])
+        more = f"\n... and {len(failures) - 5} more" if len(failures) > 5 else ""
+        pytest.fail(
+            f"{len(failures)} of {len(chosen)} sample(s) checked differ from CPU:\n{shown}{more}",
+            pytrace=False,
+        )
+    if not chosen:
+        pytest.skip("the ModuleInfo yields no eval-mode samples")
