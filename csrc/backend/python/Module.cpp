@@ -6,6 +6,7 @@
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "backend/compiler/ProgramLaunch.h"
 #include "backend/core/CachingAllocator.h"
 #include "backend/core/Generator.h"
 #include "backend/core/HostAllocator.h"
@@ -54,6 +55,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_is_initialized", [] { return nrtsim::Runtime::is_initialized(); });
   m.def("_in_bad_fork", [] { return nrtsim::Runtime::in_forked_child(); });
   m.def("_init", &init_runtime);
+  init_compiler_bindings(m);
   m.def("_current_device", [] { return static_cast<int>(current_device()); });
   m.def("_set_device", [](int device) { set_device(static_cast<c10::DeviceIndex>(device)); });
   m.def("_synchronize", [](int device) {
