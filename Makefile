@@ -48,6 +48,13 @@ test: test-runtime test-python
 opinfo: build
 	TORCH_NEURONX_OPINFO=full $(PYTHON) -m pytest tests/opinfo $(PYTEST_ARGS)
 
+# The full ModuleInfo parity suite: every eval-mode sample of every module in module_db, float32
+# and bfloat16, forward and backward (`make test` runs its documented subset; see
+# docs/moduleinfo.md).
+.PHONY: moduleinfo
+moduleinfo: build
+	TORCH_NEURONX_MODULEINFO=full $(PYTHON) -m pytest tests/moduleinfo $(PYTEST_ARGS)
+
 # The Hugging Face architecture sweep: every entry of transformers' MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
 # tiny and random, on neuron against CPU, float32 then bfloat16; writes docs/hf_coverage*.md/json.
 .PHONY: coverage
