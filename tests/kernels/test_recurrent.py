@@ -140,8 +140,9 @@ def _magnitude(*tensors):
 
 @pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=_ids(KERNEL_DTYPES))
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
-def test_lstm_cell_forward_and_workspace(dtype, bias):
-    batch, hidden = 5, 7
+@pytest.mark.parametrize("batch, hidden", [(5, 7), (96, 128)], ids=["small", "parallel"])
+def test_lstm_cell_forward_and_workspace(dtype, bias, batch, hidden):
+    # "parallel": more than one parallel task's worth of rows (Recurrent.cpp's grain).
     ig, hg, cx, b1, b2 = _cell_inputs(4, batch, hidden, dtype, bias)
     hy, cy, ws = aten._thnn_fused_lstm_cell(*_neuron(ig, hg, cx, b1, b2))
     assert hy.device.type == DEV and ws.shape == (batch, 4 * hidden)
@@ -159,8 +160,8 @@ def test_lstm_cell_forward_and_workspace(dtype, bias):
 
 @pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=_ids(KERNEL_DTYPES))
 @pytest.mark.parametrize("grads", ["both", "hy", "cy"])
-def test_lstm_cell_backward(dtype, grads):
-    batch, hidden = 5, 7
+@pytest.mark.parametrize("batch, hidden", [(5, 7), (96, 128)], ids=["small", "parallel"])
+def test_lstm_cell_backward(dtype, grads, batch, hidden):
     ig, hg, cx, b1, b2 = _cell_inputs(4, batch, hidden, dtype, bias=True)
     _, cy, ws = aten._thnn_fused_lstm_cell(*_neuron(ig, hg, cx, b1, b2))
     g = torch.Generator().manual_seed(1)
@@ -195,8 +196,9 @@ def test_lstm_cell_backward_without_gradients_computes_nothing():
 
 @pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=_ids(KERNEL_DTYPES))
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
-def test_gru_cell_forward_and_workspace(dtype, bias):
-    batch, hidden = 5, 7
+@pytest.mark.parametrize("batch, hidden", [(5, 7), (96, 128)], ids=["small", "parallel"])
+def test_gru_cell_forward_and_workspace(dtype, bias, batch, hidden):
+    # "parallel": more than one parallel task's worth of rows (Recurrent.cpp's grain).
     ig, hg, hx, b1, b2 = _cell_inputs(3, batch, hidden, dtype, bias)
     hy, ws = aten._thnn_fused_gru_cell(*_neuron(ig, hg, hx, b1, b2))
     assert ws.shape == (batch, 5 * hidden) and hy.dtype == ws.dtype == dtype
@@ -216,8 +218,8 @@ def test_gru_cell_forward_and_workspace(dtype, bias):
 
 @pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=_ids(KERNEL_DTYPES))
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
-def test_gru_cell_backward(dtype, bias):
-    batch, hidden = 5, 7
+@pytest.mark.parametrize("batch, hidden", [(5, 7), (96, 128)], ids=["small", "parallel"])
+def test_gru_cell_backward(dtype, bias, batch, hidden):
     ig, hg, hx, b1, b2 = _cell_inputs(3, batch, hidden, dtype, bias)
     _, ws = aten._thnn_fused_gru_cell(*_neuron(ig, hg, hx, b1, b2))
     grad_hy = torch.randn(batch, hidden, generator=torch.Generator().manual_seed(1)).to(dtype)

@@ -133,9 +133,11 @@ std::pair<int64_t, int64_t> check_cell_forward(const char* op, int64_t factor,
   return {batch, hidden};
 }
 
-// Rows per parallel task: enough elements that a task outweighs its scheduling.
+// Rows per parallel task: ATen's elementwise grain (at::internal::GRAIN_SIZE) in elements, so a
+// small batch runs on the calling thread instead of paying for a parallel region.
+constexpr int64_t kGrainElements = 32768;
 int64_t grain_rows(int64_t row_elements) {
-  return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, row_elements));
+  return std::max<int64_t>(1, kGrainElements / std::max<int64_t>(1, row_elements));
 }
 
 template <class T>
