@@ -61,7 +61,11 @@ def main():
     print(f"neuron devices: {torch.neuron.device_count()} x {props.name} "
           f"({props.total_memory / 2**30:.0f} GiB HBM each)")
 
+    import torch_neuronx
+
+    clock_before = torch_neuronx.simulated_time(0)
     neuron_losses, neuron_acc, neuron_time = train("neuron")
+    clock_after = torch_neuronx.simulated_time(0)
     cpu_losses, cpu_acc, cpu_time = train("cpu")
 
     for step in (0, STEPS // 4, STEPS // 2, STEPS - 1):
@@ -70,7 +74,11 @@ def main():
     print(f"accuracy: neuron {neuron_acc:.3f}, cpu {cpu_acc:.3f}; "
           f"max loss difference {max_diff:.2e}; time neuron {neuron_time:.2f}s, cpu {cpu_time:.2f}s")
 
-    import torch_neuronx
+    # The simulated Trainium clock: what the same launches would take on a NeuronCore.
+    modelled_ms = (clock_after["now_ns"] - clock_before["now_ns"]) / 1e6
+    busy = {e: (clock_after["busy_ns"][e] - clock_before["busy_ns"][e]) / 1e6 for e in clock_after["busy_ns"]}
+    print(f"modelled NeuronCore time of the neuron run: {modelled_ms:.2f} ms "
+          f"(engines busy, ms: " + ", ".join(f"{e} {t:.2f}" for e, t in busy.items()) + ")")
 
     fallbacks = torch_neuronx.get_fallback_ops()
     print(f"ops that ran through the CPU fallback: {len(fallbacks)}"
