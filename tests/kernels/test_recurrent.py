@@ -155,7 +155,8 @@ def test_lstm_cell_forward_and_workspace(dtype, bias, batch, hidden):
     s = (1 + pre.view(batch, 4, hidden).amax(1)) * (1 + cx.double().abs())
     _assert_within(hy, ref_hy, u_st * ref_hy.abs() + CELL_OPS * u_acc * s, "hy")
     _assert_within(cy, ref_cy, u_st * ref_cy.abs() + CELL_OPS * u_acc * s, "cy")
-    _assert_within(ws, ref_ws, u_st * ref_ws.abs() + CELL_OPS * u_acc * (1 + pre), "workspace i,f,g,o")
+    _assert_within(ws, ref_ws, u_st * ref_ws.abs() + CELL_OPS * u_acc * (1 + pre),
+                   "workspace i,f,g,o")
 
 
 @pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=_ids(KERNEL_DTYPES))
@@ -190,7 +191,8 @@ def test_lstm_cell_backward(dtype, grads, batch, hidden):
 
 def test_lstm_cell_backward_without_gradients_computes_nothing():
     _, hg, cx, _, _ = _cell_inputs(4, 2, 3, torch.float32, bias=False)
-    out = aten._thnn_fused_lstm_cell_backward_impl(None, None, cx.to(DEV), cx.to(DEV), hg.to(DEV), True)
+    out = aten._thnn_fused_lstm_cell_backward_impl(None, None, cx.to(DEV), cx.to(DEV), hg.to(DEV),
+                                                   True)
     assert out == (None, None, None)
 
 
@@ -231,7 +233,8 @@ def test_gru_cell_backward(dtype, bias, batch, hidden):
     s = 1 + grad_hy.double().abs() * (1 + wsd[:, 2] + wsd[:, 3] + wsd[:, 4])
     s3 = s.repeat(1, 3)
     _assert_within(d_in, ref_in, u_st * ref_in.abs() + CELL_OPS * u_acc * s3, "grad_input_gates")
-    _assert_within(d_hid, ref_hid, u_st * ref_hid.abs() + CELL_OPS * u_acc * s3, "grad_hidden_gates")
+    _assert_within(d_hid, ref_hid, u_st * ref_hid.abs() + CELL_OPS * u_acc * s3,
+                   "grad_hidden_gates")
     _assert_within(d_hx, ref_hx, u_st * ref_hx.abs() + CELL_OPS * u_acc * s, "grad_hx")
     if bias:
         for got, ref_rows in ((d_b1, ref_in), (d_b2, ref_hid)):
@@ -409,8 +412,8 @@ def compare_module(module, args, dtype, n_acc, forward=None, modes=(None, None, 
     for name, r in ref.items():
         tol = module_tolerance(r, dtype, n_acc)
         cpu_err = (cpu[name] - r).abs().max().item()
-        assert cpu_err <= tol, (f"premise: the CPU's own {dtype} {name} is {cpu_err:.3g} from float64, "
-                                f"beyond the bound {tol:.3g}")
+        assert cpu_err <= tol, (f"premise: the CPU's own {dtype} {name} is {cpu_err:.3g} from "
+                                f"float64, beyond the bound {tol:.3g}")
         err = (got[name] - r).abs().max().item()
         assert err <= tol, f"{name}: neuron {dtype} is {err:.3g} from float64, bound {tol:.3g}"
         assert (got[name] - cpu[name]).abs().max().item() <= 2 * tol, name
@@ -458,15 +461,16 @@ def test_rnn_module_matches_cpu(cls, config, dtype):
     module = cls(input_size, hidden, **kwargs)
     args, forward = _rnn_args(cls, kwargs, seq, batch, input_size, hidden)
     gates = 4 if cls is torch.nn.LSTM else 3
-    executed = compare_module(module, args, dtype, _n_acc(input_size, hidden, seq, batch, kwargs, gates),
-                              forward)
+    n_acc = _n_acc(input_size, hidden, seq, batch, kwargs, gates)
+    executed = compare_module(module, args, dtype, n_acc, forward)
     cell = "aten::_thnn_fused_lstm_cell" if cls is torch.nn.LSTM else "aten::_thnn_fused_gru_cell"
     assert cell in executed and cell + ("_backward_impl" if gates == 4 else "_backward") in executed
 
 
 @pytest.mark.parametrize("dtype", MODULE_DTYPES, ids=_ids(MODULE_DTYPES))
-@pytest.mark.parametrize("kwargs", [{"proj_size": 7}, {"proj_size": 5, "num_layers": 2, "bidirectional": True}],
-                         ids=["proj", "proj_two_layer_bidirectional"])
+@pytest.mark.parametrize(
+    "kwargs", [{"proj_size": 7}, {"proj_size": 5, "num_layers": 2, "bidirectional": True}],
+    ids=["proj", "proj_two_layer_bidirectional"])
 def test_lstm_projection_matches_cpu(kwargs, dtype):
     seq, batch, input_size, hidden = 5, 3, 8, 12
     torch.manual_seed(1)
