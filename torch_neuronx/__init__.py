@@ -65,8 +65,7 @@ _multiprocessing.install()
 
 # What TorchNeuron exports at top level beside torch.neuron: the same objects, so that
 # torch_neuronx.set_device is torch.neuron.set_device. Still to come with their issues:
-# get_dynamo_metrics / reset_dynamo_metrics (torch.compile), nki_op / wrap_nki (NKI),
-# NeuronProfiler (profiler).
+# nki_op / wrap_nki (NKI).
 from torch_neuronx.neuron import (  # noqa: E402,F401
     Event,
     Stream,
@@ -77,6 +76,7 @@ from torch_neuronx.neuron import (  # noqa: E402,F401
     device_count,
     empty_cache,
     get_device_properties,
+    get_dynamo_metrics,
     is_available,
     max_memory_allocated,
     max_memory_reserved,
@@ -85,6 +85,7 @@ from torch_neuronx.neuron import (  # noqa: E402,F401
     memory_stats,
     memory_summary,
     reset_accumulated_memory_stats,
+    reset_dynamo_metrics,
     reset_peak_memory_stats,
     set_device,
     set_stream,
@@ -121,6 +122,7 @@ __all__ = [
     "device_count",
     "empty_cache",
     "get_device_properties",
+    "get_dynamo_metrics",
     "get_executed_ops",
     "get_fallback_ops",
     "is_available",
@@ -137,6 +139,7 @@ __all__ = [
     "memory_summary",
     "neuron",
     "reset_accumulated_memory_stats",
+    "reset_dynamo_metrics",
     "reset_peak_memory_stats",
     "set_device",
     "set_stream",

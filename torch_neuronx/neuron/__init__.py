@@ -22,6 +22,8 @@ from torch_neuronx.neuron._device import (  # noqa: F401
     synchronize,
     topology,
 )
+# TorchNeuron's compile metrics (torch.compile(backend="neuron")), also torch_neuronx's.
+from torch_neuronx.dynamo.metrics import get_dynamo_metrics, reset_dynamo_metrics  # noqa: F401
 from torch_neuronx.neuron.memory import (  # noqa: F401
     empty_cache,
     host_memory_stats,

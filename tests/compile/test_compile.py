@@ -1,0 +1,303 @@
+"""torch.compile(backend="neuron"): compiled programs against eager execution on neuron (which
+the eager suites check against the CPU) on the same inputs, the program's one launch record, the
+compile metrics and the error contract.
+
+Tolerances: a compiled program computes in float32 like eager, but Inductor may fuse and reorder
+reductions. Summing n float32 terms in two orders differs by at most about 2*n*eps*sum|terms|;
+each check states the longest accumulation it covers and bounds by that over the reference's
+magnitude.
+"""
+
+import copy
+import warnings
+
+import pytest
+import torch
+
+import torch_neuronx
+
+EPS = torch.finfo(torch.float32).eps
+
+
+def assert_close(actual, expected, terms):
+    """Equal up to reordering a float32 sum of `terms` terms (see the module docstring)."""
+    assert actual.device == expected.device, (actual.device, expected.device)
+    a = actual.detach().cpu().double()
+    e = expected.detach().cpu().double()
+    scale = max(1.0, e.abs().max().item())
+    bound = 2 * terms * EPS * scale
+    worst = (a - e).abs().max().item() if e.numel() else 0.0
+    assert worst <= bound, f"max difference {worst} exceeds {bound} ({terms} terms, scale {scale})"
+
+
+def mlp(d_in=8, hidden=16, d_out=4):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(d_in, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, d_out)
+    ).to("neuron")
+
+
+def program_rows():
+    return [r for r in torch_neuronx.kernel_trace() if r["kind"] == "program"]
+
+
+def test_backend_listed_after_import_torch_alone(python_subprocess):
+    result = python_subprocess(
+        "import torch\n"
+        "print('neuron' in torch._dynamo.list_backends())\n"
+        "import sys; print('torch._dynamo.backends.registry' in sys.modules)\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[0] == "True"
+
+
+def test_device_interface_registered():
+    from torch._dynamo.device_interface import get_interface_for_device
+
+    torch.compile(lambda x: x + 1, backend="neuron")(torch.ones(2, device="neuron"))
+    interface = get_interface_for_device("neuron")
+    assert interface.device_count() == torch.neuron.device_count()
+    assert interface.current_device() == torch.neuron.current_device()
+    assert interface.get_raw_stream(0) == torch.neuron.current_stream(0).stream_id
+    props = interface.get_device_properties(0)
+    assert props.total_memory == torch.neuron.get_device_properties(0).total_memory
+
+
+def test_mlp_training_step_matches_eager():
+    eager = mlp()
+    compiled_model = copy.deepcopy(eager)
+    compiled = torch.compile(compiled_model, backend="neuron")
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.1)
+    opt_c = torch.optim.SGD(compiled_model.parameters(), lr=0.1)
+    torch.manual_seed(1)
+    x = torch.randn(6, 8).to("neuron")
+    target = torch.randn(6, 4).to("neuron")
+    for _ in range(2):
+        losses = []
+        for model, opt, run in ((eager, opt_e, eager), (compiled_model, opt_c, compiled)):
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(run(x), target)
+            loss.backward()
+            losses.append(loss)
+        # The longest sums: the loss over 6*4 elements, weight gradients over the batch of 6
+        # times 16 hidden units.
+        assert_close(losses[1], losses[0], terms=6 * 16)
+        for pe, pc in zip(eager.parameters(), compiled_model.parameters()):
+            assert pc.grad.device.type == "neuron"
+            assert_close(pc.grad, pe.grad, terms=6 * 16)
+        opt_e.step()
+        opt_c.step()
+        for pe, pc in zip(eager.parameters(), compiled_model.parameters()):
+            assert_close(pc, pe, terms=6 * 16)
+    m = torch.neuron.get_dynamo_metrics()
+    assert m["graphs"] == 1 and m["recompiles"] == 0 and m["fallback_graphs"] == 0
+    # forward and backward programs, each compiled once (or found in the cache).
+    assert m["programs"] == 2 and m["cache_hits"] + m["cache_misses"] == 2
+    assert m["program_launches"] == 4
+    assert m["compile_seconds"] > 0
+
+
+def test_one_program_record_per_call_with_graph_flops():
+    b, d_in, hidden, d_out = 5, 8, 16, 4
+    model = mlp(d_in, hidden, d_out)
+    compiled = torch.compile(model, backend="neuron", fullgraph=True)
+    x = torch.randn(b, d_in).to("neuron")
+    with torch.no_grad():
+        expected = model(x)
+        compiled(x)  # compile outside the trace
+        torch_neuronx.clear_kernel_trace()
+        out1 = compiled(x)
+        out2 = compiled(x)
+    rows = torch_neuronx.kernel_trace()
+    programs = [r for r in rows if r["kind"] == "program"]
+    assert len(programs) == 1, rows
+    row = programs[0]
+    assert row["op"].startswith("neuron::program/") and row["op"].endswith("_inference")
+    assert row["launches"] == 2
+    # Both Linear layers' matmuls, 2*M*N*K each, per call.
+    assert row["flops"] == 2 * (2 * b * d_in * hidden + 2 * b * hidden * d_out)
+    assert row["ops"]["scalar"] == 2 * b * hidden  # tanh on the activation engine
+    assert row["bytes_read"] > 0 and row["bytes_written"] == 2 * b * d_out * 4
+    assert row["sim_ns"] > 0
+    # The ops inside the program produce no records of their own.
+    assert [r for r in rows if r["kind"] != "program"] == []
+    for out in (out1, out2):
+        assert out.device == x.device
+        assert_close(out, expected, terms=hidden)
+
+
+def test_model_name_option_names_the_program():
+    compiled = torch.compile(
+        lambda x: x * 3 + 1, backend="neuron", options={"model_name": "tiny"}
+    )
+    x = torch.arange(6.0).to("neuron")
+    torch_neuronx.clear_kernel_trace()
+    out = compiled(x)
+    assert torch.equal(out.cpu(), x.cpu() * 3 + 1)
+    names = [r["op"] for r in program_rows()]
+    assert len(names) == 1 and names[0].startswith("neuron::program/tiny_"), names
+
+
+def test_outputs_aliasing_inputs_stay_views():
+    def f(x):
+        return x.t(), x * 2
+
+    x = torch.arange(6.0).reshape(2, 3).to("neuron")
+    t, doubled = torch.compile(f, backend="neuron")(x)
+    assert t.device == x.device and t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    assert torch.equal(t.cpu(), x.cpu().t())
+    assert torch.equal(doubled.cpu(), x.cpu() * 2)
+    x.add_(1)  # t is a view of x, as in eager
+    assert torch.equal(t.cpu(), x.cpu().t())
+
+
+def test_graph_break_splits_into_programs():
+    def f(x):
+        y = torch.sin(x) * 2
+        torch._dynamo.graph_break()
+        return y + x.sum()
+
+    x = torch.linspace(-1, 1, 10).to("neuron")
+    expected = f(x)
+    torch_neuronx.clear_kernel_trace()
+    out = torch.compile(f, backend="neuron")(x)
+    # sin and a sum over 10 terms.
+    assert_close(out, expected, terms=10)
+    m = torch.neuron.get_dynamo_metrics()
+    assert m["graph_breaks"] >= 1 and m["graphs"] == 2, m
+    assert len(program_rows()) == 2
+
+    torch._dynamo.reset()  # f's frame is cached with its graph break; recompile it
+    with pytest.raises(Exception, match="graph_break"):
+        torch.compile(f, backend="neuron", fullgraph=True)(x)
+
+
+def test_dynamic_shapes_default_recompiles_once():
+    def f(x):
+        return torch.relu(x) * 2 - x.mean(dim=1, keepdim=True)
+
+    compiled = torch.compile(f, backend="neuron")
+    for batch in (3, 4, 5, 6):
+        x = torch.randn(batch, 7).to("neuron")
+        assert_close(compiled(x), f(x), terms=7)
+    m = torch.neuron.get_dynamo_metrics()
+    # The first shape compiles a static graph; the second a dynamic one that serves the rest.
+    assert m["recompiles"] == 1, m
+    assert "size mismatch" in m["recompile_reasons"][0]
+
+
+def test_static_shapes_recompile_per_shape():
+    def f(x):
+        return x * x + 1
+
+    compiled = torch.compile(f, backend="neuron", dynamic=False)
+    for n in (3, 4, 5):
+        x = torch.randn(n).to("neuron")
+        assert torch.equal(compiled(x).cpu(), (x * x + 1).cpu())
+    m = torch.neuron.get_dynamo_metrics()
+    assert m["recompiles"] == 2 and len(m["recompile_reasons"]) == 2, m
+
+
+def test_dynamic_program_flops_follow_the_call_sizes():
+    w = torch.randn(6, 5).to("neuron")
+    compiled = torch.compile(lambda x: x @ w, backend="neuron", dynamic=True)
+    with torch.no_grad():
+        for m_rows in (3, 9):
+            x = torch.randn(m_rows, 6).to("neuron")
+            torch_neuronx.clear_kernel_trace()
+            out = compiled(x)
+            assert_close(out, x @ w, terms=6)
+            (row,) = program_rows()
+            assert row["flops"] == 2 * m_rows * 6 * 5
+
+
+def test_cpu_tensor_crossing_into_the_graph():
+    def f(x_cpu, w):
+        return torch.tanh(x_cpu.to("neuron") @ w)
+
+    torch.manual_seed(2)
+    x = torch.randn(4, 3)
+    w = torch.randn(3, 2).to("neuron")
+    out = torch.compile(f, backend="neuron")(x, w)
+    assert out.device == w.device
+    assert_close(out, f(x, w), terms=3)
+
+
+def test_cpu_output_from_the_graph():
+    def f(x):
+        return (x * 2).cpu(), x + 1
+
+    x = torch.arange(4.0).to("neuron")
+    on_cpu, on_neuron = torch.compile(f, backend="neuron")(x)
+    assert on_cpu.device.type == "cpu" and on_neuron.device == x.device
+    assert torch.equal(on_cpu, torch.arange(4.0) * 2)
+    assert torch.equal(on_neuron.cpu(), torch.arange(4.0) + 1)
+
+
+def test_default_device_context():
+    def f(n):
+        return torch.ones(n, 2) * 3 + torch.arange(2.0)
+
+    with torch.device("neuron"):
+        out = torch.compile(f, backend="neuron")(4)
+    assert out.device.type == "neuron"
+    assert torch.equal(out.cpu(), torch.ones(4, 2) * 3 + torch.arange(2.0))
+
+
+def test_mode_other_than_default_warns_and_compiles():
+    x = torch.arange(3.0).to("neuron")
+    with pytest.warns(UserWarning, match="mode='max-autotune' is not supported"):
+        out = torch.compile(lambda t: t - 1, backend="neuron", mode="max-autotune")(x)
+    assert torch.equal(out.cpu(), torch.arange(3.0) - 1)
+
+
+_lib = torch.library.Library("neuron_compile_test", "DEF")
+_lib.define("twice(Tensor x) -> Tensor")
+# Only a neuron kernel (computed with neuron ops), no CPU one: a program cannot run it.
+_lib.impl("twice", lambda x: x + x, "PrivateUse1")
+
+
+@torch.library.register_fake("neuron_compile_test::twice", lib=_lib)
+def _twice_fake(x):
+    return torch.empty_like(x)
+
+
+def _uses_neuron_only_op(x):
+    return torch.ops.neuron_compile_test.twice(x) + 1
+
+
+def test_graph_that_cannot_compile_raises_naming_the_op(monkeypatch):
+    monkeypatch.delenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", raising=False)
+    x = torch.arange(3.0).to("neuron")
+    with pytest.raises(Exception, match="neuron_compile_test::twice.*no CPU or composite kernel"):
+        torch.compile(_uses_neuron_only_op, backend="neuron")(x)
+
+
+@pytest.mark.parametrize("how", ["env", "option"])
+def test_graph_that_cannot_compile_falls_back_when_allowed(monkeypatch, how):
+    options = None
+    if how == "env":
+        monkeypatch.setenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "0")
+    else:
+        monkeypatch.setenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "1")
+        options = {"fallback_execution": True}
+    x = torch.arange(3.0).to("neuron")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = torch.compile(_uses_neuron_only_op, backend="neuron", options=options)(x)
+    assert any("runs eagerly" in str(w.message) for w in caught)
+    assert torch.equal(out.cpu(), torch.arange(3.0) * 2 + 1)
+    assert torch.neuron.get_dynamo_metrics()["fallback_graphs"] == 1
+
+
+def test_metrics_api():
+    assert torch_neuronx.get_dynamo_metrics is torch.neuron.get_dynamo_metrics
+    assert torch_neuronx.reset_dynamo_metrics is torch.neuron.reset_dynamo_metrics
+    torch.compile(lambda t: t * 5, backend="neuron")(torch.ones(2, device="neuron"))
+    m = torch_neuronx.get_dynamo_metrics()
+    assert m["graphs"] == 1 and m["programs"] == 1 and m["program_launches"] == 1
+    m["graphs"] = 100  # a copy
+    assert torch_neuronx.get_dynamo_metrics()["graphs"] == 1
+    torch_neuronx.reset_dynamo_metrics()
+    m = torch_neuronx.get_dynamo_metrics()
+    assert m["graphs"] == 0 and m["recompile_reasons"] == [] and m["compile_seconds"] == 0.0

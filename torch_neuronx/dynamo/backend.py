@@ -1,0 +1,277 @@
+"""``torch.compile(backend="neuron")``.
+
+Dynamo's graph goes through AOTAutograd (forward, backward and inference graphs at the ATen level,
+with Inductor's decomposition table) and each graph becomes one *program*: Inductor compiles it
+for the CPU, and the program runs that code over host views of its neuron inputs with its results
+allocated in HBM (``_C._launch_program``) — the mechanism eager kernels use — as ONE launch record
+of kind ``program`` that carries the summed work of the graph (graph_cost.py). docs/compile.md
+says why this route and what is left.
+"""
+
+import functools
+import itertools
+import os
+import time
+import threading
+import warnings
+
+import torch
+import torch.fx
+from torch._dynamo.backends.common import aot_autograd
+from torch._dynamo.utils import counters
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+from torch_neuronx import _C
+from torch_neuronx.dynamo import device_interface, metrics
+from torch_neuronx.dynamo.graph_cost import GraphCost
+
+# Dynamo asks this interface about the device of the tensors it traces (current device, streams,
+# properties): registered with the backend, which is what brings Dynamo in.
+device_interface.register()
+
+_FALLBACK_ENV = "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"
+_KNOWN_OPTIONS = {"model_name", "fallback_execution"}
+_graph_ids = itertools.count()
+# Set while neuron_backend runs: the forward program compiles inside it (its time is counted
+# there), the backward program usually later, at the first backward().
+_inside_backend = threading.local()
+
+
+class NeuronCompileError(RuntimeError):
+    """A graph that cannot become a neuron program (names the op and what to do)."""
+
+
+def _is_neuron(device) -> bool:
+    return isinstance(device, torch.device) and device.type == "neuron"
+
+
+def _fallback_allowed(options: dict) -> bool:
+    if "fallback_execution" in options:
+        return bool(options["fallback_execution"])
+    value = os.environ.get(_FALLBACK_ENV, "1").strip().lower()
+    # TorchNeuron 2.33's default: fallback disabled, a graph that cannot compile raises.
+    return value in ("0", "false", "no", "off")
+
+
+def _check_runnable(gm: torch.fx.GraphModule, name: str) -> None:
+    """Every op of a program must have code the CPU program can run: an ATen op (Inductor lowers
+    or calls it) or an operator with a CPU or composite kernel. An operator with only a neuron
+    kernel cannot be part of a program."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        op = node.target
+        if op.namespace in ("aten", "prims", "_c10d_functional"):
+            continue
+        qualified = op.name()
+        if any(
+            torch._C._dispatch_has_kernel_for_dispatch_key(qualified, key)
+            for key in ("CPU", "CompositeExplicitAutograd", "CompositeImplicitAutograd")
+        ):
+            continue
+        raise NeuronCompileError(
+            f"torch.compile(backend='neuron'): graph {name} cannot be compiled: operator "
+            f"{op.namespace}::{op._opname}.{op._overloadname} has no implementation a compiled "
+            f"program can run (no CPU or composite kernel, only device kernels). Register a CPU "
+            f"kernel for it (torch.library), keep it out of the compiled region "
+            f"(torch.compiler.disable), or set {_FALLBACK_ENV}=0 (or options="
+            f"{{'fallback_execution': True}}) to run the graph eagerly."
+        )
+
+
+def _on_cpu(value):
+    if _is_neuron(value):
+        return torch.device("cpu")
+    return value
+
+
+def _graph_for_cpu(gm: torch.fx.GraphModule, example_inputs, fake_mode):
+    """A copy of `gm` whose device arguments name the CPU, re-propagated with CPU fake inputs."""
+    graph = torch.fx.Graph()
+    outputs = graph.graph_copy(gm.graph, {})
+    graph.output(outputs)
+    for node in graph.nodes:
+        node.args = torch.fx.node.map_aggregate(node.args, _on_cpu)
+        node.kwargs = torch.fx.node.map_aggregate(node.kwargs, _on_cpu)
+    cpu_gm = torch.fx.GraphModule(gm, graph)
+    cpu_inputs = []
+    with fake_mode:
+        for x in example_inputs:
+            if isinstance(x, torch.Tensor) and _is_neuron(x.device):
+                x = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cpu")
+            cpu_inputs.append(x)
+    FakeTensorProp(cpu_gm, mode=fake_mode).propagate_dont_convert_inputs(*cpu_inputs)
+    return cpu_gm, cpu_inputs
+
+
+def _output_devices(gm: torch.fx.GraphModule) -> list:
+    """Per graph output: the neuron index it lives on, -1 for a CPU tensor, None otherwise."""
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    devices = []
+    for arg in output.args[0]:
+        val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+        if isinstance(val, torch.Tensor):
+            devices.append(val.device.index or 0 if _is_neuron(val.device) else -1)
+        else:
+            devices.append(None)
+    return devices
+
+
+def _program_device(example_inputs, output_devices):
+    devices = {x.device.index or 0 for x in example_inputs
+               if isinstance(x, torch.Tensor) and _is_neuron(x.device)}
+    devices |= {d for d in output_devices if d is not None and d >= 0}
+    if len(devices) > 1:
+        raise NeuronCompileError(
+            f"torch.compile(backend='neuron'): one graph uses tensors on neuron devices "
+            f"{sorted(devices)}; a program runs on one device. Move the tensors to one device, "
+            f"or split the work per device.")
+    return devices.pop() if devices else None
+
+
+class _Program:
+    """One compiled graph: its CPU code run as one launch record per call. Boxed calling
+    convention (takes the argument list and empties it, so inputs free as early as possible);
+    AOTAutograd's wrapper around backward programs calls with the arguments unpacked instead.
+    A graph's inputs are tensors and sizes, never a list, so the two cannot be confused."""
+
+    _boxed_call = True
+
+    def __init__(self, name, device, compiled, cost, output_devices):
+        self.name = name
+        self.device = device
+        self.compiled = compiled
+        self.cost = cost
+        self.output_devices = output_devices
+
+    def __call__(self, *call_args):
+        if len(call_args) == 1 and isinstance(call_args[0], list):
+            args = call_args[0]
+        else:
+            args = list(call_args)
+        ops = self.cost.ops(args)
+        outputs = _C._launch_program(self.device, self.name, ops, self.cost.bytes_engine,
+                                     self.compiled, args, self.output_devices)
+        args.clear()
+        metrics.record("program_launches")
+        return outputs
+
+
+def _compile_program(gm, example_inputs, *, base_name: str, kind: str):
+    from torch._inductor.compile_fx import compile_fx_inner
+
+    started = time.perf_counter()
+    name = f"neuron::program/{base_name}_{kind}"
+    try:
+        _check_runnable(gm, name)
+        output_devices = _output_devices(gm)
+        device = _program_device(example_inputs, output_devices)
+        hits_before = counters["inductor"]["fxgraph_cache_hit"]
+        inner = dict(is_backward=kind == "backward", is_inference=kind == "inference")
+        if device is None:
+            # A graph without neuron tensors is plain CPU code.
+            program = compile_fx_inner(gm, example_inputs, **inner)
+        else:
+            fake_mode = torch._guards.detect_fake_mode(example_inputs)
+            cpu_gm, cpu_inputs = _graph_for_cpu(gm, example_inputs, fake_mode)
+            try:
+                compiled = compile_fx_inner(cpu_gm, cpu_inputs, **inner)
+            except Exception as error:
+                raise NeuronCompileError(
+                    f"torch.compile(backend='neuron'): graph {name} could not be compiled: "
+                    f"{type(error).__name__}: {error}") from error
+            program = _Program(name, device, compiled, GraphCost(gm, example_inputs),
+                               output_devices)
+        metrics.record("programs")
+        if counters["inductor"]["fxgraph_cache_hit"] > hits_before:
+            metrics.record("cache_hits")
+        else:
+            metrics.record("cache_misses")
+            metrics.record("compiles")
+        return program
+    finally:
+        if not getattr(_inside_backend, "active", False):
+            metrics.record("compile_seconds", time.perf_counter() - started)
+
+
+@functools.lru_cache(None)
+def neuron_decompositions() -> dict:
+    """The decomposition table AOTAutograd applies before a graph becomes a program: Inductor's
+    (the programs are compiled by Inductor, which lowers what remains)."""
+    from torch._inductor.decomposition import select_decomp_table
+
+    return dict(select_decomp_table())
+
+
+def _note_recompile() -> None:
+    compile_id = torch._guards.CompileContext.current_compile_id()
+    if compile_id is None or not compile_id.frame_compile_id:
+        return
+    reason = None
+    try:
+        from torch._dynamo.utils import get_metrics_context
+
+        reason = get_metrics_context()._metrics.get("recompile_reason")
+    except Exception:  # the metrics context is private API; the count stands without a reason
+        reason = None
+    metrics.record_recompile(reason or "unknown")
+
+
+def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None):
+    """The ``neuron`` backend of ``torch.compile``."""
+    options = dict(options or {})
+    if mode not in (None, "default"):
+        warnings.warn(
+            f"torch.compile(backend='neuron'): mode={mode!r} is not supported; compiling with "
+            f"the default mode.", stacklevel=2)
+    unknown = set(options) - _KNOWN_OPTIONS
+    if unknown:
+        warnings.warn(
+            f"torch.compile(backend='neuron'): options {sorted(unknown)} are ignored; the backend "
+            f"reads {sorted(_KNOWN_OPTIONS)}.", stacklevel=2)
+    metrics.record("graphs")
+    _note_recompile()
+    graph_id = next(_graph_ids)
+    base_name = f"{options['model_name']}_{graph_id}" if options.get("model_name") else (
+        f"graph{graph_id}")
+
+    compilers = {
+        kind: functools.partial(_compile_program, base_name=base_name, kind=kind)
+        for kind in ("forward", "backward", "inference")
+    }
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    def compile_backward(bw_gm, bw_inputs):
+        # What aot_autograd's own wrapper does (Dynamo must trace neither the compiler nor the
+        # program), keeping the program's boxed calling convention, which that wrapper drops.
+        program = torch._dynamo.disable(
+            compilers["backward"], reason="do not trace the neuron backward compiler"
+        )(bw_gm, bw_inputs)
+        wrapped = torch._dynamo.disable(program, reason="do not trace a neuron backward program")
+        wrapped._boxed_call = getattr(program, "_boxed_call", False)
+        return wrapped
+
+    compile_backward._is_wrapped_bw_compiler = True
+    compile_graph = aot_autograd(
+        fw_compiler=compilers["forward"],
+        bw_compiler=compile_backward,
+        inference_compiler=compilers["inference"],
+        decompositions=neuron_decompositions(),
+        partition_fn=functools.partial(min_cut_rematerialization_partition, compiler="inductor"),
+        keep_inference_input_mutations=True,
+    )
+    started = time.perf_counter()
+    _inside_backend.active = True
+    try:
+        return compile_graph(gm, example_inputs)
+    except Exception as error:
+        if not _fallback_allowed(options):
+            raise
+        metrics.record("fallback_graphs")
+        warnings.warn(
+            f"torch.compile(backend='neuron'): graph {base_name} runs eagerly ({_FALLBACK_ENV}=0 "
+            f"or fallback_execution): {error}", stacklevel=2)
+        return gm.forward
+    finally:
+        _inside_backend.active = False
+        metrics.record("compile_seconds", time.perf_counter() - started)

@@ -1,0 +1,136 @@
+"""The work of a compiled graph, summed from its FX nodes: what the program's one launch record
+carries. Counted as the eager kernels count it (FlopModels.h): a matmul is 2*M*N*K FLOPs on the
+Tensor engine, a transcendental pointwise op one element per output element on the Scalar
+(activation) engine, other pointwise ops, reductions and data movement one element per element on
+the Vector engine. Views cost nothing. Sizes may be symbolic (dynamic shapes): the totals are
+sympy expressions, evaluated for each call's concrete sizes."""
+
+import sympy
+import torch
+from torch.fx import GraphModule
+
+aten = torch.ops.aten
+
+# Ops the activation (Scalar) engine evaluates with its lookup tables.
+_TRANSCENDENTAL = {
+    aten.exp, aten.exp2, aten.expm1, aten.log, aten.log1p, aten.log2, aten.log10, aten.tanh,
+    aten.sigmoid, aten.erf, aten.erfc, aten.sin, aten.cos, aten.tan, aten.sqrt, aten.rsqrt,
+    aten.pow, aten.gelu, aten.gelu_backward, aten.silu, aten.silu_backward, aten.softplus,
+    aten.tanh_backward, aten.sigmoid_backward, aten.reciprocal, aten.atan, aten.asin, aten.acos,
+}
+# Ops that only move or reinterpret data already in place.
+_FREE = {
+    aten.view, aten._unsafe_view, aten.reshape, aten.t, aten.transpose, aten.permute,
+    aten.expand, aten.squeeze, aten.unsqueeze, aten.slice, aten.select, aten.as_strided,
+    aten.alias, aten.detach, aten.split, aten.split_with_sizes, aten.unbind, aten.view_as,
+    aten.sym_size, aten.sym_stride, aten.sym_numel, aten.lift_fresh, aten.empty, aten.empty_strided,
+}
+
+
+def _expr(value):
+    """A size as a sympy expression (an int stays an int)."""
+    if isinstance(value, torch.SymInt):
+        return value.node.expr
+    return int(value)
+
+
+def _numel(val):
+    n = 1
+    for s in val.shape:
+        n = n * _expr(s)
+    return n
+
+
+def _val(node):
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def _node_work(node) -> dict:
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return {}
+    packet = target.overloadpacket
+    if packet in _FREE or target.is_view:
+        return {}
+    out = _val(node)
+    args = node.args
+    if packet in (aten.mm, aten.addmm, aten.bmm, aten.baddbmm):
+        a = _val(args[-2])
+        b = _val(args[-1])
+        k = _expr(a.shape[-1])
+        out_elems = _numel(out)
+        work = {"tensor": 2 * out_elems * k}
+        if packet in (aten.addmm, aten.baddbmm):
+            work["vector"] = out_elems  # the bias add
+        return work
+    if packet is aten.convolution or packet is aten.convolution_backward:
+        weight = _val(args[1])
+        per_output = 1
+        for s in weight.shape[1:]:
+            per_output = per_output * _expr(s)
+        if packet is aten.convolution:
+            return {"tensor": 2 * _numel(out) * per_output}
+        # Gradients of input and weight: two convolutions of the forward's size.
+        grad_out = _val(args[0])
+        return {"tensor": 4 * _numel(grad_out) * per_output}
+    if not isinstance(out, torch.Tensor):
+        if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+            out = out[0]
+        else:
+            return {}
+    if torch.Tag.reduction in target.tags:
+        source = _val(args[0])
+        return {"vector": _numel(source) if isinstance(source, torch.Tensor) else _numel(out)}
+    if packet in _TRANSCENDENTAL:
+        return {"scalar": _numel(out)}
+    return {"vector": _numel(out)}
+
+
+class GraphCost:
+    """Per-engine ops of one graph, as expressions over the graph inputs' sizes."""
+
+    def __init__(self, gm: GraphModule, example_inputs):
+        totals: dict = {}
+        for node in gm.graph.nodes:
+            if node.op != "call_function":
+                continue
+            for engine, n in _node_work(node).items():
+                totals[engine] = totals.get(engine, 0) + n
+        self._totals = {e: sympy.sympify(n) for e, n in totals.items()}
+        self.bytes_engine = "tensor" if "tensor" in totals else "vector"
+        self._static = all(not t.free_symbols for t in self._totals.values())
+        self._constant = {e: int(t) for e, t in self._totals.items()} if self._static else None
+        # Where each symbol can be read off a call's arguments.
+        self._bindings = []
+        seen = set()
+        for i, example in enumerate(example_inputs):
+            if isinstance(example, torch.SymInt):
+                sizes = [(None, example)]
+            elif isinstance(example, torch.Tensor):
+                sizes = list(enumerate(example.shape))
+            else:
+                continue
+            for dim, size in sizes:
+                if isinstance(size, torch.SymInt):
+                    expr = size.node.expr
+                    if isinstance(expr, sympy.Symbol) and expr not in seen:
+                        seen.add(expr)
+                        self._bindings.append((expr, i, dim))
+        self._memo: dict = {}
+
+    def ops(self, args) -> dict:
+        if self._static:
+            return self._constant
+        values = tuple(
+            int(args[i]) if dim is None else int(args[i].shape[dim]) for _, i, dim in self._bindings
+        )
+        ops = self._memo.get(values)
+        if ops is None:
+            subs = {sym: v for (sym, _, _), v in zip(self._bindings, values)}
+            ops = {}
+            for engine, total in self._totals.items():
+                value = total.xreplace(subs)
+                # A size no input carries (rare: a data-dependent size) counts as 0.
+                ops[engine] = int(value) if not value.free_symbols else 0
+            self._memo[values] = ops
+        return ops
