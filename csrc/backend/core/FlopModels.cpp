@@ -50,6 +50,19 @@ uint64_t attention(const at::Tensor& q, const at::Tensor& k) {
   return static_cast<uint64_t>(4 * q.size(0) * q.size(1) * q.size(2) * k.size(2) * q.size(3));
 }
 
+// LSTM forward: each of the 4 gates sums input and hidden pre-activations (1) and the two biases
+// (2); c' = f*c + i*g (3), h' = o*tanh(c') (1); sigmoid x3 and tanh x2.
+CellWork lstm_cell_forward(bool has_bias) { return {4 * (1 + (has_bias ? 2u : 0u)) + 4, 5}; }
+// LSTM backward: tanh(c') (Scalar); d(o) = go*tanh(c') (1); dc = go*o*(1-t*t) + gc (5); the gate
+// products dc*g, dc*c, dc*i (3); dc*f (1); the sigmoid/tanh derivatives (3+3+3+3).
+CellWork lstm_cell_backward() { return {22, 1}; }
+// GRU forward: r and z sum input and hidden (1) and the biases (2); n = in (+b) + r*(hn (+b))
+// (2, +2 with bias); h' = n + z*(h-n) (3); sigmoid x2 and tanh x1.
+CellWork gru_cell_forward(bool has_bias) { return {1 + 1 + 2 + 3 + (has_bias ? 6u : 0u), 3}; }
+// GRU backward: 1-z (1); dz = go*(h-n)*(1-z)*z (4); dh = go*z (1); dn = go*(1-z)*(1-n*n) (4);
+// dhn = dn*r (1); dr = dn*hn*(1-r)*r (4).
+CellWork gru_cell_backward() { return {15, 0}; }
+
 uint64_t none(const c10::FunctionSchema&, KernelArgs) { return 0; }
 
 uint64_t per_element(const c10::FunctionSchema&, KernelArgs args) {

@@ -28,6 +28,18 @@ uint64_t convolution(const at::Tensor& input, const at::Tensor& weight, at::IntA
 // Attention over [B, H, L, E] tensors: QK^T and PV, 2 * 2 * B * H * Lq * Lk * E.
 uint64_t attention(const at::Tensor& q, const at::Tensor& k);
 
+// Recurrent cells (_thnn_fused_lstm_cell / _thnn_fused_gru_cell and their backward), per hidden
+// element (one (batch, unit) pair): additions and products on the Vector engine, sigmoid/tanh on
+// the Scalar engine. A bias adds two sums per gate.
+struct CellWork {
+  uint64_t vector;
+  uint64_t scalar;
+};
+CellWork lstm_cell_forward(bool has_bias);
+CellWork lstm_cell_backward();
+CellWork gru_cell_forward(bool has_bias);
+CellWork gru_cell_backward();
+
 // Boxed-family models.
 uint64_t none(const c10::FunctionSchema&, KernelArgs);
 // One operation per element of the largest tensor argument or result.

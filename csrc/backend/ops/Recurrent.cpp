@@ -25,30 +25,12 @@
 #include <vector>
 
 #include "backend/core/DeviceCheck.h"
+#include "backend/core/FlopModels.h"
 #include "backend/core/HostView.h"
 #include "backend/core/KernelLaunch.h"
 
 namespace torch_neuronx {
 namespace {
-
-// Per hidden element (one (batch, unit) pair), the arithmetic each cell does, counted as the loops
-// below do it. A bias adds two sums per gate.
-struct PerElement {
-  uint64_t vector;
-  uint64_t scalar;
-};
-// Forward: each of the 4 gates sums input and hidden pre-activations (1) and the two biases (2);
-// c' = f*c + i*g (3), h' = o*tanh(c') (1); sigmoid x3 and tanh x2.
-PerElement lstm_forward_work(bool has_bias) { return {4 * (1 + (has_bias ? 2 : 0)) + 4, 5}; }
-// Backward: tanh(c') (Scalar); d(o) = go*tanh(c') (1); dc = go*o*(1-t*t) + gc (5); the gate
-// products dc*g, dc*c, dc*i (3); dc*f (1); the sigmoid/tanh derivatives (3+3+3+3).
-constexpr PerElement kLstmBackwardWork{22, 1};
-// Forward: r and z sum input and hidden (1) and the biases (2); n = in (+b) + r*(hn (+b)) (2, +2
-// with bias); h' = n + z*(h-n) (3); sigmoid x2 and tanh x1.
-PerElement gru_forward_work(bool has_bias) { return {1 + 1 + 2 + 3 + (has_bias ? 6 : 0), 3}; }
-// Backward: 1-z (1); dz = go*(h-n)*(1-z)*z (4); dh = go*z (1); dn = go*(1-z)*(1-n*n) (4);
-// dhn = dn*r (1); dr = dn*hn*(1-r)*r (4).
-constexpr PerElement kGruBackwardWork{15, 0};
 
 // The one place this file touches the launch API: one launch of `op` on `device` that reads
 // `inputs` and does `elements` times `per_element` work plus `extra_vector` Vector ops; `body`
@@ -57,7 +39,7 @@ constexpr PerElement kGruBackwardWork{15, 0};
 template <size_t N, class Body>
 std::array<at::Tensor, N> launch_cell(const char* op, c10::Device device,
                                       std::initializer_list<const at::Tensor*> inputs,
-                                      uint64_t elements, PerElement per_element,
+                                      uint64_t elements, flops::CellWork per_element,
                                       uint64_t extra_vector, Body&& body) {
   check_input_devices(op, device, inputs);
   Kernel kernel(op, device, Engine::kVector);
@@ -166,7 +148,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell(
   const bool has_bias = input_bias.defined();
   auto [hy, cy, workspace] = launch_cell<3>(
       kOp, input_gates.device(), {&input_gates, &hidden_gates, &cx, &input_bias, &hidden_bias},
-      static_cast<uint64_t>(batch * hidden), lstm_forward_work(has_bias), 0,
+      static_cast<uint64_t>(batch * hidden), flops::lstm_cell_forward(has_bias), 0,
       [&, batch = batch, hidden = hidden](const std::vector<at::Tensor>& in) {
         at::Tensor hy = at::empty({batch, hidden}, in[0].options());
         at::Tensor cy = at::empty({batch, hidden}, in[0].options());
@@ -243,7 +225,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell_backward(
                {{"grad_hy", &grad_hy}, {"grad_cy", &grad_cy}, {"cx", &cx}, {"cy", &cy}});
   auto [grad_gates, grad_cx, grad_bias] = launch_cell<3>(
       kOp, workspace.device(), {&grad_hy, &grad_cy, &cx, &cy, &workspace},
-      static_cast<uint64_t>(batch * hidden), kLstmBackwardWork,
+      static_cast<uint64_t>(batch * hidden), flops::lstm_cell_backward(),
       has_bias ? static_cast<uint64_t>(batch * 4 * hidden) : 0,  // the bias gradient's sum
       [&](const std::vector<at::Tensor>& in) {
         at::Tensor gates = at::empty({batch, 4 * hidden}, in[4].options());
@@ -307,7 +289,7 @@ std::tuple<at::Tensor, at::Tensor> fused_gru_cell(
   const bool has_bias = input_bias.defined();
   auto [hy, workspace] = launch_cell<2>(
       kOp, input_gates.device(), {&input_gates, &hidden_gates, &hx, &input_bias, &hidden_bias},
-      static_cast<uint64_t>(batch * hidden), gru_forward_work(has_bias), 0,
+      static_cast<uint64_t>(batch * hidden), flops::gru_cell_forward(has_bias), 0,
       [&, batch = batch, hidden = hidden](const std::vector<at::Tensor>& in) {
         at::Tensor hy = at::empty({batch, hidden}, in[0].options());
         at::Tensor ws = at::empty({batch, 5 * hidden}, in[0].options());
@@ -375,7 +357,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_gru
   auto [grad_input_gates, grad_hidden_gates, grad_hx, grad_input_bias, grad_hidden_bias] =
       launch_cell<5>(
           kOp, workspace.device(), {&grad_hy, &workspace}, static_cast<uint64_t>(batch * hidden),
-          kGruBackwardWork, has_bias ? static_cast<uint64_t>(2 * batch * 3 * hidden) : 0,
+          flops::gru_cell_backward(), has_bias ? static_cast<uint64_t>(2 * batch * 3 * hidden) : 0,
           [&](const std::vector<at::Tensor>& in) {
             at::Tensor gi = at::empty({batch, 3 * hidden}, in[1].options());
             at::Tensor gh = at::empty({batch, 3 * hidden}, in[1].options());
