@@ -8,7 +8,7 @@ def pytest_terminal_summary(terminalreporter, config):
     report = getattr(config, "_neuron_moduleinfo", None)
     if not report or not report[0]:
         return
-    totals, identical, margins = report
+    totals, identical, margins, inexact = report
     terminalreporter.section("ModuleInfo parity")
     samples = sum(totals.values())
     passed = sum(n for what, n in totals.items() if what.startswith("passed"))
@@ -21,8 +21,14 @@ def pytest_terminal_summary(terminalreporter, config):
     for dtype in sorted(margins):
         fraction, where = margins[dtype]
         terminalreporter.write_line(
-            f"largest |neuron - cpu| / allowed, {dtype}: {fraction:.3g} ({where})"
+            f"largest |neuron - cpu| / allowed, {dtype}: {fraction:.3g}"
+            + (f" ({where})" if fraction > 0 else "")
         )
+    if config.getoption("verbose") > 0 and inexact:
+        terminalreporter.write_line("passed samples that differ from CPU within the bound:")
+        for name in sorted(inexact):
+            count, fraction = inexact[name]
+            terminalreporter.write_line(f"  {name}: {count} (largest {fraction:.3g} of allowed)")
     fallbacks = torch_neuronx.get_fallback_ops()
     terminalreporter.write_line(f"ATen ops that ran through the CPU fallback: {len(fallbacks)}")
     if config.getoption("verbose") > 0:
