@@ -178,6 +178,43 @@ def test_set_default_backend():
         torch.compiler.set_default_backend(previous)
 
 
+def test_dropout_in_a_program_is_seeded_and_differentiable():
+    p = 0.5
+    compiled = torch.compile(lambda t: torch.nn.functional.dropout(t, p), backend="neuron")
+    x = (torch.rand(64, 32) + 1).to("neuron").requires_grad_()
+    torch.manual_seed(3)
+    a = compiled(x)
+    torch.manual_seed(3)
+    b = compiled(x)
+    assert torch.equal(a.detach().cpu(), b.detach().cpu())  # the seed fixes the mask
+    kept = a.detach().cpu() != 0
+    # Each element is kept with probability 1-p: 2048 draws stay within 6 standard deviations.
+    n = kept.numel()
+    assert abs(kept.sum().item() - n * (1 - p)) <= 6 * (n * p * (1 - p)) ** 0.5
+    # Kept elements are scaled by 1/(1-p) (exact: a power of two), and so is their gradient.
+    assert torch.equal(a.detach().cpu()[kept], x.detach().cpu()[kept] / (1 - p))
+    a.sum().backward()
+    assert torch.equal(x.grad.cpu(), kept.float() / (1 - p))
+
+
+def test_autocast_inside_the_compiled_region():
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(16, 8).to("neuron")
+    x = torch.randn(4, 16).to("neuron")
+
+    def f(t):
+        with torch.autocast("neuron", dtype=torch.bfloat16):
+            return layer(t)
+
+    out = torch.compile(f, backend="neuron")(x)
+    expected = f(x)
+    assert out.dtype == expected.dtype == torch.bfloat16
+    # Both round the same float32 accumulation of 16 products to bfloat16: at most one bfloat16
+    # ulp apart where the float32 sums differ in their last bits.
+    ulp = torch.finfo(torch.bfloat16).eps * expected.float().abs().cpu().clamp_min(1e-3)
+    assert ((out.float() - expected.float()).abs().cpu() <= ulp).all()
+
+
 def test_graph_break_splits_into_programs():
     def f(x):
         y = torch.sin(x) * 2

@@ -175,7 +175,11 @@ def _compile_program(gm, example_inputs, *, base_name: str, kind: str):
             fake_mode = torch._guards.detect_fake_mode(example_inputs)
             cpu_gm, cpu_inputs = _graph_for_cpu(gm, example_inputs, fake_mode)
             try:
-                compiled = compile_fx_inner(cpu_gm, cpu_inputs, **inner)
+                # Random ops run as ATen's CPU ops inside the program (drawing from the CPU
+                # generator, which torch.manual_seed seeds too): Inductor's own random lowering
+                # needs its joint-graph seed pass, which this pipeline does not run.
+                with torch._inductor.config.patch(fallback_random=True):
+                    compiled = compile_fx_inner(cpu_gm, cpu_inputs, **inner)
             except Exception as error:
                 raise NeuronCompileError(
                     f"torch.compile(backend='neuron'): graph {name} could not be compiled: "
