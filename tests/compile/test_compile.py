@@ -137,6 +137,23 @@ def test_model_name_option_names_the_program():
     assert len(names) == 1 and names[0].startswith("neuron::program/tiny_"), names
 
 
+def test_program_runs_on_its_inputs_device_and_results_are_not_copied():
+    if torch.neuron.device_count() < 2:
+        pytest.skip("needs two neuron devices")
+    x = torch.randn(64, 64).to("neuron:1")
+    f = torch.compile(lambda t: (t * 2, t + 1), backend="neuron")
+    f(x)
+    before = torch.neuron.memory_stats(1)["allocation_requests"]
+    doubled, incremented = f(x)
+    # One HBM block per result, allocated by the CPU code and taken over as is (a copy would
+    # allocate a second block per result).
+    assert torch.neuron.memory_stats(1)["allocation_requests"] - before == 2
+    assert doubled.device == incremented.device == x.device
+    assert torch.neuron.current_device() == 0
+    assert torch.equal(doubled.cpu(), x.cpu() * 2)
+    assert torch.equal(incremented.cpu(), x.cpu() + 1)
+
+
 def test_outputs_aliasing_inputs_stay_views():
     def f(x):
         return x.t(), x * 2
