@@ -182,6 +182,31 @@ def test_input_mutation_writes_through_to_neuron_memory():
     assert torch.equal(out.cpu(), (torch.arange(4.0) + 1) * 2)
 
 
+def test_mutation_through_views():
+    def mutate_slice(x):
+        x[1:].mul_(2)
+        return x.sum()
+
+    def return_mutated_view(base):
+        return base.view(-1)[2:5].add_(10)
+
+    x = torch.arange(6.0).reshape(3, 2).to("neuron")
+    x_eager = x.clone()
+    total = torch.compile(mutate_slice, backend="neuron")(x)
+    assert torch.equal(total.cpu(), mutate_slice(x_eager).cpu())
+    assert torch.equal(x.cpu(), x_eager.cpu())
+
+    base = torch.zeros(2, 4).to("neuron")
+    base_eager = base.clone()
+    view = torch.compile(return_mutated_view, backend="neuron")(base)
+    assert torch.equal(view.cpu(), return_mutated_view(base_eager).cpu())
+    assert torch.equal(base.cpu(), base_eager.cpu())
+    # Still a view of the input, as in eager.
+    assert view.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+    base.fill_(1)
+    assert torch.equal(view.cpu(), torch.ones(3))
+
+
 def test_set_default_backend():
     previous = torch.compiler.get_default_backend()
     torch.compiler.set_default_backend("neuron")

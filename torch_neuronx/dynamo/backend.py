@@ -11,8 +11,8 @@ says why this route and what is left.
 import functools
 import itertools
 import os
-import time
 import threading
+import time
 import warnings
 
 import torch
@@ -111,7 +111,7 @@ def _output_devices(gm: torch.fx.GraphModule) -> list:
     for arg in output.args[0]:
         val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
         if isinstance(val, torch.Tensor):
-            devices.append(val.device.index or 0 if _is_neuron(val.device) else -1)
+            devices.append((val.device.index or 0) if _is_neuron(val.device) else -1)
         else:
             devices.append(None)
     return devices
