@@ -290,6 +290,11 @@ def test_dynamic_shapes_default_recompiles_once():
     # The first shape compiles a static graph; the second a dynamic one that serves the rest.
     assert m["recompiles"] == 1, m
     assert "size mismatch" in m["recompile_reasons"][0]
+    # TorchNeuron (static shapes only) would compile each of the 4 shapes: 3 recompiles.
+    assert m["programs"] == 2 and m["torchneuron_programs"] == 4, m
+    assert m["torchneuron_recompiles"] == 3, m
+    compiled(torch.randn(5, 7).to("neuron"))  # a shape seen before costs nothing more
+    assert torch.neuron.get_dynamo_metrics()["torchneuron_recompiles"] == 3
 
 
 def test_static_shapes_recompile_per_shape():
@@ -302,6 +307,7 @@ def test_static_shapes_recompile_per_shape():
         assert torch.equal(compiled(x).cpu(), (x * x + 1).cpu())
     m = torch.neuron.get_dynamo_metrics()
     assert m["recompiles"] == 2 and len(m["recompile_reasons"]) == 2, m
+    assert m["torchneuron_recompiles"] == 2 and m["torchneuron_programs"] == m["programs"] == 3
 
 
 def test_dynamic_program_flops_follow_the_call_sizes():

@@ -137,8 +137,9 @@ class _Program:
 
     _boxed_call = True
 
-    def __init__(self, name, device, compiled, cost, output_devices):
+    def __init__(self, name, kind, device, compiled, cost, output_devices):
         self.name = name
+        self.kind = kind
         self.device = device
         self.compiled = compiled
         self.cost = cost
@@ -149,7 +150,12 @@ class _Program:
             args = call_args[0]
         else:
             args = list(call_args)
+        seen = self.cost.sizes_seen()
         ops = self.cost.ops(args)
+        if self.cost.sizes_seen() > max(seen, 1):
+            # A shape this symbolic program serves without compiling: TorchNeuron, static shapes
+            # only, would compile this graph again (and recompile the frame, for a forward).
+            metrics.record_static_shape_recompile(frame=self.kind != "backward")
         outputs = _C._launch_program(self.device, self.name, ops, self.cost.bytes_engine,
                                      self.compiled, args, self.output_devices)
         args.clear()
@@ -184,7 +190,7 @@ def _compile_program(gm, example_inputs, *, base_name: str, kind: str):
                 raise NeuronCompileError(
                     f"torch.compile(backend='neuron'): graph {name} could not be compiled: "
                     f"{type(error).__name__}: {error}") from error
-            program = _Program(name, device, compiled, GraphCost(gm, example_inputs),
+            program = _Program(name, kind, device, compiled, GraphCost(gm, example_inputs),
                                output_devices)
         metrics.record("programs")
         if counters["inductor"]["fxgraph_cache_hit"] > hits_before:

@@ -98,8 +98,8 @@ class GraphCost:
                 totals[engine] = totals.get(engine, 0) + n
         self._totals = {e: sympy.sympify(n) for e, n in totals.items()}
         self.bytes_engine = "tensor" if "tensor" in totals else "vector"
-        self._static = all(not t.free_symbols for t in self._totals.values())
-        self._constant = {e: int(t) for e, t in self._totals.items()} if self._static else None
+        # Totals no input size determines (a data-dependent size: rare) count as 0.
+        self._constant = {e: int(t) if not t.free_symbols else 0 for e, t in self._totals.items()}
         # Where each symbol can be read off a call's arguments.
         self._bindings = []
         seen = set()
@@ -118,8 +118,17 @@ class GraphCost:
                         self._bindings.append((expr, i, dim))
         self._memo: dict = {}
 
+    @property
+    def is_dynamic(self) -> bool:
+        """Whether the graph's input sizes are symbolic (one program serves many shapes)."""
+        return bool(self._bindings)
+
+    def sizes_seen(self) -> int:
+        """Distinct input sizes this graph has been called with (1 for a static graph)."""
+        return len(self._memo) if self.is_dynamic else 1
+
     def ops(self, args) -> dict:
-        if self._static:
+        if not self._bindings:
             return self._constant
         values = tuple(
             int(args[i]) if dim is None else int(args[i].shape[dim]) for _, i, dim in self._bindings
@@ -130,7 +139,6 @@ class GraphCost:
             ops = {}
             for engine, total in self._totals.items():
                 value = total.xreplace(subs)
-                # A size no input carries (rare: a data-dependent size) counts as 0.
                 ops[engine] = int(value) if not value.free_symbols else 0
             self._memo[values] = ops
         return ops

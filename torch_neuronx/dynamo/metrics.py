@@ -21,10 +21,16 @@ def _fresh() -> dict:
         "compile_seconds": 0.0,   # time spent in the backend (AOTAutograd and Inductor)
         "fallback_graphs": 0,     # graphs that could not compile and ran eagerly
         "program_launches": 0,    # compiled programs run (one launch record each)
+        # What the same run would cost on TorchNeuron, which compiles static shapes only: every
+        # new shape a symbolic program serves would be another program and, for a forward or
+        # inference graph, another recompile of its frame.
+        "torchneuron_programs": 0,
+        "torchneuron_recompiles": 0,
     }
 
 
 _metrics = _fresh()
+_static_shape_extra = {"programs": 0, "recompiles": 0}
 # Dynamo's graph-break counter is process-wide and shared with other backends: metrics report
 # what happened since the last reset.
 _graph_break_baseline: dict = {}
@@ -55,6 +61,13 @@ def record(key: str, amount=1) -> None:
         _metrics[key] += amount
 
 
+def record_static_shape_recompile(frame: bool) -> None:
+    with _lock:
+        _static_shape_extra["programs"] += 1
+        if frame:
+            _static_shape_extra["recompiles"] += 1
+
+
 def record_recompile(reason: str) -> None:
     with _lock:
         _metrics["recompiles"] += 1
@@ -65,10 +78,15 @@ def get_dynamo_metrics() -> dict:
     """What ``torch.compile(backend="neuron")`` did since the start or the last
     :func:`reset_dynamo_metrics`: Dynamo graphs compiled, programs (forward/backward/inference)
     compiled or served from the program cache, recompiles with the guard that failed, graph breaks
-    with their reasons, seconds spent compiling, graphs that fell back to eager execution and
-    programs launched. A copy: later compiles do not change it."""
+    with their reasons, seconds spent compiling, graphs that fell back to eager execution,
+    programs launched, and what the same run would cost on TorchNeuron (static shapes only:
+    ``torchneuron_programs``, ``torchneuron_recompiles``). A copy: later compiles do not change
+    it."""
     with _lock:
         snapshot = copy.deepcopy(_metrics)
+        snapshot["torchneuron_programs"] = snapshot["programs"] + _static_shape_extra["programs"]
+        snapshot["torchneuron_recompiles"] = (
+            snapshot["recompiles"] + _static_shape_extra["recompiles"])
     breaks, reasons = _graph_breaks_since_reset()
     snapshot["graph_breaks"] = breaks
     snapshot["graph_break_reasons"] = reasons
@@ -80,5 +98,6 @@ def reset_dynamo_metrics() -> None:
     global _metrics
     with _lock:
         _metrics = _fresh()
+        _static_shape_extra.update(programs=0, recompiles=0)
         _graph_break_baseline.clear()
         _graph_break_baseline.update(_graph_break_counter())
