@@ -96,6 +96,64 @@ def test_mlp_training_step_matches_eager():
     assert m["compile_seconds"] > 0
 
 
+class TinyDecoderBlock(torch.nn.Module):
+    """Embedding, layer norm, causal self-attention (SDPA) with a residual, LM head, loss: the
+    op mix of a decoder language model, tiny."""
+
+    def __init__(self, vocab=32, d=16, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.emb = torch.nn.Embedding(vocab, d)
+        self.norm = torch.nn.LayerNorm(d)
+        self.qkv = torch.nn.Linear(d, 3 * d)
+        self.proj = torch.nn.Linear(d, d)
+        self.head = torch.nn.Linear(d, vocab)
+
+    def forward(self, ids, labels):
+        x = self.emb(ids)
+        b, t, d = x.shape
+        qkv = self.qkv(self.norm(x)).view(b, t, 3, self.heads, d // self.heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)
+        attn = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(attn.transpose(1, 2).reshape(b, t, d))
+        logits = self.head(x)
+        return torch.nn.functional.cross_entropy(logits.view(b * t, -1), labels.view(-1))
+
+
+def test_decoder_block_training_step_fullgraph():
+    torch.manual_seed(0)
+    eager = TinyDecoderBlock().to("neuron")
+    compiled_model = copy.deepcopy(eager)
+    compiled = torch.compile(compiled_model, backend="neuron", fullgraph=True)
+    b, t, d, vocab, heads = 2, 8, 16, 32, 2
+    ids = torch.randint(0, vocab, (b, t)).to("neuron")
+    labels = torch.randint(0, vocab, (b, t)).to("neuron")
+    torch_neuronx.clear_kernel_trace()
+    torch_neuronx.clear_op_tracking()
+    loss_c = compiled(ids, labels)
+    loss_c.backward()
+    rows = {r["op"].rsplit("_", 1)[-1]: r for r in program_rows()}
+    loss_e = eager(ids, labels)
+    loss_e.backward()
+    # Longest sums: the loss's mean over b*t tokens of log-sum-exp over the vocabulary, and
+    # weight gradients summed over the b*t tokens of d (or vocab) features.
+    assert_close(loss_c, loss_e, terms=b * t * vocab)
+    for pe, pc in zip(eager.parameters(), compiled_model.parameters()):
+        assert_close(pc.grad, pe.grad, terms=b * t * vocab)
+    assert torch_neuronx.get_fallback_ops() == []
+    # The forward program's FLOPs: every matmul of the block, 2*M*N*K each (the attention's
+    # two batched products over b*heads (t x t) score blocks of head size d/heads).
+    tokens, head_dim = b * t, d // heads
+    matmuls = (
+        2 * tokens * d * 3 * d  # qkv
+        + 2 * 2 * (b * heads) * t * t * head_dim  # q @ k^T and scores @ v
+        + 2 * tokens * d * d  # proj
+        + 2 * tokens * d * vocab  # head
+    )
+    assert rows["forward"]["flops"] == matmuls
+    assert rows["backward"]["launches"] == 1 and rows["backward"]["flops"] > matmuls
+
+
 def test_one_program_record_per_call_with_graph_flops():
     b, d_in, hidden, d_out = 5, 8, 16, 4
     model = mlp(d_in, hidden, d_out)

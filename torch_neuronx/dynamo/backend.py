@@ -273,7 +273,13 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
     started = time.perf_counter()
     _inside_backend.active = True
     try:
-        return compile_graph(gm, example_inputs)
+        # SDPA on neuron tensors picks the fused overrideable kernel, a device-only op the CPU
+        # program cannot run; traced with the math backend it becomes matmuls and a softmax that
+        # Inductor fuses. AOTAutograd traces forward and backward here, so both see the choice.
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel([SDPBackend.MATH]):
+            return compile_graph(gm, example_inputs)
     except Exception as error:
         if not _fallback_allowed(options):
             raise
