@@ -6,7 +6,14 @@ import copy
 import pytest
 import torch
 
-from .test_moduleinfo import U_ACC, Mismatch, _compare, _compare_tensor, _ErrorBounds, _Margin
+from .test_moduleinfo import (
+    U_ACC,
+    Mismatch,
+    _compare,
+    _compare_tensor,
+    _ErrorBounds,
+    _Margin,
+)
 
 U32, U16 = 2.0**-24, 2.0**-8
 
@@ -83,13 +90,20 @@ def test_comparison_edges():
     ok = (e * (1 + 0.5 * bound)).to("neuron")
     _compare_tensor(ok, e, bound, "t", values=True)
     with pytest.raises(Mismatch, match="allowed"):
-        _compare_tensor((e + torch.tensor([0.0, 3 * bound * 2, 0, 0])).to("neuron"), e, bound,
-                        "t", values=True)
+        _compare_tensor(
+            (e + torch.tensor([0.0, 3 * bound * 2, 0, 0])).to("neuron"), e, bound, "t", values=True
+        )
     with pytest.raises(Mismatch, match="NaN/inf"):
-        _compare_tensor(torch.tensor([1.0, -2.0, 0.0, float("inf")], device="neuron"), e, bound,
-                        "t", values=True)
+        _compare_tensor(
+            torch.tensor([1.0, -2.0, 0.0, float("inf")], device="neuron"),
+            e,
+            bound,
+            "t",
+            values=True,
+        )
     with pytest.raises(Mismatch, match="on cpu"):
         _compare_tensor(e.clone(), e, bound, "t", values=True)
     with pytest.raises(Mismatch, match="elements differ"):
-        _compare_tensor(torch.tensor([1, 3], device="neuron"), torch.tensor([1, 2]), bound, "t",
-                        values=True)
+        _compare_tensor(
+            torch.tensor([1, 3], device="neuron"), torch.tensor([1, 2]), bound, "t", values=True
+        )

@@ -60,11 +60,12 @@ nondeterministic_seeded) is compared by types and shapes only, and counted apart
 module of module_db does so at present.
 
 By default (``make test``) a deterministic subset runs: every module and both dtypes, forward and
-backward, but only every STRIDE-th sample (``TORCH_NEURONX_MODULEINFO_STRIDE``, default 8): sample
+backward, but only every STRIDE-th sample (``TORCH_NEURONX_MODULEINFO_STRIDE``, default 4): sample
 i of the module at position p of module_db runs when (i + p) % STRIDE == 0, so consecutive modules
-take different samples, and a module with fewer samples than that runs its sample p % n. Known
-failures run their samples in order until the first one fails (that is all a strict xfail needs
-to know; the full run counts them all), so one that starts passing fails the run (XPASS).
+take different samples, and a module none of whose n samples falls on the stride runs its
+sample p % n. Known failures run their samples in order until the first one fails (that is all a
+strict xfail needs to know; the full run counts them all), so one that starts passing fails the
+run (XPASS).
 ``TORCH_NEURONX_MODULEINFO=full`` (``make moduleinfo``) runs every sample. Known failures live in
 known_failures.py, nowhere else. See docs/moduleinfo.md.
 """
@@ -75,6 +76,7 @@ import copy
 import math
 import os
 import zlib
+from typing import ClassVar
 
 import pytest
 import torch
@@ -87,24 +89,51 @@ from .known_failures import KNOWN_FAILURES
 
 DEVICE = "neuron"
 FULL = os.environ.get("TORCH_NEURONX_MODULEINFO", "").lower() == "full"
-STRIDE = int(os.environ.get("TORCH_NEURONX_MODULEINFO_STRIDE", "8"))
+STRIDE = int(os.environ.get("TORCH_NEURONX_MODULEINFO_STRIDE", "4"))
 DTYPES = (torch.float32, torch.bfloat16)
 SEED = 1234  # modules are built, and both devices run, right after torch.manual_seed(SEED)
 
 U_ACC = 2.0**-24  # CPU kernels accumulate float32 and bfloat16 in float32
-UNIT_ROUNDOFF = {torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11,
-                 torch.float64: 2.0**-53}
+UNIT_ROUNDOFF = {
+    torch.float32: 2.0**-24,
+    torch.bfloat16: 2.0**-8,
+    torch.float16: 2.0**-11,
+    torch.float64: 2.0**-53,
+}
 
 # Matrix products: the accumulation length is the contracted size, the last dimension of the
 # first matrix operand (its position in the op's arguments).
 MATMUL_FIRST_OPERAND = {
-    "mm": 0, "bmm": 0, "matmul": 0, "dot": 0, "vdot": 0, "mv": 0, "linear": 0, "_trilinear": 0,
-    "addmm": 1, "baddbmm": 1, "addbmm": 1, "addmv": 1, "_addmm_activation": 1, "addr": 1,
+    "mm": 0,
+    "bmm": 0,
+    "matmul": 0,
+    "dot": 0,
+    "vdot": 0,
+    "mv": 0,
+    "linear": 0,
+    "_trilinear": 0,
+    "addmm": 1,
+    "baddbmm": 1,
+    "addbmm": 1,
+    "addmv": 1,
+    "_addmm_activation": 1,
+    "addr": 1,
 }
-CONVOLUTIONS = {"convolution", "_convolution", "convolution_overrideable", "mkldnn_convolution",
-                "_slow_conv2d_forward", "slow_conv3d_forward", "slow_conv_transpose2d",
-                "slow_conv_transpose3d", "_mkldnn_convolution", "slow_conv_dilated2d",
-                "slow_conv_dilated3d", "thnn_conv2d", "_nnpack_spatial_convolution"}
+CONVOLUTIONS = {
+    "convolution",
+    "_convolution",
+    "convolution_overrideable",
+    "mkldnn_convolution",
+    "_slow_conv2d_forward",
+    "slow_conv3d_forward",
+    "slow_conv_transpose2d",
+    "slow_conv_transpose3d",
+    "_mkldnn_convolution",
+    "slow_conv_dilated2d",
+    "slow_conv_dilated3d",
+    "thnn_conv2d",
+    "_nnpack_spatial_convolution",
+}
 CONVOLUTION_BACKWARDS = {"convolution_backward", "convolution_backward_overrideable"}
 # Fused CPU kernels that round to the input dtype inside (besides their result's own rounding).
 FUSED_ROUNDINGS = {
@@ -112,8 +141,17 @@ FUSED_ROUNDINGS = {
     "_scaled_dot_product_flash_attention_for_cpu_backward": 2,  # probabilities, dP
 }
 # Copies that do not round when the destination is at least as precise as the source.
-COPIES = {"_to_copy", "copy_", "clone", "copy", "lift_fresh_copy", "_copy_from",
-          "_copy_from_and_resize", "detach_copy", "alias_copy"}
+COPIES = {
+    "_to_copy",
+    "copy_",
+    "clone",
+    "copy",
+    "lift_fresh_copy",
+    "_copy_from",
+    "_copy_from_and_resize",
+    "detach_copy",
+    "alias_copy",
+}
 
 pytestmark = [
     # Fallback notices and the samples' own deprecation warnings are noise here: the suite compares
@@ -222,8 +260,9 @@ def _accumulation_length(name: str, func, args, inputs, outputs) -> int:
         # grad_weight sums over the batch and output positions; grad_input over the other side's
         # channels times the kernel (either layout: the larger of the two).
         per_weight = grad_output.numel() // max(grad_output.shape[1], 1)
-        per_input = max(weight.numel() // max(weight.shape[0], 1),
-                        weight.numel() // max(weight.shape[1], 1))
+        per_input = max(
+            weight.numel() // max(weight.shape[0], 1), weight.numel() // max(weight.shape[1], 1)
+        )
         return max(per_weight, per_input)
     largest = max((t.numel() for t in inputs), default=1)
     sizes = [t.numel() for t in outputs if t.numel() > 0]
@@ -235,8 +274,9 @@ def _accumulation_length(name: str, func, args, inputs, outputs) -> int:
     biggest = max(inputs, key=lambda t: t.numel(), default=None)
     if biggest is None or biggest.dim() == 0:
         return 1
-    lists = any(isinstance(a, (list, tuple)) and a and all(isinstance(x, int) for x in a)
-                for a in args[1:])
+    lists = any(
+        isinstance(a, (list, tuple)) and a and all(isinstance(x, int) for x in a) for a in args[1:]
+    )
     return biggest.numel() if lists else max(biggest.shape)
 
 
@@ -310,10 +350,10 @@ class _Margin:
     """The largest observed |neuron - cpu| as a fraction of what the bound allows, per dtype and
     where it was; and the largest within the current sample (0: bit-identical to CPU)."""
 
-    largest: dict[str, tuple[float, str]] = {}
+    largest: ClassVar[dict[str, tuple[float, str]]] = {}
     sample = 0.0
     # (module, dtype) -> (samples not bit-identical, largest fraction), for the -v summary.
-    inexact: dict[str, tuple[int, float]] = {}
+    inexact: ClassVar[dict[str, tuple[int, float]]] = {}
 
     @classmethod
     def note(cls, dtype: torch.dtype, fraction: float, where: str) -> None:
@@ -378,7 +418,9 @@ def _compare(actual, expected, bounds, where: str, values: bool) -> None:
             _compare_tensor(a, e, bounds[tensors], f"{where}[{i}]", values)
             tensors += 1
         elif isinstance(e, float) and isinstance(a, float):
-            if values and not (math.isclose(a, e, rel_tol=1e-6) or (math.isnan(a) and math.isnan(e))):
+            if values and not (
+                math.isclose(a, e, rel_tol=1e-6) or (math.isnan(a) and math.isnan(e))
+            ):
                 raise Mismatch(f"{where}[{i}]: neuron {a!r} vs CPU {e!r}")
         elif isinstance(e, torch.device) or e is None and a is None:
             continue
@@ -500,7 +542,11 @@ def _check_sample(module_info, module_input, dtype: torch.dtype, index: int) -> 
 
     _compare(actual, expected, bounds_of(traced), f"{where} output", values)
     _compare(
-        [t for t in pytree.tree_leaves((neuron_args, neuron_kwargs)) if isinstance(t, torch.Tensor)],
+        [
+            t
+            for t in pytree.tree_leaves((neuron_args, neuron_kwargs))
+            if isinstance(t, torch.Tensor)
+        ],
         [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)],
         bounds_of((traced_args, traced_kwargs)),
         f"{where} input tensors after the call",
@@ -537,8 +583,10 @@ def _check_sample(module_info, module_input, dtype: torch.dtype, index: int) -> 
     )
     for name, a, e, bound in zip(names, actual_grads, expected_grads, grad_bounds):
         if (a is None) != (e is None):
-            raise Mismatch(f"{where} gradient of {name}: neuron {a is None and 'None'}, CPU "
-                           f"{e is None and 'None'}")
+            raise Mismatch(
+                f"{where} gradient of {name}: neuron {a is None and 'None'}, CPU "
+                f"{e is None and 'None'}"
+            )
         if e is not None:
             _compare_tensor(a, e, bound, f"{where} gradient of {name}", values)
     return "forward and backward compared" if values else "random values, shapes compared"
@@ -551,8 +599,10 @@ def _check_sample(module_info, module_input, dtype: torch.dtype, index: int) -> 
 class _Tally:
     """Per-sample counts; the session totals go into the summary (conftest.py)."""
 
-    totals: dict[str, int] = {}
-    identical = [0]  # passed samples whose every compared value equals CPU's bit for bit
+    totals: ClassVar[dict[str, int]] = {}
+    identical: ClassVar[list[int]] = [
+        0
+    ]  # passed samples whose every compared value equals CPU's bit for bit
 
     @classmethod
     def add(cls, what: str) -> None:
@@ -566,7 +616,10 @@ class _Tally:
 @pytest.fixture(scope="module", autouse=True)
 def _report_totals(request):
     request.config._neuron_moduleinfo = (
-        _Tally.totals, _Tally.identical, _Margin.largest, _Margin.inexact
+        _Tally.totals,
+        _Tally.identical,
+        _Margin.largest,
+        _Margin.inexact,
     )
     yield
 
