@@ -368,6 +368,36 @@ def test_static_shapes_recompile_per_shape():
     assert m["torchneuron_recompiles"] == 2 and m["torchneuron_programs"] == m["programs"] == 3
 
 
+@pytest.mark.parametrize("how", ["option", "env"])
+def test_strict_static_shapes_compile_per_shape(monkeypatch, how):
+    options = None
+    if how == "env":
+        monkeypatch.setenv("TORCH_NEURONX_STATIC_SHAPES", "1")
+    else:
+        options = {"static_shapes": True}
+    torch.manual_seed(0)
+    eager = torch.nn.Linear(7, 3).to("neuron")
+    compiled_model = copy.deepcopy(eager)
+    compiled = torch.compile(compiled_model, backend="neuron", options=options)
+    for batch in (3, 4, 5, 4):
+        x = torch.randn(batch, 7).to("neuron")
+        out_c, out_e = compiled(x), eager(x)
+        assert_close(out_c, out_e, terms=7)
+        out_c.sum().backward()
+        out_e.sum().backward()
+        assert_close(compiled_model.weight.grad, eager.weight.grad, terms=batch * 3)
+    m = torch.neuron.get_dynamo_metrics()
+    # Shapes 3, 4, 5: three static compiles (forward and backward each), two recompiles; the
+    # second batch of 4 reuses its program.
+    assert m["recompiles"] == 2 and m["programs"] == 6, m
+    assert m["torchneuron_recompiles"] == 2 and m["torchneuron_programs"] == 6, m
+    assert any("new input shapes" in r for r in m["recompile_reasons"])
+
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="dynamic=True is not supported with static shapes"):
+        torch.compile(lambda t: t + 1, backend="neuron", dynamic=True, options=options)(x)
+
+
 def test_dynamic_program_flops_follow_the_call_sizes():
     w = torch.randn(6, 5).to("neuron")
     compiled = torch.compile(lambda x: x @ w, backend="neuron", dynamic=True)

@@ -30,7 +30,8 @@ from torch_neuronx.dynamo.graph_cost import GraphCost
 device_interface.register()
 
 _FALLBACK_ENV = "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"
-_KNOWN_OPTIONS = {"model_name", "fallback_execution"}
+_STATIC_ENV = "TORCH_NEURONX_STATIC_SHAPES"
+_KNOWN_OPTIONS = {"model_name", "fallback_execution", "static_shapes"}
 _graph_ids = itertools.count()
 # Set while neuron_backend runs: the forward program compiles inside it (its time is counted
 # there), the backward program usually later, at the first backward().
@@ -51,6 +52,47 @@ def _fallback_allowed(options: dict) -> bool:
     value = os.environ.get(_FALLBACK_ENV, "1").strip().lower()
     # TorchNeuron 2.33's default: fallback disabled, a graph that cannot compile raises.
     return value in ("0", "false", "no", "off")
+
+
+def _static_shapes(options: dict) -> bool:
+    """Strict mode: TorchNeuron's static-shape behaviour (one program per input shape)."""
+    if "static_shapes" in options:
+        return bool(options["static_shapes"])
+    return os.environ.get(_STATIC_ENV, "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _is_symbolic(example_inputs) -> bool:
+    return any(
+        isinstance(x, torch.SymInt)
+        or (isinstance(x, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in x.shape))
+        for x in example_inputs
+    )
+
+
+class _ProgramPerShape:
+    """Strict mode's answer to a symbolic Dynamo graph: the graph is compiled again for each
+    distinct set of input shapes (from the call's own tensors), as TorchNeuron would, and each
+    new shape after the first counts as a recompile."""
+
+    def __init__(self, compile_for, base_name: str):
+        self._compile_for = compile_for
+        self._base_name = base_name
+        self._compiled: dict = {}
+
+    def __call__(self, *args):
+        key = tuple(
+            (tuple(a.shape), a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else a
+            for a in args
+        )
+        run = self._compiled.get(key)
+        if run is None:
+            if self._compiled:
+                shapes = [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]
+                metrics.record_recompile(
+                    f"{self._base_name}: static shapes ({_STATIC_ENV}): new input shapes {shapes}")
+            run = torch._dynamo.disable(_timed_compile)(self._compile_for, list(args))
+            self._compiled[key] = run
+        return run(*args)
 
 
 def _check_runnable(gm: torch.fx.GraphModule, name: str) -> None:
@@ -213,6 +255,17 @@ def neuron_decompositions() -> dict:
     return dict(select_decomp_table())
 
 
+def _timed_compile(compile_for, inputs):
+    """AOTAutograd and the programs it builds now, timed as one (compile_seconds)."""
+    started = time.perf_counter()
+    _inside_backend.active = True
+    try:
+        return compile_for(inputs)
+    finally:
+        _inside_backend.active = False
+        metrics.record("compile_seconds", time.perf_counter() - started)
+
+
 def _note_recompile() -> None:
     compile_id = torch._guards.CompileContext.current_compile_id()
     if compile_id is None or not compile_id.frame_compile_id:
@@ -239,6 +292,13 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
         warnings.warn(
             f"torch.compile(backend='neuron'): options {sorted(unknown)} are ignored; the backend "
             f"reads {sorted(_KNOWN_OPTIONS)}.", stacklevel=2)
+    strict = _static_shapes(options)
+    if strict and not torch._dynamo.config.assume_static_by_default:
+        raise NeuronCompileError(
+            f"torch.compile(backend='neuron'): dynamic=True is not supported with static shapes "
+            f"({_STATIC_ENV}=1 or options={{'static_shapes': True}}), as on TorchNeuron. Leave "
+            f"`dynamic` unset or pass dynamic=False, or turn static shapes off to compile one "
+            f"symbolic program for all shapes.")
     metrics.record("graphs")
     _note_recompile()
     graph_id = next(_graph_ids)
@@ -270,16 +330,21 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
         partition_fn=functools.partial(min_cut_rematerialization_partition, compiler="inductor"),
         keep_inference_input_mutations=True,
     )
-    started = time.perf_counter()
-    _inside_backend.active = True
-    try:
+
+    def compile_for(inputs):
         # SDPA on neuron tensors picks the fused overrideable kernel, a device-only op the CPU
         # program cannot run; traced with the math backend it becomes matmuls and a softmax that
         # Inductor fuses. AOTAutograd traces forward and backward here, so both see the choice.
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         with sdpa_kernel([SDPBackend.MATH]):
-            return compile_graph(gm, example_inputs)
+            return compile_graph(gm, inputs)
+
+    if strict and _is_symbolic(example_inputs):
+        return _ProgramPerShape(compile_for, base_name)
+
+    try:
+        return _timed_compile(compile_for, example_inputs)
     except Exception as error:
         if not _fallback_allowed(options):
             raise
@@ -288,6 +353,3 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
             f"torch.compile(backend='neuron'): graph {base_name} runs eagerly ({_FALLBACK_ENV}=0 "
             f"or fallback_execution): {error}", stacklevel=2)
         return gm.forward
-    finally:
-        _inside_backend.active = False
-        metrics.record("compile_seconds", time.perf_counter() - started)
