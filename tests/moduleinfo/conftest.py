@@ -30,7 +30,9 @@ def pytest_terminal_summary(terminalreporter, config):
             count, fraction = inexact[name]
             terminalreporter.write_line(f"  {name}: {count} (largest {fraction:.3g} of allowed)")
     fallbacks = torch_neuronx.get_fallback_ops()
-    terminalreporter.write_line(f"ATen ops that ran through the CPU fallback: {len(fallbacks)}")
+    terminalreporter.write_line(
+        f"ATen ops that ran through the CPU fallback in this process: {len(fallbacks)}"
+    )
     if config.getoption("verbose") > 0:
         for name in sorted(fallbacks):
             terminalreporter.write_line(f"  {name}")

@@ -63,9 +63,9 @@ By default (``make test``) a deterministic subset runs: every module and both dt
 backward, but only every STRIDE-th sample (``TORCH_NEURONX_MODULEINFO_STRIDE``, default 4): sample
 i of the module at position p of module_db runs when (i + p) % STRIDE == 0, so consecutive modules
 take different samples, and a module none of whose n samples falls on the stride runs its
-sample p % n. Known failures run their samples in order until the first one fails (that is all a
-strict xfail needs to know; the full run counts them all), so one that starts passing fails the
-run (XPASS).
+sample p % n. Known failures run until their first failing sample, the subset's samples first
+and then the others (that is all a strict xfail needs to know; the full run counts them all), so
+one that starts passing fails the run (XPASS).
 ``TORCH_NEURONX_MODULEINFO=full`` (``make moduleinfo``) runs every sample. Known failures live in
 known_failures.py, nowhere else. See docs/moduleinfo.md.
 """
@@ -169,10 +169,14 @@ def _dtype_name(dtype: torch.dtype) -> str:
 def _subset(samples: list, position: int, known: bool) -> list[tuple[int, object]]:
     """(index, sample) pairs this run checks; see the module docstring."""
     indexed = list(enumerate(samples))
-    if FULL or known or not indexed:
+    if FULL or not indexed:
         return indexed
     chosen = [(i, s) for i, s in indexed if (i + position) % STRIDE == 0]
-    return chosen or [indexed[position % len(indexed)]]
+    chosen = chosen or [indexed[position % len(indexed)]]
+    if known:
+        # The subset's own samples first, then the rest: the test stops at the first failure.
+        return chosen + [pair for pair in indexed if pair not in chosen]
+    return chosen
 
 
 def _cases():
