@@ -473,6 +473,16 @@ def test_graph_that_cannot_compile_raises_naming_the_op(monkeypatch):
         torch.compile(_uses_neuron_only_op, backend="neuron")(x)
 
 
+def test_device_only_aten_op_is_named():
+    # ATen's overrideable SDPA exists only for PrivateUse1 backends (no CPU kernel).
+    def f(q):
+        return torch.ops.aten._scaled_dot_product_fused_attention_overrideable(q, q, q)[0]
+
+    q = torch.randn(1, 1, 4, 8).to("neuron")
+    with pytest.raises(Exception, match="aten::_scaled_dot_product_fused_attention_overrideable"):
+        torch.compile(f, backend="neuron")(q)
+
+
 @pytest.mark.parametrize("how", ["env", "option"])
 def test_graph_that_cannot_compile_falls_back_when_allowed(monkeypatch, how):
     options = None

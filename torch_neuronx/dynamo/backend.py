@@ -96,17 +96,24 @@ class _ProgramPerShape:
 
 
 def _check_runnable(gm: torch.fx.GraphModule, name: str) -> None:
-    """Every op of a program must have code the CPU program can run: an ATen op (Inductor lowers
-    or calls it) or an operator with a CPU or composite kernel. An operator with only a neuron
-    kernel cannot be part of a program."""
+    """Every op of a program must have code the CPU program can run: an Inductor lowering or a
+    CPU or composite kernel. An operator with only device kernels (a custom op registered for
+    neuron alone, or ATen's *_overrideable ops that exist for PrivateUse1 backends) cannot be
+    part of a program."""
+    from torch._inductor.lowering import lowerings
+
     for node in gm.graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
         op = node.target
-        if op.namespace in ("aten", "prims", "_c10d_functional"):
+        # ATen's *_overrideable ops have a default kernel that only raises "not implemented"
+        # (Inductor registers them as fallbacks, i.e. calls to that kernel).
+        device_only = op.namespace == "aten" and "_overrideable" in op._opname
+        lowered = op.namespace == "prims" or op in lowerings or op.overloadpacket in lowerings
+        if lowered and not device_only:
             continue
         qualified = op.name()
-        if any(
+        if not device_only and any(
             torch._C._dispatch_has_kernel_for_dispatch_key(qualified, key)
             for key in ("CPU", "CompositeExplicitAutograd", "CompositeImplicitAutograd")
         ):
