@@ -183,6 +183,27 @@ def test_one_program_record_per_call_with_graph_flops():
         assert_close(out, expected, terms=hidden)
 
 
+def test_profiler_and_simulated_clock_see_the_program():
+    from torch.profiler import ProfilerActivity, profile
+
+    model = mlp()
+    compiled = torch.compile(model, backend="neuron")
+    x = torch.randn(3, 8).to("neuron")
+    with torch.no_grad():
+        compiled(x)
+        before = torch_neuronx.simulated_time(0)["now_ns"]
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+            compiled(x)
+        after = torch_neuronx.simulated_time(0)["now_ns"]
+    assert after > before
+    device_events = [e for e in prof.events() if e.device_type != torch.autograd.DeviceType.CPU]
+    # One device event: the program, none for the ops inside it.
+    assert len(device_events) == 1, [e.name for e in device_events]
+    assert device_events[0].name.startswith("neuron::program/")
+    assert device_events[0].name.endswith("_inference")
+    assert device_events[0].device_time > 0
+
+
 def test_model_name_option_names_the_program():
     compiled = torch.compile(
         lambda x: x * 3 + 1, backend="neuron", options={"model_name": "tiny"}
