@@ -17,7 +17,9 @@ def pytest_terminal_summary(terminalreporter, config):
     )
     for what in sorted(totals):
         terminalreporter.write_line(f"  {what}: {totals[what]}")
-    terminalreporter.write_line(f"passed samples bit-identical to CPU: {identical[0]}")
+    terminalreporter.write_line(
+        f"passed samples compared by value and bit-identical to CPU: {identical[0]}"
+    )
     for dtype in sorted(margins):
         fraction, where = margins[dtype]
         terminalreporter.write_line(
