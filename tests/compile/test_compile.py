@@ -336,6 +336,20 @@ def test_autocast_inside_the_compiled_region():
     assert ((out.float() - expected.float()).abs().cpu() <= ulp).all()
 
 
+def test_constants_and_repeated_outputs():
+    def f(x):
+        c = torch.tensor([1.0, 2.0, 3.0, 4.0], device="neuron")
+        y = x * 2
+        return x + c, c, y, y, x.shape[0] * 2
+
+    x = torch.arange(4.0).to("neuron")
+    shifted, constant, y1, y2, size = torch.compile(f, backend="neuron")(x)
+    assert torch.equal(shifted.cpu(), torch.arange(4.0) + torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    assert constant.device == x.device and torch.equal(constant.cpu(), torch.arange(1.0, 5.0))
+    assert y1.untyped_storage().data_ptr() == y2.untyped_storage().data_ptr()
+    assert torch.equal(y1.cpu(), torch.arange(4.0) * 2) and size == 8
+
+
 def test_graph_break_splits_into_programs():
     def f(x):
         y = torch.sin(x) * 2

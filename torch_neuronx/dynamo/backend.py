@@ -134,6 +134,28 @@ def _on_cpu(value):
     return value
 
 
+def _constants_on_cpu(gm: torch.fx.GraphModule) -> None:
+    """Tensors the graph reads as attributes (constants such as ``torch.tensor([...],
+    device="neuron")`` in the compiled code): a CPU copy, made once at compile time, which the CPU
+    program reads instead. AOTAutograd passes parameters, buffers and anything mutated as inputs,
+    so these are never written."""
+    for node in gm.graph.nodes:
+        if node.op != "get_attr":
+            continue
+        *path, name = node.target.split(".")
+        owner = gm
+        for part in path:
+            owner = getattr(owner, part)
+        value = getattr(owner, name)
+        if isinstance(value, torch.Tensor) and _is_neuron(value.device):
+            # A real copy, even though the compiler runs under AOTAutograd's fake mode.
+            with torch._subclasses.fake_tensor.unset_fake_temporarily():
+                on_cpu = value.detach().cpu()
+            if isinstance(value, torch.nn.Parameter):
+                on_cpu = torch.nn.Parameter(on_cpu, requires_grad=value.requires_grad)
+            setattr(owner, name, on_cpu)
+
+
 def _graph_for_cpu(gm: torch.fx.GraphModule, example_inputs, fake_mode):
     """A copy of `gm` whose device arguments name the CPU, re-propagated with CPU fake inputs."""
     graph = torch.fx.Graph()
@@ -143,6 +165,7 @@ def _graph_for_cpu(gm: torch.fx.GraphModule, example_inputs, fake_mode):
         node.args = torch.fx.node.map_aggregate(node.args, _on_cpu)
         node.kwargs = torch.fx.node.map_aggregate(node.kwargs, _on_cpu)
     cpu_gm = torch.fx.GraphModule(gm, graph)
+    _constants_on_cpu(cpu_gm)
     cpu_inputs = []
     with fake_mode:
         for x in example_inputs:
