@@ -247,8 +247,9 @@ def _compile_program(gm, example_inputs, *, base_name: str, kind: str):
         hits_before = counters["inductor"]["fxgraph_cache_hit"]
         inner = dict(is_backward=kind == "backward", is_inference=kind == "inference")
         if device is None:
-            # A graph without neuron tensors is plain CPU code.
-            program = compile_fx_inner(gm, example_inputs, **inner)
+            # A graph without neuron tensors is plain CPU code (random ops as below).
+            with torch._inductor.config.patch(fallback_random=True):
+                program = compile_fx_inner(gm, example_inputs, **inner)
         else:
             fake_mode = torch._guards.detect_fake_mode(example_inputs)
             cpu_gm, cpu_inputs = _graph_for_cpu(gm, example_inputs, fake_mode)
