@@ -80,10 +80,13 @@ from typing import ClassVar
 
 import pytest
 import torch
+
 from torch.testing._internal.common_modules import module_db
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakTensorKeyDictionary
+
+from parity import Mismatch, both_raised, first_line
 
 from .known_failures import KNOWN_FAILURES
 
@@ -346,10 +349,6 @@ class _ErrorBounds(TorchDispatchMode):
 # Comparison
 
 
-class Mismatch(AssertionError):
-    """Neuron and CPU disagree on one sample."""
-
-
 class _Margin:
     """The largest observed |neuron - cpu| as a fraction of what the bound allows, per dtype and
     where it was; and the largest within the current sample (0: bit-identical to CPU)."""
@@ -432,31 +431,6 @@ def _compare(actual, expected, bounds, where: str, values: bool) -> None:
             raise Mismatch(f"{where}[{i}]: neuron {a!r:.200} vs CPU {e!r:.200}")
 
 
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0][:500] if lines else ""
-
-
-def _both_raised(cpu_error, neuron_error, where: str) -> bool:
-    """True when both raised exceptions of the same type; a Mismatch when only one raised or the
-    types differ; False when neither raised."""
-    if cpu_error is None and neuron_error is None:
-        return False
-    if cpu_error is None:
-        raise Mismatch(
-            f"{where}: neuron raised {type(neuron_error).__name__}: {_first_line(neuron_error)}"
-        )
-    cpu = f"{type(cpu_error).__name__} ({_first_line(cpu_error)})"
-    if neuron_error is None:
-        raise Mismatch(f"{where}: CPU raised {cpu}, neuron did not")
-    if not isinstance(neuron_error, type(cpu_error)):
-        raise Mismatch(
-            f"{where}: CPU raised {cpu}, neuron "
-            f"{type(neuron_error).__name__} ({_first_line(neuron_error)})"
-        )
-    return True
-
-
 # ---------------------------------------------------------------------------------------------
 # Running one sample
 
@@ -520,7 +494,7 @@ def _check_sample(module_info, module_input, dtype: torch.dtype, index: int) -> 
 
     expected, cpu_error = _run(cpu_module, args, kwargs)
     actual, neuron_error = _run(neuron_module, neuron_args, neuron_kwargs)
-    if _both_raised(cpu_error, neuron_error, f"{where} forward"):
+    if both_raised(cpu_error, neuron_error, f"{where} forward"):
         return "raised on both"
 
     # Cotangents drawn on CPU once, from a seed fixed per sample.
@@ -576,7 +550,7 @@ def _check_sample(module_info, module_input, dtype: torch.dtype, index: int) -> 
     actual_grads, neuron_error = _grad(
         neuron_diff, neuron_inputs, [c.to(DEVICE) for c in cotangents]
     )
-    if _both_raised(cpu_error, neuron_error, f"{where} backward"):
+    if both_raised(cpu_error, neuron_error, f"{where} backward"):
         return "forward compared, backward raised on both"
     parameters = [f"parameter {n}" for n, p in cpu_module.named_parameters() if p.requires_grad]
     names = [f"input {i}" for i in range(len(cpu_inputs) - len(parameters))] + parameters

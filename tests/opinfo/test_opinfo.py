@@ -39,8 +39,11 @@ import zlib
 
 import pytest
 import torch
+
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from parity import Mismatch, both_raised, first_line
 
 from .known_failures import KNOWN_FAILURES
 
@@ -207,10 +210,6 @@ def _run(op, sample, seed: int = SEED):
 # Comparison
 
 
-class Mismatch(AssertionError):
-    """Neuron and CPU disagree on one sample."""
-
-
 def _values_are_random(op, pristine, expected) -> bool:
     """Whether this sample's values may differ between two correct runs: the OpInfo returns
     uninitialised memory, or the op draws random numbers. It draws them when CPU's own result
@@ -324,31 +323,6 @@ def _compare(actual, expected, where: str, values: bool = True, device: bool = T
         raise Mismatch(f"{where}: neuron {actual!r:.200} vs CPU {expected!r:.200}")
 
 
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0][:500] if lines else ""
-
-
-def _both_raised(cpu_error, neuron_error, where: str) -> bool:
-    """True when CPU raised and neuron raised the same type of exception; a Mismatch when only
-    one of them raised or the types differ; False when neither raised."""
-    if cpu_error is None and neuron_error is None:
-        return False
-    if cpu_error is None:
-        raise Mismatch(
-            f"{where}: neuron raised {type(neuron_error).__name__}: {_first_line(neuron_error)}"
-        )
-    cpu = f"{type(cpu_error).__name__} ({_first_line(cpu_error)})"
-    if neuron_error is None:
-        raise Mismatch(f"{where}: CPU raised {cpu}, neuron did not")
-    if not isinstance(neuron_error, type(cpu_error)):
-        raise Mismatch(
-            f"{where}: CPU raised {cpu}, neuron "
-            f"{type(neuron_error).__name__} ({_first_line(neuron_error)})"
-        )
-    return True
-
-
 # ---------------------------------------------------------------------------------------------
 # The tests
 
@@ -407,7 +381,7 @@ def test_forward(op, dtype):
             pristine = [_copy_sample(op, sample, "cpu")[0] for _ in range(2)]
             expected, cpu_error = _run(op, sample)
             actual, neuron_error = _run(op, neuron_sample)
-            if _both_raised(cpu_error, neuron_error, where):
+            if both_raised(cpu_error, neuron_error, where):
                 tally.add("forward raised on both")
                 continue
             values = not _values_are_random(op, pristine, expected)
@@ -454,7 +428,7 @@ def test_backward(op, dtype):
 
             cpu_out, cpu_error = _run(op, sample)
             neuron_out, neuron_error = _run(op, neuron_sample)
-            if _both_raised(cpu_error, neuron_error, f"{where} forward"):
+            if both_raised(cpu_error, neuron_error, f"{where} forward"):
                 tally.add("backward raised on both")
                 continue
             cpu_diff, neuron_diff = _differentiable(cpu_out), _differentiable(neuron_out)
@@ -482,7 +456,7 @@ def test_backward(op, dtype):
             actual, neuron_error = grad(
                 neuron_diff, neuron_inputs, [g.to(DEVICE) for g in cotangents]
             )
-            if _both_raised(cpu_error, neuron_error, f"{where} backward"):
+            if both_raised(cpu_error, neuron_error, f"{where} backward"):
                 tally.add("backward raised on both")
                 continue
             values = not _values_are_random(op, pristine, cpu_out)
