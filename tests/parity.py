@@ -1,5 +1,20 @@
-"""What the parity suites (OpInfo, ModuleInfo) share: the mismatch they raise and how they compare
-the errors CPU and neuron raise on one sample."""
+"""What the parity suites (OpInfo, ModuleInfo) share: their warning filters, test-id dtype names,
+the mismatch they raise and how they compare the errors CPU and neuron raise on one sample."""
+
+import pytest
+import torch
+
+# Fallback notices and the samples' own deprecation warnings are noise here: the suites compare
+# numbers, and their conftest.py reports the ops that went to the CPU fallback.
+WARNING_FILTERS = [
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 class Mismatch(AssertionError):

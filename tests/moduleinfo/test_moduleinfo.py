@@ -86,7 +86,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakTensorKeyDictionary
 
-from parity import Mismatch, both_raised, first_line
+from parity import WARNING_FILTERS, Mismatch, both_raised, dtype_name, first_line
 
 from .known_failures import KNOWN_FAILURES
 
@@ -156,17 +156,7 @@ COPIES = {
     "alias_copy",
 }
 
-pytestmark = [
-    # Fallback notices and the samples' own deprecation warnings are noise here: the suite compares
-    # numbers, and conftest.py reports the ops that went to the CPU fallback.
-    pytest.mark.filterwarnings("ignore::UserWarning"),
-    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-    pytest.mark.filterwarnings("ignore::FutureWarning"),
-]
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
+pytestmark = WARNING_FILTERS
 
 
 def _subset(samples: list, position: int, known: bool) -> list[tuple[int, object]]:
@@ -185,7 +175,7 @@ def _subset(samples: list, position: int, known: bool) -> list[tuple[int, object
 def _cases():
     for position, module_info in enumerate(module_db):
         for dtype in DTYPES:
-            key = (module_info.name, _dtype_name(dtype))
+            key = (module_info.name, dtype_name(dtype))
             marks = []
             reason = KNOWN_FAILURES.get(key)
             if reason is not None:
@@ -361,7 +351,7 @@ class _Margin:
     @classmethod
     def note(cls, dtype: torch.dtype, fraction: float, where: str) -> None:
         cls.sample = max(cls.sample, fraction)
-        name = _dtype_name(dtype)
+        name = dtype_name(dtype)
         if name not in cls.largest or fraction > cls.largest[name][0]:
             cls.largest[name] = (fraction, where)
 
@@ -483,7 +473,7 @@ def _grad_inputs(module, args, kwargs) -> list[torch.Tensor]:
 
 def _check_sample(module_info, module_input, dtype: torch.dtype, index: int) -> str:
     """Runs one sample on both devices; returns what it counted as, raises Mismatch."""
-    where = f"{module_info.name} {_dtype_name(dtype)} sample {index} {module_input.desc!r}"
+    where = f"{module_info.name} {dtype_name(dtype)} sample {index} {module_input.desc!r}"
     cpu_module = _build(module_info, module_input, dtype)
     neuron_module = copy.deepcopy(cpu_module).to(DEVICE)
     traced_module = copy.deepcopy(cpu_module)
@@ -613,7 +603,7 @@ def _samples(module_info, dtype: torch.dtype):
 
 @pytest.mark.parametrize("module_info,dtype,position", list(_cases()))
 def test_module(module_info, dtype, position):
-    known = (module_info.name, _dtype_name(dtype)) in KNOWN_FAILURES
+    known = (module_info.name, dtype_name(dtype)) in KNOWN_FAILURES
     failures = []
     chosen = _subset(_samples(module_info, dtype), position, known)
     for index, module_input in chosen:
@@ -632,7 +622,7 @@ def test_module(module_info, dtype, position):
         if _Margin.sample == 0.0:
             _Tally.add_identical()
         else:
-            name = f"{module_info.name} {_dtype_name(dtype)}"
+            name = f"{module_info.name} {dtype_name(dtype)}"
             count, fraction = _Margin.inexact.get(name, (0, 0.0))
             _Margin.inexact[name] = (count + 1, max(fraction, _Margin.sample))
     if failures:

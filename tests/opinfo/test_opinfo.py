@@ -43,7 +43,7 @@ import torch
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from parity import Mismatch, both_raised, first_line
+from parity import WARNING_FILTERS, Mismatch, both_raised, dtype_name, first_line
 
 from .known_failures import KNOWN_FAILURES
 
@@ -59,17 +59,7 @@ HOST_ARGUMENTS = {
     "tensor_split": {0},  # tensor_indices_or_sections must be a CPU tensor
 }
 
-pytestmark = [
-    # Fallback notices and the samples' own deprecation warnings are noise here: the suite compares
-    # numbers, and conftest.py reports the ops that went to the CPU fallback.
-    pytest.mark.filterwarnings("ignore::UserWarning"),
-    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-    pytest.mark.filterwarnings("ignore::FutureWarning"),
-]
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
+pytestmark = WARNING_FILTERS
 
 
 def _cases(phase: str):
@@ -89,12 +79,12 @@ def _cases(phase: str):
                 # Strict: a known failure that passes fails the run, so the list stays honest.
                 # (The subset runs every sample of these: it must not stop before the failure.)
                 marks.append(pytest.mark.xfail(reason=reason, strict=True))
-            test_id = f"{op.name}{variant}-{_dtype_name(dtype)}"
+            test_id = f"{op.name}{variant}-{dtype_name(dtype)}"
             yield pytest.param(op, dtype, id=test_id, marks=marks)
 
 
 def _key(op, dtype: torch.dtype, phase: str) -> tuple[str, str, str, str]:
-    return (op.name, op.variant_test_name, _dtype_name(dtype), phase)
+    return (op.name, op.variant_test_name, dtype_name(dtype), phase)
 
 
 # ---------------------------------------------------------------------------------------------

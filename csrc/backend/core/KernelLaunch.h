@@ -18,21 +18,18 @@
 #include "backend/core/Cost.h"
 #include "backend/core/HostView.h"
 #include "backend/core/NeuronRuntime.h"
+#include "backend/core/NeuronStream.h"
 #include "runtime/Launch.h"
 
 namespace torch_neuronx {
 
 using nrtsim::LaunchKind;
 
-// The calling thread's current stream of `device`, as the runtime's stream object. The device
-// index must be valid (the caller's tensors vouch for it).
-nrtsim::Stream& current_runtime_stream(c10::DeviceIndex device);
-
 // Runs `body` as one launch of `op` on the current stream of `device`, with `device` current.
 template <class Body>
 void launch_on(c10::DeviceIndex device, const char* op, LaunchKind kind, const nrtsim::Work& work,
                Body&& body) {
-  nrtsim::Stream& stream = current_runtime_stream(device);
+  nrtsim::Stream& stream = current_stream_object(device);
   const CurrentDeviceScope scope(device);
   runtime_call([&] { nrtsim::launch(stream, op, kind, work, std::forward<Body>(body)); });
 }

@@ -11,6 +11,7 @@
 
 #include "backend/core/HostView.h"
 #include "backend/core/KernelLaunch.h"
+#include "backend/core/NeuronStream.h"
 #include "runtime/Copy.h"
 
 namespace torch_neuronx {
@@ -72,7 +73,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
   const nrtsim::CopyKind kind = kind_of(self, dst);
 
   if (same_dense_layout(self, dst)) {
-    nrtsim::Stream& stream = current_runtime_stream(device);
+    nrtsim::Stream& stream = current_stream_object(device);
     const CurrentDeviceScope scope(device);
     runtime_call([&] {
       nrtsim::copy(stream, span_start(dst), span_start(self), bytes_of_elements(dst), kind,
