@@ -22,7 +22,7 @@ from torch._dynamo.utils import counters
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from torch_neuronx import _C
-from torch_neuronx.dynamo import device_interface, metrics
+from torch_neuronx.dynamo import device_interface, metrics, neff_cache
 from torch_neuronx.dynamo.graph_cost import GraphCost
 
 # Dynamo asks this interface about the device of the tensors it traces (current device, streams,
@@ -236,8 +236,6 @@ class _Program:
 
 
 def _compile_program(gm, example_inputs, *, base_name: str, kind: str):
-    from torch._inductor.compile_fx import compile_fx_inner
-
     started = time.perf_counter()
     name = f"neuron::program/{base_name}_{kind}"
     try:
@@ -246,19 +244,15 @@ def _compile_program(gm, example_inputs, *, base_name: str, kind: str):
         device = _program_device(example_inputs, output_devices)
         hits_before = counters["inductor"]["fxgraph_cache_hit"]
         inner = dict(is_backward=kind == "backward", is_inference=kind == "inference")
+        store = neff_cache.ProgramStore() if neff_cache.enabled() else None
         if device is None:
             # A graph without neuron tensors is plain CPU code (random ops as below).
-            with torch._inductor.config.patch(fallback_random=True):
-                program = compile_fx_inner(gm, example_inputs, **inner)
+            program = _inductor_compile(gm, example_inputs, inner, store)
         else:
             fake_mode = torch._guards.detect_fake_mode(example_inputs)
             cpu_gm, cpu_inputs = _graph_for_cpu(gm, example_inputs, fake_mode)
             try:
-                # Random ops run as ATen's CPU ops inside the program (drawing from the CPU
-                # generator, which torch.manual_seed seeds too): Inductor's own random lowering
-                # needs its joint-graph seed pass, which this pipeline does not run.
-                with torch._inductor.config.patch(fallback_random=True):
-                    compiled = compile_fx_inner(cpu_gm, cpu_inputs, **inner)
+                compiled = _inductor_compile(cpu_gm, cpu_inputs, inner, store)
             except Exception as error:
                 raise NeuronCompileError(
                     f"torch.compile(backend='neuron'): graph {name} could not be compiled: "
@@ -266,6 +260,8 @@ def _compile_program(gm, example_inputs, *, base_name: str, kind: str):
             program = _Program(name, kind, device, compiled, GraphCost(gm, example_inputs),
                                output_devices)
         metrics.record("programs")
+        # With the program cache on, Inductor's only cache is the store: a hit is the store's.
+        # Off, it is Inductor's own FX graph cache (TORCHINDUCTOR_CACHE_DIR).
         if counters["inductor"]["fxgraph_cache_hit"] > hits_before:
             metrics.record("cache_hits")
         else:
@@ -275,6 +271,26 @@ def _compile_program(gm, example_inputs, *, base_name: str, kind: str):
     finally:
         if not getattr(_inside_backend, "active", False):
             metrics.record("compile_seconds", time.perf_counter() - started)
+
+
+def _inductor_compile(gm, example_inputs, inner: dict, store):
+    """Inductor's compile of one program, served from / stored into the program cache (`store`,
+    neff_cache.py) when it is on."""
+    from torch._inductor.compile_fx import compile_fx_inner
+
+    # Random ops run as ATen's CPU ops inside the program (drawing from the CPU generator, which
+    # torch.manual_seed seeds too): Inductor's own random lowering needs its joint-graph seed
+    # pass, which this pipeline does not run.
+    with torch._inductor.config.patch(fallback_random=True):
+        if store is None:
+            return compile_fx_inner(gm, example_inputs, **inner)
+        compiled = None
+        try:
+            with neff_cache.serving(store):
+                compiled = compile_fx_inner(gm, example_inputs, **inner)
+        finally:
+            store.finish(compiled)
+        return compiled
 
 
 @functools.lru_cache(None)

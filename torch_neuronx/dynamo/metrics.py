@@ -12,8 +12,10 @@ def _fresh() -> dict:
         "graphs": 0,              # Dynamo graphs handed to the backend (one per frame compile)
         "programs": 0,            # forward, backward and inference programs compiled
         "compiles": 0,            # programs compiled by Inductor (cache misses)
-        "cache_hits": 0,          # programs served by the in-process program cache
+        "cache_hits": 0,          # programs served by the persistent program (NEFF) cache
         "cache_misses": 0,
+        "cache_corrupted": 0,     # cache entries found truncated/corrupted (removed, rebuilt)
+        "cache_lock_timeouts": 0,  # cache locks not obtained in time (compiled without)
         "recompiles": 0,          # Dynamo compiling a frame again after a guard failed
         "recompile_reasons": [],  # the failed guard of each recompile
         "graph_breaks": 0,

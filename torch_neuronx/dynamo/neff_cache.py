@@ -1,0 +1,387 @@
+"""The persistent program cache of ``torch.compile(backend="neuron")``: TorchNeuron's NEFF cache.
+
+TorchNeuron keeps one compiled NEFF per graph on disk in ``TORCH_NEURONX_NEFF_CACHE_DIR``, shared
+between processes under file locks (``TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT``), and turned off by
+``TORCH_NEURONX_DISABLE_NEFF_CACHE``. Our programs are Inductor's compiled CPU code, so an entry
+holds what it takes to run a program again without compiling it:
+
+- Inductor's serialized compiled graph (the generated wrapper code, its guards for symbolic
+  shapes, output strides, constants' locations: the bytes Inductor's FX graph cache stores), and
+- the compiled C++ kernel libraries (.so) that wrapper loads, so a warm start needs no C++
+  compiler run even when Inductor's own cache directory has been emptied.
+
+The key is Inductor's FX graph key (graph, input shapes/strides/dtypes, Inductor configuration,
+torch version, C++ compiler and CPU) hashed together with our compiler's version (the
+torch_neuronx version and the source of the compile pipeline), so a change on either side misses.
+
+Inductor keys, serializes and validates (guards) the graph; this module stores it. During one
+program compile the store is handed to Inductor as its "remote" FX graph cache and Inductor's
+local FX cache is switched off, so this directory is the only cache a neuron program can come
+from, and its hits and misses are the ones the metrics report.
+
+An entry is one file, written to a temporary name and renamed (atomic on POSIX): readers never see
+half an entry. It starts with a magic number and a header carrying the payload's length and
+SHA-256; a truncated or corrupted file fails that check, is reported (a warning and the
+``cache_corrupted`` metric), removed and rebuilt. A process that misses takes the entry's file
+lock and holds it while it compiles, so a second process asking for the same program waits and
+then loads what the first wrote instead of compiling it too; a lock not obtained within the
+timeout is reported and the process compiles without it (writes stay atomic, so that is still
+safe).
+
+``torch.compiler.save_cache_artifacts()`` carries the entries written or read in this process
+(artifact type ``neuron_neff``); ``load_cache_artifacts()`` puts them back into this directory.
+"""
+
+import base64
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import pathlib
+import pickle
+import struct
+import tempfile
+import threading
+import types
+import warnings
+
+from torch.compiler._cache import CacheArtifact, CacheArtifactFactory, CacheArtifactManager
+
+from torch_neuronx.dynamo import metrics
+
+DIR_ENV = "TORCH_NEURONX_NEFF_CACHE_DIR"
+LOCAL_DIR_ENV = "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"  # where the lock files go (TorchNeuron's)
+DISABLE_ENVS = ("TORCH_NEURONX_DISABLE_NEFF_CACHE", "TORCH_NEURONX_NEFF_DISABLE_CACHE")
+LOCK_TIMEOUT_ENV = "TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT"
+# Long enough for a large graph's compile in another process; a user with bigger graphs raises it.
+DEFAULT_LOCK_TIMEOUT_S = 600.0
+
+_MAGIC = b"TNXNEFF\x01"
+_FORMAT = 1
+_SUFFIX = ".neff"
+
+
+def _truthy(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def enabled() -> bool:
+    return not any(_truthy(os.environ.get(name, "0")) for name in DISABLE_ENVS)
+
+
+def cache_dir() -> pathlib.Path:
+    """``TORCH_NEURONX_NEFF_CACHE_DIR``, else ``$XDG_CACHE_HOME/torch_neuronx/neff``, else
+    ``~/.cache/torch_neuronx/neff``."""
+    explicit = os.environ.get(DIR_ENV)
+    if explicit:
+        return pathlib.Path(explicit).expanduser().resolve()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return pathlib.Path(base, "torch_neuronx", "neff").resolve()
+
+
+def lock_timeout() -> float:
+    raw = os.environ.get(LOCK_TIMEOUT_ENV)
+    if raw is None or not raw.strip():
+        return DEFAULT_LOCK_TIMEOUT_S
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(
+            f"{LOCK_TIMEOUT_ENV}={raw!r} is not a number of seconds; set it to e.g. 600, or unset "
+            f"it for the default ({DEFAULT_LOCK_TIMEOUT_S:g} s).") from None
+
+
+
+@functools.lru_cache(None)
+def compiler_version() -> str:
+    """torch's and our version, and a hash of the compile pipeline's source: a program compiled
+    by other code is another entry."""
+    import torch
+
+    import torch_neuronx
+
+    digest = hashlib.sha256()
+    here = pathlib.Path(__file__).parent
+    for name in ("backend.py", "neff_cache.py", "graph_cost.py"):
+        digest.update((here / name).read_bytes())
+    return f"torch {torch.__version__}, torch_neuronx {torch_neuronx.__version__}, " \
+        f"pipeline {digest.hexdigest()[:16]}"
+
+
+def entry_key(inductor_key: str) -> str:
+    return hashlib.sha256(f"{compiler_version()}|{inductor_key}".encode()).hexdigest()
+
+
+def entry_path(key: str) -> pathlib.Path:
+    return cache_dir() / key[:2] / (key + _SUFFIX)
+
+
+def _lock_path(key: str) -> pathlib.Path:
+    local = os.environ.get(LOCAL_DIR_ENV)
+    base = pathlib.Path(local).expanduser().resolve() / "locks" if local else cache_dir() / key[:2]
+    return base / (key + _SUFFIX + ".lock")
+
+
+# --- entry format -------------------------------------------------------------------------------
+
+class CorruptedEntry(Exception):
+    """An entry file that fails its checks (says which)."""
+
+
+def encode_entry(key: str, payload: dict) -> bytes:
+    body = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+    header = json.dumps({
+        "format": _FORMAT,
+        "key": key,
+        "compiler": compiler_version(),
+        "payload_bytes": len(body),
+        "payload_sha256": hashlib.sha256(body).hexdigest(),
+    }).encode()
+    return _MAGIC + struct.pack(">Q", len(header)) + header + body
+
+
+def decode_entry(content: bytes, key: str | None = None) -> dict:
+    """The payload of an entry, after checking magic, header, length and checksum."""
+    if len(content) < len(_MAGIC) + 8 or content[:len(_MAGIC)] != _MAGIC:
+        raise CorruptedEntry("not a neuron program cache entry (bad magic number)")
+    (header_len,) = struct.unpack(">Q", content[len(_MAGIC):len(_MAGIC) + 8])
+    start = len(_MAGIC) + 8
+    if header_len > len(content) - start:
+        raise CorruptedEntry(f"truncated header ({len(content)} bytes in the file)")
+    try:
+        header = json.loads(content[start:start + header_len])
+    except ValueError as error:
+        raise CorruptedEntry(f"unreadable header ({error})") from None
+    if not isinstance(header, dict) or header.get("format") != _FORMAT:
+        raise CorruptedEntry(f"unknown entry format {header!r:.80}")
+    if key is not None and header.get("key") != key:
+        raise CorruptedEntry(f"entry is for key {header.get('key')!r:.20}, not this file's")
+    body = content[start + header_len:]
+    if len(body) != header.get("payload_bytes"):
+        raise CorruptedEntry(
+            f"truncated payload ({len(body)} of {header.get('payload_bytes')} bytes)")
+    if hashlib.sha256(body).hexdigest() != header.get("payload_sha256"):
+        raise CorruptedEntry("payload checksum mismatch")
+    try:
+        payload = pickle.loads(body)
+    except Exception as error:  # a checksum-valid body that still does not load
+        raise CorruptedEntry(f"payload does not load ({type(error).__name__})") from None
+    if not isinstance(payload, dict) or not isinstance(payload.get("fx_graph"), bytes):
+        raise CorruptedEntry("payload has no compiled graph")
+    return payload
+
+
+def _write_atomic(path: pathlib.Path, content: bytes) -> None:
+    """Write to a temporary file in the same directory, then rename over `path`: a reader sees
+    the old file or the whole new one, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _report_corrupted(path: pathlib.Path, why: str) -> None:
+    metrics.record("cache_corrupted")
+    warnings.warn(
+        f"torch.compile(backend='neuron'): program cache entry {path} is corrupted ({why}); "
+        f"it is removed and the program compiled again.", stacklevel=3)
+    with contextlib.suppress(OSError):
+        path.unlink()
+
+
+# --- kernel libraries ---------------------------------------------------------------------------
+
+def _inductor_cache_dir() -> pathlib.Path:
+    from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache_dir
+
+    return pathlib.Path(inductor_cache_dir()).resolve()
+
+
+def _kernel_libraries(compiled) -> dict:
+    """The C++ kernel libraries (.so under Inductor's cache directory) a compiled graph's wrapper
+    calls, by path relative to that directory. Found from the wrapper module's globals: each
+    kernel is a function of an extension module loaded from its .so."""
+    call = getattr(compiled, "current_callable", None)
+    module_globals = getattr(call, "__globals__", None) or {}
+    root = _inductor_cache_dir()
+    libraries = {}
+    for value in list(module_globals.values()):
+        owner = getattr(value, "__self__", None)
+        if not isinstance(value, types.BuiltinFunctionType) or not isinstance(owner,
+                                                                               types.ModuleType):
+            continue
+        file = getattr(owner, "__file__", None)
+        if not file or not file.endswith(".so"):
+            continue
+        path = pathlib.Path(file).resolve()
+        if root not in path.parents or not path.is_file():
+            continue
+        libraries[str(path.relative_to(root))] = path.read_bytes()
+    return libraries
+
+
+def _install_kernel_libraries(libraries: dict) -> None:
+    """Put an entry's kernel libraries where Inductor looks for them (paths are hashes of the
+    kernel source and compile command, so an existing file is the same library)."""
+    root = _inductor_cache_dir()
+    for relative, content in libraries.items():
+        target = (root / relative).resolve()
+        if root not in target.parents:
+            raise CorruptedEntry(f"kernel library path {relative!r} leaves the cache directory")
+        if not target.exists():
+            _write_atomic(target, content)
+
+
+# --- the store Inductor reads and writes during one program compile ------------------------------
+
+class ProgramStore:
+    """This cache as Inductor's remote FX graph cache for ONE program compile (``get`` and
+    ``put`` are what Inductor calls). A miss keeps the entry's file lock until :meth:`finish`,
+    so concurrent compiles of the same program in other processes wait for this one's entry."""
+
+    def __init__(self):
+        self._lock = None
+        self._pending = None  # (key, Inductor's serialized graph) to write at finish()
+        self.hit = False
+        self.looked_up = False
+
+    # Inductor's remote cache interface -------------------------------------------------------
+    def get(self, inductor_key: str):
+        self.looked_up = True
+        key = entry_key(inductor_key)
+        payload = self._read(key)
+        if payload is None:
+            self._acquire(key)
+            # Another process may have written the entry while this one waited for the lock.
+            payload = self._read(key)
+        if payload is None:
+            return None
+        self._release()
+        try:
+            _install_kernel_libraries(payload.get("libraries", {}))
+        except (CorruptedEntry, OSError) as error:
+            _report_corrupted(entry_path(key), str(error))
+            return None
+        self.hit = True
+        return {"data": base64.b64encode(payload["fx_graph"]).decode("ascii")}
+
+    def put(self, inductor_key: str, value) -> None:
+        self._pending = (entry_key(inductor_key), base64.b64decode(value["data"]))
+
+    # ours ----------------------------------------------------------------------------------
+    def finish(self, compiled) -> None:
+        """After the compile: write the entry (with the kernel libraries the compiled wrapper
+        loaded) if Inductor produced one, and release the lock in any case."""
+        try:
+            if self._pending is not None and compiled is not None:
+                key, fx_graph = self._pending
+                content = encode_entry(key, {
+                    "fx_graph": fx_graph,
+                    "libraries": _kernel_libraries(compiled),
+                })
+                try:
+                    _write_atomic(entry_path(key), content)
+                except OSError as error:
+                    warnings.warn(
+                        f"torch.compile(backend='neuron'): could not write the program cache "
+                        f"entry {entry_path(key)} ({error}); the program runs, uncached.",
+                        stacklevel=2)
+                else:
+                    CacheArtifactManager.record_artifact(NeffCacheArtifact.type(), key, content)
+        finally:
+            self._pending = None
+            self._release()
+
+    def _read(self, key: str):
+        path = entry_path(key)
+        try:
+            content = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            _report_corrupted(path, f"unreadable: {error}")
+            return None
+        try:
+            payload = decode_entry(content, key)
+        except CorruptedEntry as error:
+            _report_corrupted(path, str(error))
+            return None
+        CacheArtifactManager.record_artifact(NeffCacheArtifact.type(), key, content)
+        return payload
+
+    def _acquire(self, key: str) -> None:
+        import filelock
+
+        if self._lock is not None:
+            return
+        path = _lock_path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = filelock.FileLock(str(path))
+        timeout = lock_timeout()
+        try:
+            lock.acquire(timeout=timeout)
+        except filelock.Timeout:
+            metrics.record("cache_lock_timeouts")
+            warnings.warn(
+                f"torch.compile(backend='neuron'): waited {timeout:g} s for the program cache "
+                f"lock {path} (another process compiling the same program); compiling without "
+                f"it. Raise {LOCK_TIMEOUT_ENV} to wait longer.", stacklevel=4)
+            return
+        self._lock = lock
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+
+_serving = threading.RLock()
+
+
+@contextlib.contextmanager
+def serving(store: ProgramStore):
+    """Inductor compiles with `store` as its only FX graph cache (its local one off). Inductor's
+    configuration is process-wide, so program compiles that use a store run one at a time."""
+    from unittest import mock
+
+    import torch._inductor.config as inductor_config
+    from torch._inductor.codecache import FxGraphCache
+
+    with _serving, inductor_config.patch(fx_graph_cache=False, fx_graph_remote_cache=True), \
+            mock.patch.object(FxGraphCache, "get_remote_cache", staticmethod(lambda: store)):
+        yield store
+
+
+# --- torch.compiler.save_cache_artifacts() / load_cache_artifacts() -------------------------------
+
+class NeffCacheArtifact(CacheArtifact):
+    """A program cache entry in torch.compiler's portable cache artifacts."""
+
+    def populate_cache(self) -> None:
+        if not enabled():
+            return
+        try:
+            decode_entry(self.content, self.key)
+        except CorruptedEntry as error:
+            warnings.warn(
+                f"torch.compiler.load_cache_artifacts: neuron program cache entry {self.key[:16]} "
+                f"is corrupted ({error}); skipped.", stacklevel=2)
+            return
+        _write_atomic(entry_path(self.key), self.content)
+
+    @staticmethod
+    def type() -> str:
+        return "neuron_neff"
+
+
+if NeffCacheArtifact.type() not in CacheArtifactFactory._artifact_types:
+    CacheArtifactFactory.register(NeffCacheArtifact)
