@@ -1,0 +1,70 @@
+// The projection's data beyond the per-core engine model: GPUs, links, instances with prices,
+// and the efficiency assumptions, read from an editable INI file
+// (torch_neuronx/data/estimate.ini) in which every value names its source.
+#pragma once
+
+#include <map>
+#include <string>
+
+namespace nrtsim::cost {
+
+// The fraction of a datasheet peak that sustained work reaches, per device family.
+struct Efficiency {
+  double tensor = 1;
+  double hbm = 1;
+  double link = 1;
+  std::string tensor_source, hbm_source, link_source;
+};
+
+struct GpuSpec {
+  std::string key;   // "H100"
+  std::string name;  // "H100 SXM5"
+  double bf16_tflops = 0;
+  double fp8_tflops = 0;
+  double tf32_tflops = 0;
+  double vector_tflops = 0;
+  double hbm_gbytes = 0;
+  double hbm_gbytes_per_s = 0;
+  double kernel_launch_us = 0;
+  std::string source;
+};
+
+struct LinkSpec {
+  std::string name;
+  double gbytes_per_s = 0;  // per device, per direction
+  double hop_latency_us = 0;
+  std::string source;
+};
+
+struct InstanceSpec {
+  std::string name;
+  std::string accelerator;  // "Trainium2" (neuron_cores.ini) or "H100" (a gpu section)
+  int devices = 0;          // chips or GPUs
+  bool torus = false;       // scale-up torus (Trainium) or switch (NVSwitch)
+  int torus_x = 1, torus_y = 1;
+  std::string scale_up, scale_out;
+  double efa_gbits_per_s = 0;
+  double price_usd_per_hour = 0;  // 0: none known
+  std::string price_source;
+
+  bool is_gpu() const { return !torus; }
+};
+
+struct CostData {
+  std::map<std::string, GpuSpec> gpus;
+  std::map<std::string, LinkSpec> links;
+  std::map<std::string, InstanceSpec> instances;
+  Efficiency trainium, gpu;
+
+  // Throw Error(kConfiguration) naming the known names.
+  const InstanceSpec& instance(const std::string& name) const;
+  const GpuSpec& gpu_spec(const std::string& key) const;
+  const LinkSpec& link(const std::string& name) const;
+};
+
+// Throws Error(kConfiguration) naming the file, line and key for anything it cannot read, a
+// missing key, or an instance that names an unknown link.
+CostData parse_cost_data(const std::string& text, const std::string& origin);
+CostData load_cost_data(const std::string& path);
+
+}  // namespace nrtsim::cost
