@@ -1,0 +1,766 @@
+#include "runtime/transport/CollectiveTransport.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "runtime/Error.h"
+
+namespace nrtsim::transport {
+
+const char* op_kind_name(OpKind kind) {
+  switch (kind) {
+    case OpKind::kBarrier: return "barrier";
+    case OpKind::kBroadcast: return "broadcast";
+    case OpKind::kAllreduce: return "allreduce";
+    case OpKind::kReduce: return "reduce";
+    case OpKind::kAllgather: return "allgather";
+    case OpKind::kGather: return "gather";
+    case OpKind::kScatter: return "scatter";
+    case OpKind::kReduceScatter: return "reduce_scatter";
+    case OpKind::kAlltoall: return "alltoall";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr uint64_t kMagic = 0x6e727473696d6c6bULL;  // "nrtsimlk"
+constexpr size_t kPage = 4096;
+constexpr size_t kMessageHeader = 16;  // tag, payload bytes
+
+size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+struct alignas(64) Header {
+  std::atomic<uint64_t> magic;
+  uint32_t size;
+  uint32_t reserved;
+  uint64_t slot_bytes;
+  uint64_t channel_bytes;
+  alignas(64) std::atomic<uint32_t> doorbell;  // bumped at every barrier arrival (a futex word)
+  alignas(64) std::atomic<uint32_t> mapped;    // ranks that have mapped the segment (a futex word)
+  std::atomic<uint32_t> aborted;               // 0 no, 1 being written, 2 reason readable
+  int32_t abort_rank;
+  char abort_reason[448];
+};
+
+struct Descriptor {
+  uint64_t seq;
+  uint32_t kind;
+  uint32_t dtype;
+  uint64_t count;
+  int64_t root;
+  uint64_t aux;
+};
+
+struct alignas(128) RankControl {
+  std::atomic<uint64_t> arrived;   // barriers passed
+  std::atomic<int32_t> pid;
+  std::atomic<uint32_t> doorbell;  // bumped when a peer wrote to, or read from, a ring of ours
+  Descriptor desc[2];              // by collective sequence parity
+};
+
+struct alignas(128) Ring {
+  std::atomic<uint64_t> head;  // bytes ever written (by the sender)
+  char pad[56];
+  std::atomic<uint64_t> tail;  // bytes ever read (by the receiver)
+};
+
+void futex_wait(std::atomic<uint32_t>& word, uint32_t expected, long ns) {
+  timespec ts{0, ns};
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+void futex_wake(std::atomic<uint32_t>& word) {
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr,
+            0);
+}
+
+// Whether process `pid` has ended (gone, or a zombie its parent has not reaped yet).
+bool process_ended(int pid) {
+  if (pid <= 0) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return true;
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const auto paren = text.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= text.size()) return false;
+  const char state = text[paren + 2];
+  return state == 'Z' || state == 'X';
+}
+
+std::string describe(const Descriptor& d) {
+  const OpKind kind = static_cast<OpKind>(d.kind);
+  std::string s = op_kind_name(kind);
+  switch (kind) {
+    case OpKind::kBarrier:
+    case OpKind::kAlltoall: break;
+    case OpKind::kBroadcast:
+    case OpKind::kAllgather:
+    case OpKind::kGather:
+    case OpKind::kScatter:
+      s += " of " + std::to_string(d.count) + " bytes";
+      break;
+    default:
+      s += " of " + std::to_string(d.count) + " " + dtype_name(static_cast<DType>(d.dtype)) +
+           " elements";
+      if (kind == OpKind::kAllreduce || kind == OpKind::kReduce ||
+          kind == OpKind::kReduceScatter) {
+        s += std::string(" with ") + reduce_op_name(static_cast<ReduceOp>(d.aux));
+      }
+  }
+  if (kind == OpKind::kBroadcast || kind == OpKind::kReduce || kind == OpKind::kGather ||
+      kind == OpKind::kScatter) {
+    s += " (root " + std::to_string(d.root) + ")";
+  }
+  return s;
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+void copy_into_ring(char* data, size_t capacity, uint64_t position, const char* src, size_t n) {
+  const size_t at = position % capacity;
+  const size_t first = std::min(n, capacity - at);
+  std::memcpy(data + at, src, first);
+  if (first < n) std::memcpy(data, src + first, n - first);
+}
+void copy_from_ring(const char* data, size_t capacity, uint64_t position, char* dst, size_t n) {
+  const size_t at = position % capacity;
+  const size_t first = std::min(n, capacity - at);
+  std::memcpy(dst, data + at, first);
+  if (first < n) std::memcpy(dst + first, data, n - first);
+}
+
+}  // namespace
+
+struct CollectiveTransport::Layout {
+  Header* header;
+  RankControl* controls;
+  char* slots;
+  Ring* rings;
+  char* ring_data;
+  size_t slot_bytes;
+  size_t channel_bytes;
+  int size;
+
+  static size_t controls_offset() { return kPage; }
+  static size_t slots_offset(int size) {
+    return align_up(controls_offset() + sizeof(RankControl) * size, kPage);
+  }
+  static size_t rings_offset(int size, size_t slot) { return slots_offset(size) + slot * size; }
+  static size_t ring_data_offset(int size, size_t slot) {
+    return align_up(rings_offset(size, slot) + sizeof(Ring) * size * size, kPage);
+  }
+  static size_t total(int size, size_t slot, size_t channel) {
+    return ring_data_offset(size, slot) + channel * size * size;
+  }
+
+  Layout(char* base, int n, size_t slot, size_t channel)
+      : header(reinterpret_cast<Header*>(base)),
+        controls(reinterpret_cast<RankControl*>(base + controls_offset())),
+        slots(base + slots_offset(n)),
+        rings(reinterpret_cast<Ring*>(base + rings_offset(n, slot))),
+        ring_data(base + ring_data_offset(n, slot)),
+        slot_bytes(slot),
+        channel_bytes(channel),
+        size(n) {}
+
+  Ring& ring(int from, int to) const { return rings[from * size + to]; }
+  char* ring_bytes(int from, int to) const {
+    return ring_data + (static_cast<size_t>(from) * size + to) * channel_bytes;
+  }
+};
+
+static_assert(sizeof(Header) <= kPage);
+
+std::unique_ptr<CollectiveTransport> CollectiveTransport::create(const std::string& name, int size,
+                                                                 const TransportOptions& options) {
+  if (size < 1) throw Error(ErrorCode::kInvalidArgument, "collective group of size < 1");
+  TransportOptions o = options;
+  // A step must hold the alltoall size table (two entries per rank) and a cache line per rank.
+  o.slot_bytes = align_up(std::max<size_t>(o.slot_bytes, std::max<size_t>(64 << 10, 256u * size)),
+                          kPage);
+  o.channel_bytes = align_up(std::max<size_t>(o.channel_bytes, 4096), 64);
+  ShmSegment segment =
+      ShmSegment::create(name, Layout::total(size, o.slot_bytes, o.channel_bytes));
+  auto* header = reinterpret_cast<Header*>(segment.data());
+  header->size = static_cast<uint32_t>(size);
+  header->slot_bytes = o.slot_bytes;
+  header->channel_bytes = o.channel_bytes;
+  header->magic.store(kMagic, std::memory_order_release);
+  try {
+    return std::unique_ptr<CollectiveTransport>(
+        new CollectiveTransport(std::move(segment), 0, size, o));
+  } catch (...) {
+    ShmSegment::unlink(name);
+    throw;
+  }
+}
+
+std::unique_ptr<CollectiveTransport> CollectiveTransport::join(const std::string& name, int rank,
+                                                               int size,
+                                                               const TransportOptions& options) {
+  ShmSegment segment = ShmSegment::open(name);
+  auto* header = reinterpret_cast<Header*>(segment.data());
+  if (segment.size() < kPage || header->magic.load(std::memory_order_acquire) != kMagic ||
+      header->size != static_cast<uint32_t>(size) || rank <= 0 || rank >= size) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "collective transport: segment " + name + " is not the group of " +
+                    std::to_string(size) + " ranks that rank " + std::to_string(rank) +
+                    " expected (was it created by another job?)");
+  }
+  TransportOptions o = options;
+  o.slot_bytes = header->slot_bytes;
+  o.channel_bytes = header->channel_bytes;
+  return std::unique_ptr<CollectiveTransport>(
+      new CollectiveTransport(std::move(segment), rank, size, o));
+}
+
+CollectiveTransport::CollectiveTransport(ShmSegment segment, int rank, int size,
+                                         const TransportOptions& options)
+    : segment_(std::move(segment)),
+      rank_(rank),
+      size_(size),
+      options_(options),
+      sends_(size),
+      recvs_(size) {
+  layout_ = new Layout(segment_.data(), size, options_.slot_bytes, options_.channel_bytes);
+  layout_->controls[rank_].pid.store(static_cast<int32_t>(::getpid()), std::memory_order_release);
+  wait_until_all_mapped();
+}
+
+CollectiveTransport::~CollectiveTransport() {
+  // Normally unlinked long ago; after a failed start this is the last chance.
+  ShmSegment::unlink(segment_.name());
+  delete layout_;
+}
+
+void CollectiveTransport::wait_until_all_mapped() {
+  Header& h = *layout_->header;
+  h.mapped.fetch_add(1, std::memory_order_acq_rel);
+  futex_wake(h.mapped);
+  const auto start = std::chrono::steady_clock::now();
+  while (true) {
+    const uint32_t seen = h.mapped.load(std::memory_order_acquire);
+    if (seen >= static_cast<uint32_t>(size_)) break;
+    if (std::chrono::steady_clock::now() - start > options_.timeout) {
+      ShmSegment::unlink(segment_.name());
+      std::vector<int> missing;
+      for (int r = 0; r < size_; ++r) {
+        if (layout_->controls[r].pid.load() == 0) missing.push_back(r);
+      }
+      throw Error(ErrorCode::kConfiguration,
+                  "collective transport: rank(s) " + rank_list(missing) +
+                      " did not join the group's shared memory within the timeout of " +
+                      std::to_string(options_.timeout.count()) +
+                      " ms (did every rank of the group start and create it?)");
+    }
+    futex_wait(h.mapped, seen, 5'000'000);
+  }
+  // Everyone has it mapped: the name is no longer needed, and without it nothing can outlive
+  // the job, whatever way its processes end.
+  ShmSegment::unlink(segment_.name());
+}
+
+char* CollectiveTransport::half_of(int r) const {
+  return layout_->slots + static_cast<size_t>(r) * options_.slot_bytes +
+         (step_ % 2) * half_bytes();
+}
+
+bool CollectiveTransport::aborted() const {
+  return layout_->header->aborted.load(std::memory_order_acquire) != 0;
+}
+
+void CollectiveTransport::abort(const std::string& reason) {
+  Header& h = *layout_->header;
+  uint32_t expected = 0;
+  if (h.aborted.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    h.abort_rank = rank_;
+    std::snprintf(h.abort_reason, sizeof(h.abort_reason), "%s", reason.c_str());
+    h.aborted.store(2, std::memory_order_release);
+  }
+  h.doorbell.fetch_add(1, std::memory_order_acq_rel);
+  futex_wake(h.doorbell);
+  for (int r = 0; r < size_; ++r) {
+    layout_->controls[r].doorbell.fetch_add(1, std::memory_order_acq_rel);
+    futex_wake(layout_->controls[r].doorbell);
+  }
+}
+
+void CollectiveTransport::fail(const std::string& message) {
+  throw Error(ErrorCode::kInvalidArgument, message);
+}
+
+template <class Ready, class Awaited>
+void CollectiveTransport::wait_for(Ready&& ready, Awaited&& awaited, const char* what,
+                                   std::atomic<uint32_t>& word) {
+  for (int i = 0; i < 64; ++i) {
+    if (ready()) return;
+    __builtin_ia32_pause();
+  }
+  const auto start = std::chrono::steady_clock::now();
+  while (true) {
+    const uint32_t seen = word.load(std::memory_order_acquire);
+    if (ready()) return;
+    check_health(what, start, awaited());
+    futex_wait(word, seen, 2'000'000);
+  }
+}
+
+void CollectiveTransport::check_health(const char* what,
+                                       std::chrono::steady_clock::time_point start,
+                                       const std::vector<int>& awaited) {
+  Header& h = *layout_->header;
+  if (const uint32_t a = h.aborted.load(std::memory_order_acquire); a != 0) {
+    for (int i = 0; i < 1000 && h.aborted.load(std::memory_order_acquire) != 2; ++i) {
+      std::this_thread::yield();
+    }
+    fail(std::string(what) + " on rank " + std::to_string(rank_) +
+         " failed: the group was aborted by rank " + std::to_string(h.abort_rank) + ": " +
+         h.abort_reason);
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_health_check_ > std::chrono::milliseconds(100)) {
+    last_health_check_ = now;
+    // Only the ranks still awaited matter: a peer that passed this barrier and then exited
+    // normally is no fault.
+    for (int r : awaited) {
+      if (r == rank_) continue;
+      const int pid = layout_->controls[r].pid.load(std::memory_order_acquire);
+      if (process_ended(pid)) {
+        const std::string reason = "rank " + std::to_string(r) + " (pid " +
+                                   std::to_string(pid) +
+                                   ") exited while the group still needed it during " + what;
+        abort(reason);
+        fail(std::string(what) + " on rank " + std::to_string(rank_) + " failed: " + reason);
+      }
+    }
+  }
+  if (now - start > options_.timeout) {
+    const std::string reason =
+        std::string(what) + " timed out after " + std::to_string(options_.timeout.count()) +
+        " ms on rank " + std::to_string(rank_) + " waiting for rank(s) " + rank_list(awaited) +
+        " (a peer is hung, or the ranks called collectives in different orders)";
+    abort(reason);
+    fail(reason);
+  }
+}
+
+void CollectiveTransport::begin(OpKind kind, DType dtype, uint64_t count, int64_t root,
+                                uint64_t aux) {
+  if (aborted()) check_health(op_kind_name(kind), std::chrono::steady_clock::now(), {});
+  ++op_seq_;
+  current_op_ = kind;
+  Descriptor& d = layout_->controls[rank_].desc[op_seq_ % 2];
+  d = Descriptor{op_seq_, static_cast<uint32_t>(kind), static_cast<uint32_t>(dtype), count, root,
+                 aux};
+  check_pending_ = true;
+}
+
+void CollectiveTransport::sync() {
+  ++epoch_;
+  const uint64_t target = epoch_;
+  Header& h = *layout_->header;
+  layout_->controls[rank_].arrived.store(target, std::memory_order_release);
+  h.doorbell.fetch_add(1, std::memory_order_acq_rel);
+  futex_wake(h.doorbell);
+  const int n = size_;
+  RankControl* controls = layout_->controls;
+  wait_for(
+      [&] {
+        for (int r = 0; r < n; ++r) {
+          if (controls[r].arrived.load(std::memory_order_acquire) < target) return false;
+        }
+        return true;
+      },
+      [&] {
+        std::vector<int> late;
+        for (int r = 0; r < n; ++r) {
+          if (controls[r].arrived.load(std::memory_order_acquire) < target) late.push_back(r);
+        }
+        return late;
+      },
+      op_kind_name(current_op_), h.doorbell);
+  if (check_pending_) {
+    check_pending_ = false;
+    check_descriptors();
+  }
+}
+
+void CollectiveTransport::check_descriptors() {
+  const Descriptor& mine = layout_->controls[rank_].desc[op_seq_ % 2];
+  bool same = true;
+  for (int r = 0; r < size_; ++r) {
+    const Descriptor& d = layout_->controls[r].desc[op_seq_ % 2];
+    same = same && d.seq == mine.seq && d.kind == mine.kind && d.dtype == mine.dtype &&
+           d.count == mine.count && d.root == mine.root && d.aux == mine.aux;
+  }
+  if (same) return;
+  std::string message = std::string(op_kind_name(static_cast<OpKind>(mine.kind))) +
+                        ": the ranks of the group called different collectives (call #" +
+                        std::to_string(mine.seq) + " of this group):";
+  for (int r = 0; r < size_; ++r) {
+    const Descriptor& d = layout_->controls[r].desc[op_seq_ % 2];
+    message += " rank " + std::to_string(r) + ": " + describe(d) +
+               (d.seq != mine.seq ? " (its call #" + std::to_string(d.seq) + ")" : "") + ";";
+  }
+  message += " every rank must call the same collectives in the same order, with the same sizes, "
+             "dtype, reduce op and root";
+  fail(message);
+}
+
+void CollectiveTransport::barrier() {
+  begin(OpKind::kBarrier, DType::kOpaque1, 0, -1, 0);
+  sync();
+}
+
+void CollectiveTransport::broadcast(void* data, size_t bytes, int root) {
+  begin(OpKind::kBroadcast, DType::kOpaque1, bytes, root, 0);
+  char* p = static_cast<char*>(data);
+  size_t off = 0;
+  do {
+    const size_t c = std::min(half_bytes(), bytes - off);
+    if (rank_ == root) std::memcpy(my_half(), p + off, c);
+    sync();
+    if (rank_ != root) std::memcpy(p + off, half_of(root), c);
+    next_step();
+    off += c;
+  } while (off < bytes);
+}
+
+void CollectiveTransport::allreduce(void* data, size_t count, DType dtype, ReduceOp op) {
+  reduce(data, count, dtype, op, -1);
+}
+
+void CollectiveTransport::reduce(void* data, size_t count, DType dtype, ReduceOp op, int root) {
+  if (!reduce_supported(dtype, op)) transport::reduce(nullptr, nullptr, 0, 0, dtype, op);  // throws
+  begin(root < 0 ? OpKind::kAllreduce : OpKind::kReduce, dtype, count, root,
+        static_cast<uint64_t>(op));
+  const size_t esz = dtype_size(dtype);
+  const size_t chunk = half_bytes() / esz;
+  char* p = static_cast<char*>(data);
+  std::vector<const void*> srcs(size_);
+  size_t off = 0;
+  do {
+    const size_t c = std::min(chunk, count - off);
+    std::memcpy(my_half(), p + off * esz, c * esz);
+    sync();
+    // Each rank reduces its own share of the chunk, in rank order, into its own slot.
+    const size_t lo = c * rank_ / size_, hi = c * (rank_ + 1) / size_;
+    for (int k = 0; k < size_; ++k) srcs[k] = half_of(k) + lo * esz;
+    transport::reduce(my_half() + lo * esz, srcs.data(), size_, hi - lo, dtype, op);
+    sync();
+    if (root < 0 || root == rank_) {
+      for (int r = 0; r < size_; ++r) {
+        const size_t rlo = c * r / size_, rhi = c * (r + 1) / size_;
+        std::memcpy(p + (off + rlo) * esz, half_of(r) + rlo * esz, (rhi - rlo) * esz);
+      }
+    }
+    next_step();
+    off += c;
+  } while (off < count);
+}
+
+void CollectiveTransport::allgather(const void* in, void* const* outs, size_t bytes) {
+  gather(in, outs, bytes, -1);
+}
+
+void CollectiveTransport::gather(const void* in, void* const* outs, size_t bytes, int root) {
+  begin(root < 0 ? OpKind::kAllgather : OpKind::kGather, DType::kOpaque1, bytes, root, 0);
+  const char* src = static_cast<const char*>(in);
+  size_t off = 0;
+  do {
+    const size_t c = std::min(half_bytes(), bytes - off);
+    std::memcpy(my_half(), src + off, c);
+    sync();
+    if (root < 0 || root == rank_) {
+      for (int r = 0; r < size_; ++r) {
+        std::memcpy(static_cast<char*>(outs[r]) + off, r == rank_ ? src + off : half_of(r), c);
+      }
+    }
+    next_step();
+    off += c;
+  } while (off < bytes);
+}
+
+void CollectiveTransport::scatter(const void* const* ins, void* out, size_t bytes, int root) {
+  begin(OpKind::kScatter, DType::kOpaque1, bytes, root, 0);
+  const size_t stride = half_bytes() / size_ / 64 * 64;
+  char* dst = static_cast<char*>(out);
+  size_t off = 0;
+  do {
+    const size_t c = std::min(stride, bytes - off);
+    if (rank_ == root) {
+      for (int r = 0; r < size_; ++r) {
+        std::memcpy(my_half() + r * stride, static_cast<const char*>(ins[r]) + off, c);
+      }
+    }
+    sync();
+    std::memcpy(dst + off, half_of(root) + rank_ * stride, c);
+    next_step();
+    off += c;
+  } while (off < bytes);
+}
+
+void CollectiveTransport::reduce_scatter(const void* const* ins, void* out, size_t count,
+                                         DType dtype, ReduceOp op) {
+  if (!reduce_supported(dtype, op)) transport::reduce(nullptr, nullptr, 0, 0, dtype, op);  // throws
+  begin(OpKind::kReduceScatter, dtype, count, -1, static_cast<uint64_t>(op));
+  const size_t esz = dtype_size(dtype);
+  const size_t stride = half_bytes() / size_ / 64 * 64;
+  const size_t chunk = stride / esz;
+  char* dst = static_cast<char*>(out);
+  std::vector<const void*> srcs(size_);
+  size_t off = 0;
+  do {
+    const size_t c = std::min(chunk, count - off);
+    for (int r = 0; r < size_; ++r) {
+      std::memcpy(my_half() + r * stride, static_cast<const char*>(ins[r]) + off * esz, c * esz);
+    }
+    sync();
+    for (int k = 0; k < size_; ++k) srcs[k] = half_of(k) + rank_ * stride;
+    transport::reduce(dst + off * esz, srcs.data(), size_, c, dtype, op);
+    next_step();
+    off += c;
+  } while (off < count);
+}
+
+void CollectiveTransport::alltoall(const void* const* ins, const size_t* send_bytes,
+                                   void* const* outs, const size_t* recv_bytes) {
+  begin(OpKind::kAlltoall, DType::kOpaque1, 0, -1, 0);
+  const int n = size_;
+  // Step 1: everyone publishes what it sends and expects; all ranks see the same table, so a
+  // disagreement fails on every rank alike.
+  auto* table = reinterpret_cast<uint64_t*>(my_half());
+  for (int r = 0; r < n; ++r) {
+    table[r] = send_bytes[r];
+    table[n + r] = recv_bytes[r];
+  }
+  sync();
+  uint64_t largest = 0;
+  std::string mismatch;
+  for (int s = 0; s < n; ++s) {
+    const auto* sent = reinterpret_cast<const uint64_t*>(half_of(s));
+    for (int d = 0; d < n; ++d) {
+      const uint64_t expected = reinterpret_cast<const uint64_t*>(half_of(d))[n + s];
+      largest = std::max<uint64_t>(largest, sent[d]);
+      if (sent[d] != expected && mismatch.size() < 400) {
+        mismatch += " rank " + std::to_string(s) + " sends " + std::to_string(sent[d]) +
+                    " bytes to rank " + std::to_string(d) + ", which expects " +
+                    std::to_string(expected) + ";";
+      }
+    }
+  }
+  if (!mismatch.empty()) {
+    fail("alltoall: the split sizes of the ranks disagree:" + mismatch +
+         " each rank's output split for a peer must equal that peer's input split for it");
+  }
+  next_step();
+  const size_t region = half_bytes() / n / 64 * 64;
+  const uint64_t rounds = (largest + region - 1) / region;
+  for (uint64_t t = 0; t < rounds; ++t) {
+    const size_t lo = t * region;
+    for (int d = 0; d < n; ++d) {
+      if (lo < send_bytes[d]) {
+        std::memcpy(my_half() + d * region, static_cast<const char*>(ins[d]) + lo,
+                    std::min(region, send_bytes[d] - lo));
+      }
+    }
+    sync();
+    for (int s = 0; s < n; ++s) {
+      if (lo < recv_bytes[s]) {
+        std::memcpy(static_cast<char*>(outs[s]) + lo, half_of(s) + rank_ * region,
+                    std::min(region, recv_bytes[s] - lo));
+      }
+    }
+    next_step();
+  }
+}
+
+// ---- point to point ----------------------------------------------------------------------------
+
+std::shared_ptr<P2pRequest> CollectiveTransport::post_send(int peer, uint64_t tag,
+                                                           const void* data, size_t bytes) {
+  if (peer < 0 || peer >= size_ || peer == rank_) {
+    fail("send: peer rank " + std::to_string(peer) + " is not another rank of this group of " +
+         std::to_string(size_));
+  }
+  auto r = std::make_shared<P2pRequest>();
+  r->send_ = true;
+  r->peer_ = peer;
+  r->tag_ = tag;
+  r->buffer_ = const_cast<char*>(static_cast<const char*>(data));
+  r->bytes_ = bytes;
+  std::lock_guard<std::mutex> lock(p2p_mutex_);
+  sends_[peer].push_back(r);
+  progress_locked();
+  return r;
+}
+
+std::shared_ptr<P2pRequest> CollectiveTransport::post_recv(int peer, uint64_t tag, void* data,
+                                                           size_t bytes) {
+  if (peer < 0 || peer >= size_ || peer == rank_) {
+    fail("recv: peer rank " + std::to_string(peer) + " is not another rank of this group of " +
+         std::to_string(size_));
+  }
+  auto r = std::make_shared<P2pRequest>();
+  r->peer_ = peer;
+  r->tag_ = tag;
+  r->buffer_ = static_cast<char*>(data);
+  r->bytes_ = bytes;
+  std::lock_guard<std::mutex> lock(p2p_mutex_);
+  recvs_[peer].push_back(r);
+  progress_locked();
+  return r;
+}
+
+bool CollectiveTransport::progress_one(P2pRequest& r) {
+  const size_t capacity = options_.channel_bytes;
+  bool moved = false;
+  if (r.send_) {
+    Ring& ring = layout_->ring(rank_, r.peer_);
+    char* data = layout_->ring_bytes(rank_, r.peer_);
+    uint64_t head = ring.head.load(std::memory_order_relaxed);
+    const uint64_t tail = ring.tail.load(std::memory_order_acquire);
+    size_t room = capacity - static_cast<size_t>(head - tail);
+    if (r.header_done_ < kMessageHeader && room > 0) {
+      uint64_t header[2] = {r.tag_, r.bytes_};
+      const size_t n = std::min(room, kMessageHeader - r.header_done_);
+      copy_into_ring(data, capacity, head, reinterpret_cast<char*>(header) + r.header_done_, n);
+      r.header_done_ += n;
+      head += n;
+      room -= n;
+      moved = true;
+    }
+    if (r.header_done_ == kMessageHeader && room > 0 && r.payload_done_ < r.bytes_) {
+      const size_t n = std::min(room, r.bytes_ - r.payload_done_);
+      copy_into_ring(data, capacity, head, r.buffer_ + r.payload_done_, n);
+      r.payload_done_ += n;
+      head += n;
+      moved = true;
+    }
+    if (moved) {
+      ring.head.store(head, std::memory_order_release);
+      layout_->controls[r.peer_].doorbell.fetch_add(1, std::memory_order_acq_rel);
+      futex_wake(layout_->controls[r.peer_].doorbell);
+    }
+    if (r.header_done_ == kMessageHeader && r.payload_done_ == r.bytes_) {
+      r.done_.store(true, std::memory_order_release);
+    }
+    return moved;
+  }
+  Ring& ring = layout_->ring(r.peer_, rank_);
+  const char* data = layout_->ring_bytes(r.peer_, rank_);
+  const uint64_t head = ring.head.load(std::memory_order_acquire);
+  uint64_t tail = ring.tail.load(std::memory_order_relaxed);
+  size_t available = static_cast<size_t>(head - tail);
+  // The header is read only when whole, so that a wrong size is caught before any payload lands.
+  if (r.header_done_ < kMessageHeader && available >= kMessageHeader) {
+    uint64_t header[2];
+    copy_from_ring(data, capacity, tail, reinterpret_cast<char*>(header), kMessageHeader);
+    tail += kMessageHeader;
+    available -= kMessageHeader;
+    r.header_done_ = kMessageHeader;
+    moved = true;
+    if (header[0] != r.tag_ || header[1] != r.bytes_) {
+      r.error_ = "recv on rank " + std::to_string(rank_) + " from rank " +
+                 std::to_string(r.peer_) + " expected " + std::to_string(r.bytes_) +
+                 " bytes with tag " + std::to_string(r.tag_) + ", but the next message rank " +
+                 std::to_string(r.peer_) + " sent has " + std::to_string(header[1]) +
+                 " bytes with tag " + std::to_string(header[0]) +
+                 " (sends and receives between two ranks must match in order, size, dtype and "
+                 "tag)";
+      ring.tail.store(tail, std::memory_order_release);
+      r.done_.store(true, std::memory_order_release);
+      abort(r.error_);
+      return true;
+    }
+  }
+  if (r.header_done_ == kMessageHeader && available > 0 && r.payload_done_ < r.bytes_) {
+    const size_t n = std::min(available, r.bytes_ - r.payload_done_);
+    copy_from_ring(data, capacity, tail, r.buffer_ + r.payload_done_, n);
+    r.payload_done_ += n;
+    tail += n;
+    moved = true;
+  }
+  if (moved) {
+    ring.tail.store(tail, std::memory_order_release);
+    layout_->controls[r.peer_].doorbell.fetch_add(1, std::memory_order_acq_rel);
+    futex_wake(layout_->controls[r.peer_].doorbell);
+  }
+  if (r.header_done_ == kMessageHeader && r.payload_done_ == r.bytes_) {
+    r.done_.store(true, std::memory_order_release);
+  }
+  return moved;
+}
+
+bool CollectiveTransport::progress_locked() {
+  bool moved = false;
+  for (auto* queues : {&sends_, &recvs_}) {
+    for (auto& queue : *queues) {
+      while (!queue.empty()) {
+        moved = progress_one(*queue.front()) || moved;
+        if (!queue.front()->done()) break;
+        queue.pop_front();
+      }
+    }
+  }
+  return moved;
+}
+
+bool CollectiveTransport::test(P2pRequest& request) {
+  if (!request.done()) {
+    std::lock_guard<std::mutex> lock(p2p_mutex_);
+    progress_locked();
+  }
+  if (request.done() && !request.error_.empty()) fail(request.error_);
+  return request.done();
+}
+
+void CollectiveTransport::wait(P2pRequest& request) {
+  const char* what = request.send_ ? "send" : "recv";
+  const int peer = request.peer_;
+  auto ready = [&] {
+    std::lock_guard<std::mutex> lock(p2p_mutex_);
+    progress_locked();
+    return request.done();
+  };
+  for (int i = 0; i < 64 && !ready(); ++i) __builtin_ia32_pause();
+  const auto start = std::chrono::steady_clock::now();
+  std::atomic<uint32_t>& word = layout_->controls[rank_].doorbell;
+  while (!request.done()) {
+    const uint32_t seen = word.load(std::memory_order_acquire);
+    if (ready()) break;
+    // Only the peer matters to a point-to-point wait.
+    const int pid = layout_->controls[peer].pid.load(std::memory_order_acquire);
+    if (aborted()) check_health(what, start, {});
+    if (process_ended(pid)) {
+      const std::string reason = std::string(what) + " on rank " + std::to_string(rank_) +
+                                 " failed: rank " + std::to_string(peer) + " (pid " +
+                                 std::to_string(pid) + ") exited before the message completed";
+      abort(reason);
+      fail(reason);
+    }
+    if (std::chrono::steady_clock::now() - start > options_.timeout) {
+      const std::string reason = std::string(what) + " on rank " + std::to_string(rank_) +
+                                 " with rank " + std::to_string(peer) + " timed out after " +
+                                 std::to_string(options_.timeout.count()) +
+                                 " ms (the peer is hung or never posted the matching call)";
+      abort(reason);
+      fail(reason);
+    }
+    futex_wait(word, seen, 2'000'000);
+  }
+  if (!request.error_.empty()) fail(request.error_);
+}
+
+}  // namespace nrtsim::transport
