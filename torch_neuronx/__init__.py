@@ -101,6 +101,9 @@ from torch_neuronx._tracking import (  # noqa: E402,F401
     clear_kernel_trace,
     kernel_trace,
 )
+# What would differ on TorchNeuron 2.33 (docs/portability.md); hooks into Dynamo and transformers
+# only while a check runs.
+from torch_neuronx.portability import portability_report  # noqa: E402,F401
 
 __version__ = "2.13.0.0"
 
@@ -138,6 +141,7 @@ __all__ = [
     "memory_stats",
     "memory_summary",
     "neuron",
+    "portability_report",
     "reset_accumulated_memory_stats",
     "reset_dynamo_metrics",
     "reset_peak_memory_stats",

@@ -1,0 +1,111 @@
+"""Regenerate ``torch_neuronx/data/torchneuron_2_33_coverage.json`` from a TorchNeuron source tree.
+
+TorchNeuron's published per-operator table (``docs/torch_api_compatibility.md`` in
+aws-neuron/torch-neuronx) was not retrievable when this file was written, so the coverage is
+read from the registrations in the source itself, the way its dispatcher sees them:
+
+- ``@register_aten([...])`` in ``python_ops/torch_mlir/ops/*.py`` (the default lowering path,
+  ``TORCH_NEURONX_MLIR_ATEN_OPS=1``, finalised at import),
+- ``@neuron_op`` / ``@neuron_unary_op`` / ... decorators in the modules that
+  ``auto_registration.discover_all_implementations`` imports (it skips ``legacy`` and ``jax``),
+- ``aten_lib.impl("<op>", ..., "PrivateUse1")`` calls in ``python_ops/__init__.py``,
+- ``m.impl("<op>", ...)`` inside ``TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)`` in the C++,
+- the explicit CPU-fallback registrations of ``python_ops/cpu_fallback_registrations.py``
+  (native in name only: they run on the CPU, so they are listed as fallbacks).
+
+A name without an overload (``aten::relu``) is the default overload, as ``Library.impl`` reads
+it. Usage: ``python -m torch_neuronx.portability.build_coverage SRC_ROOT COMMIT DATE > out.json``
+where SRC_ROOT holds the ``torch_neuronx`` package of the TorchNeuron tree.
+"""
+
+import ast
+import json
+import pathlib
+import re
+import sys
+
+_DECORATORS = {"register_aten", "neuron_op", "neuron_unary_op", "neuron_binary_op",
+               "neuron_reduction_op", "neuron_comparison_op"}
+
+
+def _decorator_name(node) -> str:
+    func = node.func if isinstance(node, ast.Call) else node
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return getattr(func, "id", "")
+
+
+def _aten_strings(node):
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str) \
+                and sub.value.startswith("aten::"):
+            yield sub.value
+
+
+def _skipped_module(rel: str) -> bool:
+    # auto_registration skips these packages; JAX registrations are finalised nowhere on the
+    # default (torch-mlir) path.
+    parts = rel.split("/")
+    return "legacy" in parts or "jax" in parts
+
+
+def collect(src_root: pathlib.Path) -> dict:
+    package = src_root / "torch_neuronx"
+    native: dict = {}
+    fallback: dict = {}
+
+    def add(table, op, origin):
+        table.setdefault(op, set()).add(origin)
+
+    for path in sorted((package / "python_ops").rglob("*.py")):
+        rel = str(path.relative_to(src_root))
+        if _skipped_module(str(path.relative_to(package / "python_ops"))):
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                for decorator in node.decorator_list:
+                    if _decorator_name(decorator) in _DECORATORS:
+                        for op in _aten_strings(decorator):
+                            add(native, op, rel)
+            if (path.name in ("__init__.py", "cpu_fallback_registrations.py")
+                    and isinstance(node, ast.Call) and _decorator_name(node) in ("impl",)
+                    and node.args and isinstance(node.args[0], ast.Constant)
+                    and isinstance(node.args[0].value, str)):
+                add(native, "aten::" + node.args[0].value, rel)
+        if path.name == "cpu_fallback_registrations.py":
+            # ("linalg_qr", torch.ops.aten.linalg_qr.default) pairs: CPU fallbacks by design.
+            for name in re.findall(r'\(\s*"([a-z_0-9]+)"\s*,\s*torch\.ops\.aten\.', path.read_text()):
+                add(fallback, "aten::" + name, rel)
+
+    cpp = package / "csrc" / "core" / "NeuronBindings.cpp"
+    text = cpp.read_text()
+    block = re.search(r"TORCH_LIBRARY_IMPL\(aten,\s*PrivateUse1,\s*m\)\s*\{(.*?)\n\}", text, re.S)
+    if block:
+        for line in block.group(1).splitlines():
+            line = line.strip()
+            if line.startswith("//"):
+                continue
+            match = re.match(r'm\.impl\("([^"]+)"', line)
+            if match:
+                add(native, "aten::" + match.group(1), str(cpp.relative_to(src_root)))
+    silent = re.search(r"VIEW_OPS_WHITELIST\s*=\s*\{(.*?)\};", text, re.S)
+    silent_ops = sorted(set(re.findall(r'"(aten::[a-zA-Z_0-9]+)"', silent.group(1)))) if silent else []
+
+    for op in fallback:
+        native.pop(op, None)
+    return {
+        "native": {op: sorted(origins) for op, origins in sorted(native.items())},
+        "cpu_fallback_registered": {op: sorted(o) for op, o in sorted(fallback.items())},
+        "silent_fallback_view_ops": silent_ops,
+    }
+
+
+def main(argv) -> None:
+    root, commit, date = pathlib.Path(argv[1]), argv[2], argv[3]
+    data = collect(root)
+    print(json.dumps({"commit": commit, "date": date, **data}, indent=1))
+
+
+if __name__ == "__main__":
+    main(sys.argv)

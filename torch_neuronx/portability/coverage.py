@@ -1,0 +1,80 @@
+"""What TorchNeuron 2.33 runs natively in eager mode, read from
+``torch_neuronx/data/torchneuron_2_33_coverage.json`` (its source and method are in the file)."""
+
+import functools
+import json
+import os
+
+import torch
+
+COVERAGE_FILE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data",
+                             "torchneuron_2_33_coverage.json")
+
+NATIVE = "native"
+COMPOSITE = "composite"          # not listed, but runs PyTorch's composite kernel there too
+CPU_FALLBACK = "cpu_fallback"    # TorchNeuron's catch-all (or explicit) CPU fallback
+
+
+@functools.lru_cache(None)
+def load() -> dict:
+    with open(COVERAGE_FILE) as handle:
+        return json.load(handle)
+
+
+@functools.lru_cache(None)
+def _tables():
+    data = load()
+    exact = set(data["native"])
+    # An entry without an overload covers every overload of the op (see the file's "matching").
+    base = {name for name in exact if "." not in name.split("::", 1)[1]}
+    fallback = set(data["cpu_fallback_registered"])
+    silent = set(data["silent_fallback_view_ops"])
+    return exact, base, fallback, silent
+
+
+def _base(name: str) -> str:
+    namespace, rest = name.split("::", 1)
+    return f"{namespace}::{rest.split('.', 1)[0]}"
+
+
+@functools.lru_cache(None)
+def classify(name: str) -> str:
+    """NATIVE, COMPOSITE or CPU_FALLBACK for an ATen op name (``aten::add.Tensor``; the default
+    overload is written without one, ``aten::relu``, as ``OpOverload.name()`` gives it)."""
+    exact, base, fallback, _ = _tables()
+    if name in fallback or _base(name) in fallback:
+        return CPU_FALLBACK
+    if name in exact or _base(name) in base:
+        return NATIVE
+    # TorchNeuron registers no composite keys, so an op PyTorch implements with a
+    # CompositeExplicitAutograd kernel runs that kernel there (its parts dispatch on their own).
+    for key in ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional"):
+        if torch._C._dispatch_has_kernel_for_dispatch_key(name, key):
+            return COMPOSITE
+    return CPU_FALLBACK
+
+
+@functools.lru_cache(None)
+def is_host_op(name: str) -> bool:
+    """Ops TorchNeuron implements in C++ on tensor metadata or its allocator (empty, views,
+    resize_, scalar reads): no compile, so a new shape costs nothing there."""
+    origins = load()["native"].get(name)
+    return bool(origins) and all(o.endswith(".cpp") for o in origins)
+
+
+def is_silent_fallback(name: str) -> bool:
+    """TorchNeuron's CPU fallback does not warn for these view ops."""
+    return _base(name) in _tables()[3]
+
+
+def source_summary() -> dict:
+    data = load()
+    source = data["source"]
+    return {
+        "file": os.path.basename(COVERAGE_FILE),
+        "release": data["torchneuron_release"],
+        "repository": source["repository"],
+        "commit": source["commit"],
+        "commit_date": source["commit_date"],
+        "native_ops": len(data["native"]),
+    }
