@@ -65,15 +65,23 @@ def _location(frame) -> str:
     return f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
-def current_site(skip: int = 1, with_modules: bool = False) -> Site:
-    """The user's frame calling into torch right now (``skip`` frames of the caller dropped)."""
+def current_site(skip: int = 1, with_modules: bool = False, caller_of_user: bool = False) -> Site:
+    """The user's frame calling into torch right now (``skip`` frames of the caller dropped).
+    ``caller_of_user``: the user frame that called the innermost one, when there is one (a
+    compiled program runs inside the compiled function's own frame; the shapes come from its
+    caller)."""
     frame = sys._getframe(skip + 1)
     via = None
     modules = []
+    inner = None
     while frame is not None:
         code = frame.f_code
         kind = _kind(code)
         if kind == _USER:
+            if caller_of_user and inner is None:
+                inner = frame
+                frame = frame.f_back
+                continue
             return Site(_location(frame), code.co_name, via, tuple(modules))
         if kind == _LIBRARY and via is None:
             via = _location(frame)
@@ -82,6 +90,8 @@ def current_site(skip: int = 1, with_modules: bool = False) -> Site:
             if module is not None:
                 modules.append(id(module))
         frame = frame.f_back
+    if inner is not None:
+        return Site(_location(inner), inner.f_code.co_name, via, tuple(modules))
     return Site(via or "<unknown>", None, None, tuple(modules))
 
 

@@ -13,6 +13,7 @@ Modules not imported yet when the session starts are hooked when they are import
 import functools
 import importlib.abc
 import os
+import re
 import sys
 import threading
 
@@ -26,8 +27,8 @@ from torch_neuronx.portability.report import INFO, WARNING, Finding, Portability
 STRICT_ENV = "TORCH_NEURONX_PORTABILITY_STRICT"
 _TRUE = ("1", "true", "yes", "on", "y")
 _INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
-# A site whose op saw this many distinct shapes is "dynamic": 2 is common and harmless (the last
-# partial batch, an eval batch size); a third is a pattern.
+# A place whose op met new shapes in this many of its executions is "dynamic": 2 is common and
+# harmless (the last partial batch, an eval batch size); a third is a pattern.
 DYNAMIC_SHAPES_THRESHOLD = 3
 _COPY_OPS = ("aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize")
 _CHANNELS_LAST = (torch.channels_last, torch.channels_last_3d)
@@ -114,17 +115,27 @@ class _OpObserver(TorchDispatchMode):
     def __init__(self, session):
         super().__init__()
         self.session = session
+        self._composites = threading.local()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         session = self.session
         watched = session.before(func, args, kwargs)
         if watched is _COMPOSITE:
+            running = self._composites.__dict__.setdefault("ops", set())
+            if func in running:
+                # A composite kernel that dispatches its own op again (detach does): that
+                # inner call goes to the backend as usual.
+                return func(*args, **kwargs)
             # TorchNeuron has no kernel of its own for this op and runs PyTorch's composite one,
             # whose parts then dispatch on their own: run that kernel with this mode on, so the
             # parts (e.g. randn's normal_) are checked one by one.
-            with self:
-                return func._op_dk(_composite_key(func), *args, **kwargs)
+            running.add(func)
+            try:
+                with self:
+                    return func._op_dk(_composite_key(func), *args, **kwargs)
+            finally:
+                running.discard(func)
         out = func(*args, **kwargs)
         if watched is not None:
             session.after(func, args, kwargs, out, watched)
@@ -143,6 +154,30 @@ def _composite_key(func):
     raise AssertionError(f"{func.name()} has no composite kernel")
 
 
+class _ShapeSite:
+    """The shapes one op saw at one place. One execution of a line may touch tensors of many
+    shapes (model.to(device), an optimizer step over every parameter): that is a fixed set,
+    compiled once. Shapes are dynamic when new ones keep coming in later executions."""
+
+    __slots__ = ("site", "signatures", "growing_executions", "_execution", "_grew")
+
+    def __init__(self, site):
+        self.site = site
+        self.signatures: set = set()
+        self.growing_executions = 0
+        self._execution = None
+        self._grew = False
+
+    def see(self, signature, execution) -> None:
+        if execution != self._execution:
+            self._execution, self._grew = execution, False
+        if signature not in self.signatures:
+            self.signatures.add(signature)
+            if not self._grew:
+                self._grew = True
+                self.growing_executions += 1
+
+
 class Session:
     """One portability check: install, run the user's code, collect, uninstall."""
 
@@ -157,6 +192,8 @@ class Session:
         self.ops: set = set()
         self.compile_units: set = set()
         self._shape_sites: dict = {}
+        self._last_place = None
+        self._execution = 0
         self._int64_calls = 0
         self._int64_first = None
         self._metrics_before = None
@@ -251,11 +288,16 @@ class Session:
         self.compile_units.add((name, signature))
         if backward is None and not func.is_view and not coverage.is_host_op(name):
             here = where()
-            key = (name, here.where, here.modules)
-            shapes = self._shape_sites.get(key)
-            if shapes is None:
-                shapes = self._shape_sites[key] = (here, set())
-            shapes[1].add(signature)
+            place = (here.where, here.modules)
+            if place != self._last_place:
+                # Another line ran ops in between: this is a new execution of this line.
+                self._last_place = place
+                self._execution += 1
+            key = (name,) + place
+            state = self._shape_sites.get(key)
+            if state is None:
+                state = self._shape_sites[key] = _ShapeSite(here)
+            state.see(signature, self._execution)
 
     def _check_int64(self, func, name, args, kwargs, inputs, where, details) -> None:
         self._int64_calls += 1
@@ -282,10 +324,12 @@ class Session:
 
     def on_recompile(self, reason) -> None:
         reason = str(reason or "guard failed").strip().splitlines()[0][:300]
+        reason = re.sub(r"^\d+/\d+: ", "", reason)  # Dynamo's compile id
         self.add("recompile", WARNING, reason, frames.current_site(skip=2), fixes.recompile(reason))
 
     def on_static_shape_program(self) -> None:
-        self.add("recompile", WARNING, "static shapes", frames.current_site(skip=2),
+        site = frames.current_site(skip=2, caller_of_user=True)
+        self.add("recompile", WARNING, "static shapes: a new input shape", site,
                  fixes.static_shape_program(self._program_shapes()))
 
     @staticmethod
@@ -448,11 +492,12 @@ class Session:
         return self.report
 
     def _build(self) -> PortabilityReport:
-        for (name, _, _), (site, signatures) in list(self._shape_sites.items()):
-            if len(signatures) >= DYNAMIC_SHAPES_THRESHOLD:
-                finding = self.add("dynamic_shapes", WARNING, name, site,
-                                   fixes.dynamic_shapes(name, len(signatures)))
-                finding.count = len(signatures)
+        for (name, _, _), state in list(self._shape_sites.items()):
+            if state.growing_executions >= DYNAMIC_SHAPES_THRESHOLD:
+                shapes = len(state.signatures)
+                finding = self.add("dynamic_shapes", WARNING, name, state.site,
+                                   fixes.dynamic_shapes(name, shapes))
+                finding.count = shapes
         if self._int64_calls and not any(k[0] == "int64_range" for k in self._findings):
             finding = self.add("int64", INFO, "int64", self._int64_first, fixes.INT64_INFO)
             finding.count = self._int64_calls
