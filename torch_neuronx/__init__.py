@@ -32,6 +32,12 @@ from torch_neuronx import _registration  # noqa: E402
 
 _registration.register()
 
+# The process-group backend "neuron"; under torchrun each process sees the core of its local rank.
+from torch_neuronx import distributed as _distributed  # noqa: E402
+
+_distributed.apply_torchrun_visible_cores()
+_distributed.register()
+
 
 def _let_autograd_device_threads_finish() -> None:
     """atexit: hand the GIL to autograd's neuron device threads one last time.

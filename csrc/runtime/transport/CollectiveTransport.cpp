@@ -182,8 +182,9 @@ struct CollectiveTransport::Layout {
 
 static_assert(sizeof(Header) <= kPage);
 
-std::unique_ptr<CollectiveTransport> CollectiveTransport::create(const std::string& name, int size,
-                                                                 const TransportOptions& options) {
+std::unique_ptr<CollectiveTransport> CollectiveTransport::create(
+    const std::string& name, int size, const TransportOptions& options,
+    const std::function<void()>& created) {
   if (size < 1) throw Error(ErrorCode::kInvalidArgument, "collective group of size < 1");
   TransportOptions o = options;
   // A step must hold the alltoall size table (two entries per rank) and a cache line per rank.
@@ -199,7 +200,7 @@ std::unique_ptr<CollectiveTransport> CollectiveTransport::create(const std::stri
   header->magic.store(kMagic, std::memory_order_release);
   try {
     return std::unique_ptr<CollectiveTransport>(
-        new CollectiveTransport(std::move(segment), 0, size, o));
+        new CollectiveTransport(std::move(segment), 0, size, o, created));
   } catch (...) {
     ShmSegment::unlink(name);
     throw;
@@ -226,7 +227,8 @@ std::unique_ptr<CollectiveTransport> CollectiveTransport::join(const std::string
 }
 
 CollectiveTransport::CollectiveTransport(ShmSegment segment, int rank, int size,
-                                         const TransportOptions& options)
+                                         const TransportOptions& options,
+                                         const std::function<void()>& mapped)
     : segment_(std::move(segment)),
       rank_(rank),
       size_(size),
@@ -235,7 +237,13 @@ CollectiveTransport::CollectiveTransport(ShmSegment segment, int rank, int size,
       recvs_(size) {
   layout_ = new Layout(segment_.data(), size, options_.slot_bytes, options_.channel_bytes);
   layout_->controls[rank_].pid.store(static_cast<int32_t>(::getpid()), std::memory_order_release);
-  wait_until_all_mapped();
+  try {
+    if (mapped) mapped();
+    wait_until_all_mapped();
+  } catch (...) {
+    delete layout_;
+    throw;
+  }
 }
 
 CollectiveTransport::~CollectiveTransport() {

@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -76,10 +77,12 @@ class P2pRequest {
 
 class CollectiveTransport {
  public:
-  // Rank 0 creates the segment `name`; the others join it once rank 0 has published the name.
-  // Both return when every rank has mapped the segment, which is then unlinked.
-  static std::unique_ptr<CollectiveTransport> create(const std::string& name, int size,
-                                                     const TransportOptions& options);
+  // Rank 0 creates the segment `name` and then calls `created` (where it publishes the name);
+  // the others join it once rank 0 has published the name. Both return when every rank has
+  // mapped the segment, which is then unlinked.
+  static std::unique_ptr<CollectiveTransport> create(
+      const std::string& name, int size, const TransportOptions& options,
+      const std::function<void()>& created = {});
   static std::unique_ptr<CollectiveTransport> join(const std::string& name, int rank, int size,
                                                    const TransportOptions& options);
   ~CollectiveTransport();
@@ -122,7 +125,8 @@ class CollectiveTransport {
 
  private:
   struct Layout;
-  CollectiveTransport(ShmSegment segment, int rank, int size, const TransportOptions& options);
+  CollectiveTransport(ShmSegment segment, int rank, int size, const TransportOptions& options,
+                      const std::function<void()>& mapped = {});
   void wait_until_all_mapped();
 
   // The step machinery.

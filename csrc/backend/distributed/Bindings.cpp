@@ -1,0 +1,68 @@
+// Python binding of ProcessGroupNeuron: torch_neuronx._C._distributed.ProcessGroupNeuron, a
+// subclass of torch.distributed's Backend. torch_neuronx.distributed registers it as the backend
+// "neuron".
+#include <pybind11/chrono.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "backend/distributed/Bindings.h"
+#include "backend/distributed/ProcessGroupNeuron.h"
+
+namespace py = pybind11;
+
+namespace torch_neuronx::distributed {
+namespace {
+
+// torch binds c10d::Backend with a holder that drops its reference without the GIL (a backend's
+// destructor may wait on other threads). A subclass must use a holder of the same shape.
+template <class T>
+class NoGilHolder {
+ public:
+  NoGilHolder() = default;
+  explicit NoGilHolder(T* raw) : ptr_(c10::intrusive_ptr<T>::unsafe_reclaim_from_nonowning(raw)) {}
+  explicit NoGilHolder(c10::intrusive_ptr<T> ptr) : ptr_(std::move(ptr)) {}
+  NoGilHolder(const NoGilHolder&) = default;
+  NoGilHolder(NoGilHolder&&) noexcept = default;
+  NoGilHolder& operator=(const NoGilHolder&) = default;
+  NoGilHolder& operator=(NoGilHolder&&) noexcept = default;
+  ~NoGilHolder() {
+    if (ptr_ && PyGILState_Check()) {
+      py::gil_scoped_release release;
+      ptr_.reset();
+    }
+  }
+  T* get() const noexcept { return ptr_.get(); }
+
+ private:
+  c10::intrusive_ptr<T> ptr_;
+};
+
+}  // namespace
+}  // namespace torch_neuronx::distributed
+
+PYBIND11_DECLARE_HOLDER_TYPE(T, torch_neuronx::distributed::NoGilHolder<T>, true)
+
+namespace torch_neuronx::distributed {
+
+void init_distributed_bindings(py::module& m) {
+  // The base class lives in torch._C._distributed_c10d, registered when torch.distributed loads.
+  py::module dist = py::module::import("torch.distributed");
+  if (!dist.attr("is_available")().cast<bool>()) return;
+  py::module c10d = py::module::import("torch._C._distributed_c10d");
+  py::object backend = c10d.attr("Backend");
+
+  auto sub = m.def_submodule("_distributed", "the neuron process-group backend");
+  py::class_<ProcessGroupNeuron, c10d::Backend, NoGilHolder<ProcessGroupNeuron>>(
+      sub, "ProcessGroupNeuron")
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       std::chrono::milliseconds timeout) {
+             return NoGilHolder<ProcessGroupNeuron>(c10::make_intrusive<ProcessGroupNeuron>(
+                 store, rank, size, c10::make_intrusive<ProcessGroupNeuron::Options>(timeout)));
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("_abort_transport", &ProcessGroupNeuron::abort,
+           py::call_guard<py::gil_scoped_release>());
+  (void)backend;
+}
+
+}  // namespace torch_neuronx::distributed

@@ -1,0 +1,832 @@
+#include "backend/distributed/ProcessGroupNeuron.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+#include <c10/util/Exception.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <numeric>
+
+#include "backend/core/HostView.h"
+#include "backend/core/KernelLaunch.h"
+#include "runtime/Env.h"
+#include "runtime/Error.h"
+
+namespace torch_neuronx::distributed {
+
+namespace tp = nrtsim::transport;
+
+namespace {
+
+[[noreturn]] void dist_error(const std::string& message) {
+  C10_THROW_ERROR(DistBackendError, message);
+}
+
+// Transport errors become torch.distributed.DistBackendError, naming the backend.
+template <class Fn>
+decltype(auto) transport_call(Fn&& fn) {
+  try {
+    return std::forward<Fn>(fn)();
+  } catch (const nrtsim::Error& e) {
+    dist_error(std::string("neuron process group: ") + e.what());
+  }
+}
+
+tp::DType dtype_of(const at::Tensor& t, const char* op) {
+  switch (t.scalar_type()) {
+    case at::kBool: return tp::DType::kBool;
+    case at::kByte: return tp::DType::kUInt8;
+    case at::kChar: return tp::DType::kInt8;
+    case at::kShort: return tp::DType::kInt16;
+    case at::kUInt16: return tp::DType::kUInt16;
+    case at::kInt: return tp::DType::kInt32;
+    case at::kUInt32: return tp::DType::kUInt32;
+    case at::kLong: return tp::DType::kInt64;
+    case at::kUInt64: return tp::DType::kUInt64;
+    case at::kHalf: return tp::DType::kFloat16;
+    case at::kBFloat16: return tp::DType::kBFloat16;
+    case at::kFloat: return tp::DType::kFloat32;
+    case at::kDouble: return tp::DType::kFloat64;
+    case at::kComplexFloat: return tp::DType::kComplex64;
+    case at::kComplexDouble: return tp::DType::kComplex128;
+    case at::kFloat8_e4m3fn:
+    case at::kFloat8_e5m2:
+    case at::kFloat8_e4m3fnuz:
+    case at::kFloat8_e5m2fnuz:
+    case at::kFloat8_e8m0fnu: return tp::DType::kOpaque1;
+    default:
+      dist_error(std::string("neuron process group: ") + op + " does not support tensors of " +
+                 std::string(c10::toString(t.scalar_type())));
+  }
+}
+
+bool is_floating_or_complex(const at::Tensor& t) {
+  return at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type());
+}
+
+// The transport's reduction for a c10d reduce op; AVG and PREMUL_SUM sum and scale afterwards.
+tp::ReduceOp reduce_op_of(const c10d::ReduceOp& op, const at::Tensor& t, const char* name) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return tp::ReduceOp::kSum;
+    case c10d::ReduceOp::AVG:
+    case c10d::ReduceOp::PREMUL_SUM:
+      if (!is_floating_or_complex(t)) {
+        dist_error(std::string("neuron process group: ") + name + " with ReduceOp." +
+                   (op.op_ == c10d::ReduceOp::AVG ? "AVG" : "PREMUL_SUM") +
+                   " needs a floating-point tensor, got " +
+                   std::string(c10::toString(t.scalar_type())) +
+                   "; use ReduceOp.SUM and divide yourself");
+      }
+      return tp::ReduceOp::kSum;
+    case c10d::ReduceOp::PRODUCT: return tp::ReduceOp::kProduct;
+    case c10d::ReduceOp::MIN: return tp::ReduceOp::kMin;
+    case c10d::ReduceOp::MAX: return tp::ReduceOp::kMax;
+    case c10d::ReduceOp::BAND: return tp::ReduceOp::kBand;
+    case c10d::ReduceOp::BOR: return tp::ReduceOp::kBor;
+    case c10d::ReduceOp::BXOR: return tp::ReduceOp::kBxor;
+    default: dist_error(std::string("neuron process group: ") + name + ": unknown reduce op");
+  }
+}
+
+// After summing: AVG divides by the group size, PREMUL_SUM multiplies by its factor (scaling
+// the sum instead of every input: the same value up to one rounding, and one pass instead of N).
+void finish_reduction(const c10d::ReduceOp& op, at::Tensor& out, int size) {
+  if (op.op_ == c10d::ReduceOp::AVG) {
+    out.div_(size);
+  } else if (op.op_ == c10d::ReduceOp::PREMUL_SUM) {
+    const auto* supplement = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+    TORCH_CHECK(supplement != nullptr, "PREMUL_SUM without a factor");
+    if (supplement->tensor_factor.defined()) {
+      out.mul_(supplement->tensor_factor.to(at::kCPU).item().toDouble());
+    } else {
+      out.mul_(supplement->double_factor);
+    }
+  }
+}
+
+// A CPU tensor over the same bytes (neuron memory is host memory); CPU tensors as they are.
+at::Tensor host(const at::Tensor& t) { return t.is_cpu() ? t : host_view(t); }
+
+void* ptr(const at::Tensor& t) { return t.data_ptr(); }
+size_t nbytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
+
+void check_dense(const at::Tensor& t, const char* op) {
+  if (t.layout() != at::kStrided) {
+    dist_error(std::string("neuron process group: ") + op +
+               " takes dense (strided) tensors; got layout " +
+               std::string(c10::str(t.layout())));
+  }
+  if (!t.is_cpu() && t.device().type() != c10::DeviceType::PrivateUse1) {
+    dist_error(std::string("neuron process group: ") + op + " takes neuron or cpu tensors, got " +
+               t.device().str());
+  }
+}
+
+// A contiguous tensor to work on, and whether results must be copied back to the original.
+struct Staged {
+  at::Tensor original;
+  at::Tensor work;
+  bool copy_back() const { return !work.is_same(original); }
+};
+Staged stage(const at::Tensor& t, const char* op) {
+  check_dense(t, op);
+  return Staged{t, t.is_contiguous() ? t : t.contiguous()};
+}
+void unstage(Staged& s) {
+  if (s.copy_back()) s.original.copy_(s.work);
+}
+
+std::vector<c10::Device> devices_of(const std::vector<at::Tensor>& tensors) {
+  std::vector<c10::Device> devices;
+  for (const auto& t : tensors) {
+    if (!t.is_cpu() && std::find(devices.begin(), devices.end(), t.device()) == devices.end()) {
+      devices.push_back(t.device());
+    }
+  }
+  return devices;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> completed_future(const std::vector<at::Tensor>& outputs) {
+  auto future = c10::make_intrusive<c10::ivalue::Future>(
+      c10::ListType::create(c10::TensorType::get()), devices_of(outputs));
+  future->markCompleted(c10::IValue(outputs));
+  return future;
+}
+
+// The Work of a collective that has already run (host-synchronous execution).
+class CompletedWork : public c10d::Work {
+ public:
+  CompletedWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
+      : c10d::Work(rank, type), outputs_(std::move(outputs)) {
+    future_ = completed_future(outputs_);
+  }
+  bool isCompleted() override { return true; }
+  bool isSuccess() const override { return true; }
+  bool wait(std::chrono::milliseconds) override { return true; }
+  void synchronize() override {}
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+// A posted send or receive: completes in wait() (or isCompleted()) through the transport.
+class P2pWork : public c10d::Work {
+ public:
+  P2pWork(c10::intrusive_ptr<ProcessGroupNeuron> group, std::shared_ptr<tp::P2pRequest> request,
+          Staged staged, bool is_send, int peer)
+      : c10d::Work(group->getRank(), is_send ? c10d::OpType::SEND : c10d::OpType::RECV),
+        group_(std::move(group)),
+        request_(std::move(request)),
+        staged_(std::move(staged)),
+        peer_(peer) {
+    future_ = c10::make_intrusive<c10::ivalue::Future>(
+        c10::ListType::create(c10::TensorType::get()), devices_of({staged_.original}));
+  }
+  bool isCompleted() override {
+    if (!finished_ && transport_call([&] { return group_->transport().test(*request_); })) {
+      finish();
+    }
+    return finished_;
+  }
+  bool isSuccess() const override { return finished_; }
+  bool wait(std::chrono::milliseconds) override {
+    if (!finished_) {
+      transport_call([&] { group_->transport().wait(*request_); });
+      finish();
+    }
+    return true;
+  }
+  void synchronize() override {}
+  int sourceRank() const override { return peer_; }
+  std::vector<at::Tensor> result() override { return {staged_.original}; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  void finish() {
+    unstage(staged_);
+    finished_ = true;
+    future_->markCompleted(c10::IValue(std::vector<at::Tensor>{staged_.original}));
+  }
+  c10::intrusive_ptr<ProcessGroupNeuron> group_;
+  std::shared_ptr<tp::P2pRequest> request_;
+  Staged staged_;
+  int peer_;
+  bool finished_ = false;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+// The Work of a coalesced block: waits for each of its members.
+class CoalescedWork : public c10d::Work {
+ public:
+  CoalescedWork(int rank, std::vector<c10::intrusive_ptr<c10d::Work>> works)
+      : c10d::Work(rank, c10d::OpType::COALESCED), works_(std::move(works)) {}
+  bool isCompleted() override {
+    return std::all_of(works_.begin(), works_.end(), [](auto& w) { return w->isCompleted(); });
+  }
+  bool isSuccess() const override { return true; }
+  bool wait(std::chrono::milliseconds timeout) override {
+    for (auto& w : works_) w->wait(timeout);
+    return true;
+  }
+  void synchronize() override {}
+  std::vector<at::Tensor> result() override {
+    std::vector<at::Tensor> all;
+    for (auto& w : works_) {
+      auto r = w->result();
+      all.insert(all.end(), r.begin(), r.end());
+    }
+    return all;
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    wait(std::chrono::milliseconds(0));
+    return completed_future(result());
+  }
+
+ private:
+  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
+};
+
+std::string host_name() {
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+size_t env_bytes(const char* variable, size_t fallback) {
+  if (auto value = nrtsim::env::get(variable)) {
+    return transport_call([&] { return static_cast<size_t>(nrtsim::env::parse_bytes(variable, *value)); });
+  }
+  return fallback;
+}
+
+}  // namespace
+
+ProcessGroupNeuron::ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                       int size, c10::intrusive_ptr<Options> options)
+    : c10d::Backend(rank, size), store_(store), options_(std::move(options)) {
+  tp::TransportOptions topts;
+  topts.timeout = options_->timeout;
+  topts.slot_bytes = env_bytes("NRTSIM_COLLECTIVE_SLOT_BYTES", topts.slot_bytes);
+  topts.channel_bytes = env_bytes("NRTSIM_P2P_RING_BYTES", topts.channel_bytes);
+  store_->setTimeout(options_->timeout);
+  // The transport is shared memory: every rank of the group must be on this host. Ranks on other
+  // hosts would wait for a segment they can never map, so say so at once.
+  const std::string me = host_name();
+  store_->set("nrtsim/host/" + std::to_string(rank), std::vector<uint8_t>(me.begin(), me.end()));
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) continue;
+    const auto other = store_->get("nrtsim/host/" + std::to_string(r));
+    if (std::string(other.begin(), other.end()) != me) {
+      dist_error("neuron process group: rank " + std::to_string(r) + " runs on host '" +
+                 std::string(other.begin(), other.end()) + "' and rank " + std::to_string(rank) +
+                 " on '" + me +
+                 "'; the neuron backend's transport is the shared memory of one host. For groups "
+                 "that span hosts use backend 'gloo' (or 'cpu:gloo,neuron:gloo')");
+    }
+  }
+  transport_call([&] {
+    if (rank == 0) {
+      const std::string name = tp::ShmSegment::unique_name("nrtsim-c10d");
+      transport_ = tp::CollectiveTransport::create(name, size, topts, [&] {
+        store_->set("nrtsim/segment", std::vector<uint8_t>(name.begin(), name.end()));
+      });
+    } else {
+      const auto name = store_->get("nrtsim/segment");
+      transport_ = tp::CollectiveTransport::join(std::string(name.begin(), name.end()), rank, size,
+                                                 topts);
+    }
+  });
+}
+
+ProcessGroupNeuron::~ProcessGroupNeuron() = default;
+
+tp::CollectiveTransport& ProcessGroupNeuron::transport() {
+  if (!transport_) {
+    dist_error("neuron process group: used after shutdown() or abort() released its transport");
+  }
+  return *transport_;
+}
+
+void ProcessGroupNeuron::setTimeout(std::chrono::milliseconds timeout) {
+  options_->timeout = timeout;
+  transport().set_timeout(timeout);
+}
+
+void ProcessGroupNeuron::abort() {
+  if (transport_) transport_->abort("abort() was called on rank " + std::to_string(rank_));
+}
+
+void ProcessGroupNeuron::shutdown() { transport_.reset(); }
+
+void ProcessGroupNeuron::startCoalescing() {
+  coalescing_ = true;
+  coalesced_.clear();
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::endCoalescing() {
+  coalescing_ = false;
+  return c10::make_intrusive<CoalescedWork>(rank_, std::move(coalesced_));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::collect(c10::intrusive_ptr<c10d::Work> work) {
+  if (coalescing_) coalesced_.push_back(work);
+  return work;
+}
+
+template <class Body>
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::run(const char* op, c10d::OpType type,
+                                                       const std::vector<at::Tensor>& tensors,
+                                                       uint64_t sent, uint64_t received,
+                                                       std::vector<at::Tensor> outputs,
+                                                       Body&& body) {
+  auto& t = transport();
+  std::optional<c10::Device> device;
+  for (const auto& x : tensors) {
+    if (x.is_cpu()) continue;
+    if (device && *device != x.device()) {
+      dist_error(std::string("neuron process group: ") + op + " got tensors on " +
+                 device->str() + " and " + x.device().str() +
+                 "; one rank's tensors of a collective must be on one device");
+    }
+    device = x.device();
+  }
+  if (!device) {
+    transport_call([&] { body(t); });
+  } else {
+    // One launch record: the bytes this core sends and receives over the link.
+    nrtsim::Work work;
+    work[nrtsim::Engine::kDma].bytes_read = sent;
+    work[nrtsim::Engine::kDma].bytes_written = received;
+    transport_call([&] {
+      launch_on(device->index(), op, LaunchKind::kCollective, work, [&] { body(t); });
+    });
+  }
+  return collect(c10::make_intrusive<CompletedWork>(rank_, type, std::move(outputs)));
+}
+
+// ---- collectives -------------------------------------------------------------------------------
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Tensor>& tensors,
+                                                             const c10d::BroadcastOptions& opts) {
+  TORCH_CHECK(tensors.size() == 1, "neuron process group: broadcast takes one tensor per rank");
+  Staged s = stage(tensors[0], "broadcast");
+  const int root = static_cast<int>(opts.rootRank);
+  const uint64_t bytes = nbytes(s.work);
+  auto work = run("c10d::broadcast", c10d::OpType::BROADCAST, {s.work}, root == rank_ ? bytes : 0,
+                  root == rank_ ? 0 : bytes, tensors,
+                  [&](tp::CollectiveTransport& t) { t.broadcast(ptr(s.work), bytes, root); });
+  unstage(s);
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Tensor>& tensors,
+                                                             const c10d::AllreduceOptions& opts) {
+  TORCH_CHECK(tensors.size() == 1, "neuron process group: allreduce takes one tensor per rank");
+  Staged s = stage(tensors[0], "allreduce");
+  const tp::DType dtype = dtype_of(s.work, "allreduce");
+  const tp::ReduceOp op = reduce_op_of(opts.reduceOp, s.work, "allreduce");
+  // A ring allreduce sends and receives 2 (N-1)/N of the buffer on each rank.
+  const uint64_t moved = size_ > 1 ? 2 * (size_ - 1) * nbytes(s.work) / size_ : 0;
+  auto work = run("c10d::allreduce", c10d::OpType::ALLREDUCE, {s.work}, moved, moved, tensors,
+                  [&](tp::CollectiveTransport& t) {
+                    t.allreduce(ptr(s.work), s.work.numel(), dtype, op);
+                    at::Tensor h = host(s.work);
+                    finish_reduction(opts.reduceOp, h, size_);
+                  });
+  unstage(s);
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  std::vector<Staged> staged;
+  uint64_t moved = 0;
+  for (auto& x : tensors) {
+    staged.push_back(stage(x, "allreduce_coalesced"));
+    reduce_op_of(opts.reduceOp, x, "allreduce_coalesced");
+    moved += size_ > 1 ? 2 * (size_ - 1) * nbytes(x) / size_ : 0;
+  }
+  std::vector<at::Tensor> works;
+  for (auto& s : staged) works.push_back(s.work);
+  auto work = run("c10d::allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, works, moved,
+                  moved, tensors, [&](tp::CollectiveTransport& t) {
+                    for (auto& s : staged) {
+                      t.allreduce(ptr(s.work), s.work.numel(), dtype_of(s.work, "allreduce"),
+                                  reduce_op_of(opts.reduceOp, s.work, "allreduce"));
+                      at::Tensor h = host(s.work);
+                      finish_reduction(opts.reduceOp, h, size_);
+                    }
+                  });
+  for (auto& s : staged) unstage(s);
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(std::vector<at::Tensor>& tensors,
+                                                          const c10d::ReduceOptions& opts) {
+  TORCH_CHECK(tensors.size() == 1, "neuron process group: reduce takes one tensor per rank");
+  Staged s = stage(tensors[0], "reduce");
+  const tp::DType dtype = dtype_of(s.work, "reduce");
+  const tp::ReduceOp op = reduce_op_of(opts.reduceOp, s.work, "reduce");
+  const int root = static_cast<int>(opts.rootRank);
+  const uint64_t bytes = nbytes(s.work);
+  auto work = run("c10d::reduce", c10d::OpType::REDUCE, {s.work}, rank_ == root ? 0 : bytes,
+                  rank_ == root ? bytes : 0, tensors, [&](tp::CollectiveTransport& t) {
+                    t.reduce(ptr(s.work), s.work.numel(), dtype, op, root);
+                    if (rank_ == root) {
+                      at::Tensor h = host(s.work);
+                      finish_reduction(opts.reduceOp, h, size_);
+                    }
+                  });
+  unstage(s);
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions&) {
+  TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1,
+              "neuron process group: allgather takes one input and one output list per rank");
+  auto& outs = outputs[0];
+  if (static_cast<int>(outs.size()) != size_) {
+    dist_error("neuron process group: allgather needs an output list of " +
+               std::to_string(size_) + " tensors (the group size), got " +
+               std::to_string(outs.size()));
+  }
+  Staged in = stage(inputs[0], "allgather");
+  std::vector<Staged> staged;
+  for (auto& o : outs) {
+    if (o.numel() != in.work.numel() || o.scalar_type() != in.work.scalar_type()) {
+      dist_error("neuron process group: allgather output tensors must match the input (" +
+                 std::to_string(in.work.numel()) + " elements of " +
+                 std::string(c10::toString(in.work.scalar_type())) + "), got " +
+                 std::to_string(o.numel()) + " of " + std::string(c10::toString(o.scalar_type())));
+    }
+    staged.push_back(stage(o, "allgather"));
+  }
+  std::vector<at::Tensor> all{in.work};
+  std::vector<void*> ptrs;
+  for (auto& s : staged) {
+    all.push_back(s.work);
+    ptrs.push_back(ptr(s.work));
+  }
+  const uint64_t bytes = nbytes(in.work);
+  auto work = run("c10d::allgather", c10d::OpType::ALLGATHER, all, bytes * (size_ - 1),
+                  bytes * (size_ - 1), outs,
+                  [&](tp::CollectiveTransport& t) { t.allgather(ptr(in.work), ptrs.data(), bytes); });
+  for (auto& s : staged) unstage(s);
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions&) {
+  if (output.numel() != input.numel() * size_ || output.scalar_type() != input.scalar_type()) {
+    dist_error("neuron process group: all_gather_into_tensor needs an output of group size (" +
+               std::to_string(size_) + ") x " + std::to_string(input.numel()) + " elements of " +
+               std::string(c10::toString(input.scalar_type())) + ", got " +
+               std::to_string(output.numel()) + " of " +
+               std::string(c10::toString(output.scalar_type())));
+  }
+  Staged in = stage(input, "all_gather_into_tensor");
+  Staged out = stage(output, "all_gather_into_tensor");
+  const uint64_t bytes = nbytes(in.work);
+  std::vector<void*> ptrs;
+  for (int r = 0; r < size_; ++r) ptrs.push_back(static_cast<char*>(ptr(out.work)) + r * bytes);
+  auto work = run("c10d::all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE,
+                  {in.work, out.work}, bytes * (size_ - 1), bytes * (size_ - 1), {output},
+                  [&](tp::CollectiveTransport& t) { t.allgather(ptr(in.work), ptrs.data(), bytes); });
+  unstage(out);
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(),
+              "neuron process group: allgather_coalesced needs one output list per input");
+  std::vector<at::Tensor> flat;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::vector<std::vector<at::Tensor>> out{outputs[i]};
+    std::vector<at::Tensor> in{inputs[i]};
+    const bool was = coalescing_;
+    coalescing_ = false;
+    allgather(out, in, opts);
+    coalescing_ = was;
+    flat.insert(flat.end(), outputs[i].begin(), outputs[i].end());
+  }
+  return collect(c10::make_intrusive<CompletedWork>(rank_, c10d::OpType::ALLGATHER_COALESCED,
+                                                    std::move(flat)));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(),
+              "neuron process group: allgather_into_tensor_coalesced needs one output per input");
+  const bool was = coalescing_;
+  coalescing_ = false;
+  for (size_t i = 0; i < inputs.size(); ++i) _allgather_base(outputs[i], inputs[i], opts);
+  coalescing_ = was;
+  return collect(
+      c10::make_intrusive<CompletedWork>(rank_, c10d::OpType::COALESCED, outputs));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::GatherOptions& opts) {
+  TORCH_CHECK(inputs.size() == 1, "neuron process group: gather takes one input per rank");
+  const int root = static_cast<int>(opts.rootRank);
+  Staged in = stage(inputs[0], "gather");
+  std::vector<Staged> staged;
+  std::vector<void*> ptrs;
+  std::vector<at::Tensor> all{in.work};
+  if (rank_ == root) {
+    if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != size_) {
+      dist_error("neuron process group: gather needs, on the root, an output list of " +
+                 std::to_string(size_) + " tensors");
+    }
+    for (auto& o : outputs[0]) {
+      if (o.numel() != in.work.numel() || o.scalar_type() != in.work.scalar_type()) {
+        dist_error("neuron process group: gather output tensors must match the input");
+      }
+      staged.push_back(stage(o, "gather"));
+      ptrs.push_back(ptr(staged.back().work));
+      all.push_back(staged.back().work);
+    }
+  }
+  const uint64_t bytes = nbytes(in.work);
+  auto work = run("c10d::gather", c10d::OpType::GATHER, all, rank_ == root ? 0 : bytes,
+                  rank_ == root ? bytes * (size_ - 1) : 0,
+                  rank_ == root ? outputs[0] : std::vector<at::Tensor>{},
+                  [&](tp::CollectiveTransport& t) { t.gather(ptr(in.work), ptrs.data(), bytes, root); });
+  for (auto& s : staged) unstage(s);
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == 1, "neuron process group: scatter takes one output per rank");
+  const int root = static_cast<int>(opts.rootRank);
+  Staged out = stage(outputs[0], "scatter");
+  std::vector<Staged> staged;
+  std::vector<const void*> ptrs;
+  std::vector<at::Tensor> all{out.work};
+  if (rank_ == root) {
+    if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != size_) {
+      dist_error("neuron process group: scatter needs, on the root, an input list of " +
+                 std::to_string(size_) + " tensors");
+    }
+    for (auto& i : inputs[0]) {
+      if (i.numel() != out.work.numel() || i.scalar_type() != out.work.scalar_type()) {
+        dist_error("neuron process group: scatter input tensors must match the output");
+      }
+      staged.push_back(stage(i, "scatter"));
+      ptrs.push_back(ptr(staged.back().work));
+      all.push_back(staged.back().work);
+    }
+  }
+  const uint64_t bytes = nbytes(out.work);
+  auto work = run("c10d::scatter", c10d::OpType::SCATTER, all,
+                  rank_ == root ? bytes * (size_ - 1) : 0, rank_ == root ? 0 : bytes, outputs,
+                  [&](tp::CollectiveTransport& t) { t.scatter(ptrs.data(), ptr(out.work), bytes, root); });
+  unstage(out);
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == 1 && inputs.size() == 1,
+              "neuron process group: reduce_scatter takes one output and one input list per rank");
+  if (static_cast<int>(inputs[0].size()) != size_) {
+    dist_error("neuron process group: reduce_scatter needs an input list of " +
+               std::to_string(size_) + " tensors (the group size)");
+  }
+  Staged out = stage(outputs[0], "reduce_scatter");
+  const tp::DType dtype = dtype_of(out.work, "reduce_scatter");
+  const tp::ReduceOp op = reduce_op_of(opts.reduceOp, out.work, "reduce_scatter");
+  std::vector<Staged> staged;
+  std::vector<const void*> ptrs;
+  std::vector<at::Tensor> all{out.work};
+  for (auto& i : inputs[0]) {
+    if (i.numel() != out.work.numel() || i.scalar_type() != out.work.scalar_type()) {
+      dist_error("neuron process group: reduce_scatter input tensors must match the output (" +
+                 std::to_string(out.work.numel()) + " elements of " +
+                 std::string(c10::toString(out.work.scalar_type())) + ")");
+    }
+    staged.push_back(stage(i, "reduce_scatter"));
+    ptrs.push_back(ptr(staged.back().work));
+    all.push_back(staged.back().work);
+  }
+  const uint64_t moved = nbytes(out.work) * (size_ - 1);
+  auto work = run("c10d::reduce_scatter", c10d::OpType::REDUCE_SCATTER, all, moved, moved, outputs,
+                  [&](tp::CollectiveTransport& t) {
+                    t.reduce_scatter(ptrs.data(), ptr(out.work), out.work.numel(), dtype, op);
+                    at::Tensor h = host(out.work);
+                    finish_reduction(opts.reduceOp, h, size_);
+                  });
+  unstage(out);
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  if (input.numel() != output.numel() * size_ || output.scalar_type() != input.scalar_type()) {
+    dist_error("neuron process group: reduce_scatter_tensor needs an input of group size (" +
+               std::to_string(size_) + ") x " + std::to_string(output.numel()) +
+               " elements of " + std::string(c10::toString(output.scalar_type())) + ", got " +
+               std::to_string(input.numel()) + " of " +
+               std::string(c10::toString(input.scalar_type())));
+  }
+  Staged in = stage(input, "reduce_scatter_tensor");
+  Staged out = stage(output, "reduce_scatter_tensor");
+  const tp::DType dtype = dtype_of(out.work, "reduce_scatter_tensor");
+  const tp::ReduceOp op = reduce_op_of(opts.reduceOp, out.work, "reduce_scatter_tensor");
+  const uint64_t bytes = nbytes(out.work);
+  std::vector<const void*> ptrs;
+  for (int r = 0; r < size_; ++r) ptrs.push_back(static_cast<char*>(ptr(in.work)) + r * bytes);
+  const uint64_t moved = bytes * (size_ - 1);
+  auto work = run("c10d::reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE,
+                  {in.work, out.work}, moved, moved, {output}, [&](tp::CollectiveTransport& t) {
+                    t.reduce_scatter(ptrs.data(), ptr(out.work), out.work.numel(), dtype, op);
+                    at::Tensor h = host(out.work);
+                    finish_reduction(opts.reduceOp, h, size_);
+                  });
+  unstage(out);
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(),
+              "neuron process group: reduce_scatter_tensor_coalesced needs one output per input");
+  const bool was = coalescing_;
+  coalescing_ = false;
+  for (size_t i = 0; i < inputs.size(); ++i) _reduce_scatter_base(outputs[i], inputs[i], opts);
+  coalescing_ = was;
+  return collect(c10::make_intrusive<CompletedWork>(rank_, c10d::OpType::COALESCED, outputs));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(
+    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
+    std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions&) {
+  if (output.scalar_type() != input.scalar_type()) {
+    dist_error("neuron process group: all_to_all_single needs input and output of one dtype");
+  }
+  Staged in = stage(input, "all_to_all_single");
+  Staged out = stage(output, "all_to_all_single");
+  // Splits are in rows of dimension 0; none given means equal parts.
+  auto plan = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* which) {
+    const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+    const size_t row_bytes = rows == 0 ? 0 : nbytes(t) / rows;
+    std::vector<size_t> bytes(size_);
+    if (splits.empty()) {
+      if (rows % size_ != 0) {
+        dist_error(std::string("neuron process group: all_to_all_single without ") + which +
+                   " splits needs dimension 0 (" + std::to_string(rows) +
+                   ") divisible by the group size " + std::to_string(size_));
+      }
+      std::fill(bytes.begin(), bytes.end(), row_bytes * (rows / size_));
+    } else {
+      if (static_cast<int>(splits.size()) != size_ ||
+          std::accumulate(splits.begin(), splits.end(), int64_t{0}) != rows) {
+        dist_error(std::string("neuron process group: all_to_all_single ") + which +
+                   " splits must have one entry per rank summing to dimension 0 (" +
+                   std::to_string(rows) + ")");
+      }
+      for (int r = 0; r < size_; ++r) bytes[r] = row_bytes * splits[r];
+    }
+    return bytes;
+  };
+  const std::vector<size_t> send = plan(in.work, input_split_sizes, "input");
+  const std::vector<size_t> recv = plan(out.work, output_split_sizes, "output");
+  std::vector<const void*> ins;
+  std::vector<void*> outs;
+  size_t at_in = 0, at_out = 0;
+  uint64_t sent = 0, received = 0;
+  for (int r = 0; r < size_; ++r) {
+    ins.push_back(static_cast<char*>(ptr(in.work)) + at_in);
+    outs.push_back(static_cast<char*>(ptr(out.work)) + at_out);
+    at_in += send[r];
+    at_out += recv[r];
+    if (r != rank_) {
+      sent += send[r];
+      received += recv[r];
+    }
+  }
+  auto work = run("c10d::all_to_all_single", c10d::OpType::ALLTOALL_BASE, {in.work, out.work},
+                  sent, received, {output}, [&](tp::CollectiveTransport& t) {
+                    t.alltoall(ins.data(), send.data(), outs.data(), recv.data());
+                  });
+  unstage(out);
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(std::vector<at::Tensor>& outputs,
+                                                            std::vector<at::Tensor>& inputs,
+                                                            const c10d::AllToAllOptions&) {
+  if (static_cast<int>(outputs.size()) != size_ || static_cast<int>(inputs.size()) != size_) {
+    dist_error("neuron process group: all_to_all needs input and output lists of " +
+               std::to_string(size_) + " tensors (the group size)");
+  }
+  std::vector<Staged> ins, outs;
+  std::vector<const void*> in_ptrs;
+  std::vector<void*> out_ptrs;
+  std::vector<size_t> send, recv;
+  std::vector<at::Tensor> all;
+  uint64_t sent = 0, received = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (inputs[r].scalar_type() != outputs[r].scalar_type()) {
+      dist_error("neuron process group: all_to_all needs matching dtypes of inputs and outputs");
+    }
+    ins.push_back(stage(inputs[r], "all_to_all"));
+    outs.push_back(stage(outputs[r], "all_to_all"));
+    in_ptrs.push_back(ptr(ins.back().work));
+    out_ptrs.push_back(ptr(outs.back().work));
+    send.push_back(nbytes(ins.back().work));
+    recv.push_back(nbytes(outs.back().work));
+    all.push_back(ins.back().work);
+    all.push_back(outs.back().work);
+    if (r != rank_) {
+      sent += send.back();
+      received += recv.back();
+    }
+  }
+  auto work = run("c10d::all_to_all", c10d::OpType::ALLTOALL, all, sent, received, outputs,
+                  [&](tp::CollectiveTransport& t) {
+                    t.alltoall(in_ptrs.data(), send.data(), out_ptrs.data(), recv.data());
+                  });
+  for (auto& s : outs) unstage(s);
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(const c10d::BarrierOptions&) {
+  return run("c10d::barrier", c10d::OpType::BARRIER, {}, 0, 0, {},
+             [&](tp::CollectiveTransport& t) { t.barrier(); });
+}
+
+void ProcessGroupNeuron::monitoredBarrier(const c10d::BarrierOptions& opts, bool) {
+  // The transport's barrier already names the ranks that did not arrive within the timeout.
+  barrier(opts);
+}
+
+// ---- point to point ----------------------------------------------------------------------------
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::post_p2p(at::Tensor& tensor, int peer, int tag,
+                                                            bool is_send) {
+  Staged s = stage(tensor, is_send ? "send" : "recv");
+  dtype_of(s.work, is_send ? "send" : "recv");
+  const uint64_t bytes = nbytes(s.work);
+  std::shared_ptr<tp::P2pRequest> request;
+  auto post = [&](tp::CollectiveTransport& t) {
+    request = is_send ? t.post_send(peer, static_cast<uint64_t>(tag), ptr(s.work), bytes)
+                      : t.post_recv(peer, static_cast<uint64_t>(tag), ptr(s.work), bytes);
+  };
+  run(is_send ? "c10d::send" : "c10d::recv", is_send ? c10d::OpType::SEND : c10d::OpType::RECV,
+      {s.work}, is_send ? bytes : 0, is_send ? 0 : bytes, {}, post);
+  if (coalescing_) coalesced_.pop_back();  // the P2pWork below stands for it
+  return collect(c10::make_intrusive<P2pWork>(
+      c10::intrusive_ptr<ProcessGroupNeuron>::reclaim_copy(this), std::move(request), std::move(s),
+      is_send, peer));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::send(std::vector<at::Tensor>& tensors,
+                                                        int dst_rank, int tag) {
+  TORCH_CHECK(tensors.size() == 1, "neuron process group: send takes one tensor");
+  return post_p2p(tensors[0], dst_rank, tag, true);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recv(std::vector<at::Tensor>& tensors,
+                                                        int src_rank, int tag) {
+  TORCH_CHECK(tensors.size() == 1, "neuron process group: recv takes one tensor");
+  return post_p2p(tensors[0], src_rank, tag, false);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recvAnysource(std::vector<at::Tensor>&, int) {
+  dist_error(
+      "neuron process group: recv without a source rank is not supported (messages between two "
+      "ranks are ordered per pair); pass src=");
+}
+
+c10::intrusive_ptr<c10d::Backend> ProcessGroupNeuron::split(
+    const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+    const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
+  const auto mine = std::find(ranks.begin(), ranks.end(), rank_);
+  if (mine == ranks.end()) return nullptr;
+  auto options = c10::make_intrusive<Options>(opts ? opts->timeout : options_->timeout);
+  if (opts) {
+    options->group_name = opts->group_name;
+    options->group_desc = opts->group_desc;
+    options->global_ranks_in_group = opts->global_ranks_in_group;
+  }
+  return c10::make_intrusive<ProcessGroupNeuron>(store, static_cast<int>(mine - ranks.begin()),
+                                                 static_cast<int>(ranks.size()), options);
+}
+
+}  // namespace torch_neuronx::distributed
