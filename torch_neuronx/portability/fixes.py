@@ -31,10 +31,11 @@ def cpu_fallback(op: str, silent: bool) -> tuple:
                + (" (silently: a view op TorchNeuron does not warn about)." if silent else
                   " (TorchNeuron warns once, then stays silent)."))
     hint = _OP_HINTS.get(base)
-    fix = ((hint + "; ") if hint else "") + (
-        "otherwise express it with ops TorchNeuron runs natively (see "
-        "torch_neuronx/data/torchneuron_2_33_coverage.json), move it out of the hot loop, or "
-        "accept the host round trip; on hardware, torch_neuronx.get_fallback_ops() lists them.")
+    generic = ("express it with ops TorchNeuron runs natively (see "
+               "torch_neuronx/data/torchneuron_2_33_coverage.json), move it out of the hot loop, "
+               "or accept the host round trip; on hardware, torch_neuronx.get_fallback_ops() "
+               "lists them.")
+    fix = f"{hint}; otherwise {generic}" if hint else generic[0].upper() + generic[1:]
     return message, fix
 
 
@@ -83,7 +84,8 @@ def dynamic_shapes(op: str, shapes: int) -> tuple:
         f"{op} ran here with {shapes} different input shapes: TorchNeuron compiles every eager op "
         f"once per (shape, dtype), so each new shape is another compile before it runs.",
         "pad or bucket inputs to a few fixed shapes (e.g. pad sequences to a multiple of 128 and "
-        "pass an attention mask), or drop the last partial batch (drop_last=True).",
+        "pass an attention mask), drop the last partial batch (drop_last=True); for "
+        "transformers generate(), a fixed-size KV cache (cache_implementation='static').",
     )
 
 

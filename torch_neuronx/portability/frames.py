@@ -17,17 +17,30 @@ def _prefix(path: str) -> str:
     return os.path.join(os.path.realpath(path), "")
 
 
-_internal_prefixes = tuple(_prefix(p) for p in (
-    os.path.dirname(torch.__file__),
-    os.path.dirname(torch_neuronx.__file__),
-    sysconfig.get_paths()["stdlib"],
-    sysconfig.get_paths()["platstdlib"],
-))
+# Checked in this order: torch and this package, then installed libraries, then the standard
+# library (in a virtual environment the "platstdlib" folder contains site-packages).
+_ours = tuple(_prefix(p) for p in (os.path.dirname(torch.__file__),
+                                   os.path.dirname(torch_neuronx.__file__)))
 _library_prefixes = tuple({_prefix(p) for p in (
     sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
     *getattr(site, "getsitepackages", lambda: [])(),
 )})
+_stdlib = tuple({_prefix(p) for p in (sysconfig.get_paths()["stdlib"],
+                                      sysconfig.get_paths()["platstdlib"])})
 _kinds: dict = {}
+
+
+def _classify_path(filename: str) -> int:
+    if filename.startswith("<frozen"):
+        return _INTERNAL
+    real = os.path.realpath(filename) if os.path.isabs(filename) else filename
+    if real.startswith(_ours):
+        return _INTERNAL
+    if real.startswith(_library_prefixes):
+        return _LIBRARY
+    if real.startswith(_stdlib):
+        return _INTERNAL
+    return _USER
 
 
 def _kind(code) -> int:
@@ -37,13 +50,7 @@ def _kind(code) -> int:
         if filename.startswith("<frozen") or filename.startswith("<__array_function__"):
             kind = _INTERNAL
         else:
-            real = os.path.realpath(filename) if os.path.isabs(filename) else filename
-            if real.startswith(_internal_prefixes):
-                kind = _INTERNAL
-            elif real.startswith(_library_prefixes):
-                kind = _LIBRARY
-            else:
-                kind = _USER
+            kind = _classify_path(filename)
         _kinds[code] = kind
     return kind
 
@@ -100,12 +107,11 @@ def site_from_summary(stack) -> Site:
     records the user code it traced."""
     via = None
     for summary in reversed(list(stack)):
-        filename = summary.filename
-        real = os.path.realpath(filename) if os.path.isabs(filename) else filename
-        if filename.startswith("<frozen") or real.startswith(_internal_prefixes):
+        kind = _classify_path(summary.filename)
+        if kind == _INTERNAL:
             continue
-        location = f"{filename}:{summary.lineno}"
-        if real.startswith(_library_prefixes):
+        location = f"{summary.filename}:{summary.lineno}"
+        if kind == _LIBRARY:
             via = via or location
             continue
         return Site(location, summary.name, via, ())

@@ -492,12 +492,19 @@ class Session:
         return self.report
 
     def _build(self) -> PortabilityReport:
-        for (name, _, _), state in list(self._shape_sites.items()):
+        # One finding per op and line (the sites of one line differ by the modules they went
+        # through, e.g. the layers of a model), with the most shapes any of them met.
+        dynamic: dict = {}
+        for (name, where, _), state in self._shape_sites.items():
             if state.growing_executions >= DYNAMIC_SHAPES_THRESHOLD:
-                shapes = len(state.signatures)
-                finding = self.add("dynamic_shapes", WARNING, name, state.site,
-                                   fixes.dynamic_shapes(name, shapes))
-                finding.count = shapes
+                best = dynamic.get((name, where))
+                if best is None or len(state.signatures) > len(best.signatures):
+                    dynamic[(name, where)] = state
+        for (name, _), state in dynamic.items():
+            shapes = len(state.signatures)
+            finding = self.add("dynamic_shapes", WARNING, name, state.site,
+                               fixes.dynamic_shapes(name, shapes))
+            finding.count = shapes
         if self._int64_calls and not any(k[0] == "int64_range" for k in self._findings):
             finding = self.add("int64", INFO, "int64", self._int64_first, fixes.INT64_INFO)
             finding.count = self._int64_calls
