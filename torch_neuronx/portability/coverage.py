@@ -13,6 +13,7 @@ COVERAGE_FILE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data",
 NATIVE = "native"
 COMPOSITE = "composite"          # not listed, but runs PyTorch's composite kernel there too
 CPU_FALLBACK = "cpu_fallback"    # TorchNeuron's catch-all (or explicit) CPU fallback
+OUT_VARIANT = "out_variant"      # runs the op's out= form there (a structured op)
 
 
 @functools.lru_cache(None)
@@ -39,7 +40,7 @@ def _base(name: str) -> str:
 
 @functools.lru_cache(None)
 def classify(name: str) -> str:
-    """NATIVE, COMPOSITE or CPU_FALLBACK for an ATen op name (``aten::add.Tensor``; the default
+    """NATIVE, COMPOSITE, OUT_VARIANT or CPU_FALLBACK for an ATen op name (``aten::add.Tensor``; the default
     overload is written without one, ``aten::relu``, as ``OpOverload.name()`` gives it)."""
     exact, base, fallback, _ = _tables()
     if name in fallback or _base(name) in fallback:
@@ -48,10 +49,32 @@ def classify(name: str) -> str:
         return NATIVE
     # TorchNeuron registers no composite keys, so an op PyTorch implements with a
     # CompositeExplicitAutograd kernel runs that kernel there (its parts dispatch on their own).
-    for key in ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional"):
-        if torch._C._dispatch_has_kernel_for_dispatch_key(name, key):
-            return COMPOSITE
+    if torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeExplicitAutograd"):
+        return COMPOSITE
+    # A structured op's functional / in-place form: its default kernel allocates the result and
+    # calls the out= form, which is what reaches TorchNeuron.
+    if torch._C._dispatch_has_kernel_for_dispatch_key(
+            name, "CompositeExplicitAutogradNonFunctional"):
+        return OUT_VARIANT
     return CPU_FALLBACK
+
+
+@functools.lru_cache(None)
+def out_variant(func):
+    """The out= overload a structured op's functional or in-place form delegates to
+    (``aten::cumprod`` -> ``aten::cumprod.out``, ``aten::sort.stable`` ->
+    ``aten::sort.values_stable``), or None."""
+    packet_name = func._schema.name.split("::", 1)[1].rstrip("_")
+    packet = getattr(torch.ops.aten, packet_name, None)
+    if packet is None:
+        return None
+    wanted = [a.name for a in func._schema.arguments if not a.is_out]
+    for overload in packet.overloads():
+        schema = getattr(packet, overload)._schema
+        outs = [a for a in schema.arguments if a.is_out]
+        if outs and [a.name for a in schema.arguments if not a.is_out] == wanted:
+            return getattr(packet, overload).name()
+    return None
 
 
 @functools.lru_cache(None)

@@ -132,8 +132,11 @@ class _OpObserver(TorchDispatchMode):
             # parts (e.g. randn's normal_) are checked one by one.
             running.add(func)
             try:
+                key = (DispatchKey.CompositeExplicitAutograd
+                       if coverage.classify(func.name()) == coverage.COMPOSITE
+                       else DispatchKey.CompositeExplicitAutogradNonFunctional)
                 with self:
-                    return func._op_dk(_composite_key(func), *args, **kwargs)
+                    return func._op_dk(key, *args, **kwargs)
             finally:
                 running.discard(func)
         out = func(*args, **kwargs)
@@ -143,15 +146,6 @@ class _OpObserver(TorchDispatchMode):
 
 
 _COMPOSITE = object()
-
-
-@functools.lru_cache(None)
-def _composite_key(func):
-    for key in (DispatchKey.CompositeExplicitAutograd,
-                DispatchKey.CompositeExplicitAutogradNonFunctional):
-        if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key):
-            return key
-    raise AssertionError(f"{func.name()} has no composite kernel")
 
 
 class _ShapeSite:
@@ -230,7 +224,9 @@ class Session:
         if not neuron_in and not factory:
             # An op whose only neuron tensor is its output (a copy onto the device) is seen
             # after the call.
-            return ([], inputs) if func.namespace == "aten" and func.name() in _COPY_OPS else None
+            if func.namespace == "aten" and func.name() in _COPY_OPS:
+                return [], inputs, func.name()
+            return None
         fake = sys.modules.get("torch._subclasses.fake_tensor")
         if fake is not None and any(isinstance(t, fake.FakeTensor) for t in neuron_in):
             return None  # shape propagation (fake tensors), not a run
@@ -239,18 +235,27 @@ class Session:
             # Before the call: the op may well raise on it (this backend does, as TorchNeuron).
             self.add("channels_last", WARNING, f"memory_format={memory_format}",
                      frames.current_site(skip=2), fixes.CHANNELS_LAST, op=func.name())
-        if func.namespace == "aten" and coverage.classify(func.name()) == coverage.COMPOSITE:
-            return _COMPOSITE
-        return neuron_in, inputs
+        name = func.name()
+        if func.namespace == "aten":
+            kind = coverage.classify(name)
+            if kind == coverage.OUT_VARIANT:
+                # What reaches TorchNeuron is the out= form: check that one. (Running PyTorch's
+                # default kernel here instead would also work, but it resizes out= tensors
+                # with a warning on some ops.)
+                name = coverage.out_variant(func)
+                if name is None:
+                    return _COMPOSITE
+            elif kind == coverage.COMPOSITE:
+                return _COMPOSITE
+        return neuron_in, inputs, name
 
     def after(self, func, args, kwargs, out, watched) -> None:
-        neuron_in, inputs = watched
+        neuron_in, inputs, name = watched
         outputs: list = []
         _tensors(out, outputs)
         neuron_out = [t for t in outputs if t.device.type == "neuron"]
         if not neuron_in and not neuron_out:
             return
-        name = func.name()
         self.op_calls += 1
         self.ops.add(name)
         node = torch._C._current_autograd_node()
@@ -267,7 +272,7 @@ class Session:
         if backward:
             details["backward_of"] = backward
 
-        if func.namespace == "aten" and coverage.classify(name) == coverage.CPU_FALLBACK:
+        if name.startswith("aten::") and coverage.classify(name) == coverage.CPU_FALLBACK:
             self.add("cpu_fallback", WARNING, name, where(),
                      fixes.cpu_fallback(name, coverage.is_silent_fallback(name)), **details)
 
