@@ -170,6 +170,23 @@ def test_transformers_async_loading(tmp_path, monkeypatch):
         (line, os.path.basename(__file__))]
     assert next(model.parameters()).device.type == "neuron"
 
+    # Greedy generation: the token choice and stop check run on the CPU on TorchNeuron, found
+    # at the user's generate() line through transformers' frames, and the growing KV cache
+    # makes attention change shape every step.
+    ids = torch.tensor([[1, 5, 9]]).to("neuron")
+    with torch_neuronx.portability_report() as check:
+        out = model.generate(ids, max_new_tokens=4, do_sample=False)
+        line = _this_line() - 1
+    here = {(f.category, f.subject): f for f in check.warnings}
+    argmax = here[("cpu_fallback", "aten::argmax.out")]
+    assert argmax.line == line and "transformers/generation" in argmax.via
+    sdpa = here[("dynamic_shapes", "aten::_scaled_dot_product_fused_attention_overrideable")]
+    assert sdpa.line == line and sdpa.count >= 3
+    with torch.no_grad():
+        expected = transformers.LlamaForCausalLM.from_pretrained(tmp_path).generate(
+            ids.cpu(), max_new_tokens=4, do_sample=False)
+    assert out.cpu().tolist() == expected.tolist()
+
     # Loaded on the CPU and moved: no device work in loader threads, nothing to report; and
     # with the loader made sequential, nothing either.
     with torch_neuronx.portability_report() as check:
