@@ -15,7 +15,7 @@ read from the registrations in the source itself, the way its dispatcher sees th
 
 A name without an overload (``aten::relu``) is the default overload, as ``Library.impl`` reads
 it. Usage: ``python -m torch_neuronx.portability.build_coverage SRC_ROOT COMMIT DATE > out.json``
-where SRC_ROOT holds the ``torch_neuronx`` package of the TorchNeuron tree.
+where SRC_ROOT holds the ``torch_neuronx`` package of the TorchNeuron tree (a checkout).
 """
 
 import ast
@@ -101,10 +101,70 @@ def collect(src_root: pathlib.Path) -> dict:
     }
 
 
+def document(data: dict, commit: str, date: str) -> dict:
+    """The data file: the lists from :func:`collect` with where they come from and how to read
+    them."""
+    return {
+        "what": "ATen operators TorchNeuron (torch-neuronx, the native PrivateUse1 backend of "
+                "Neuron SDK 2.33) runs on the Neuron device in eager mode; any other ATen op "
+                "that reaches the PrivateUse1 dispatch key runs through its CPU fallback (copy "
+                "to host, CPU kernel, copy back; one warning per op name, silent for the view "
+                "ops listed).",
+        "torchneuron_release": "Neuron SDK 2.33.0 (torch-neuronx 2.13.3.0 / 2.14.3.0, 2026-10-19)",
+        "source": {
+            "repository": "https://github.com/parmoham-aws/test-repo-parmoham (public snapshot "
+                          "of the TorchNeuron development tree)",
+            "commit": commit,
+            "commit_date": date,
+            "read_from": [
+                "torch_neuronx/python_ops/torch_mlir/ops/*.py (@register_aten, the default "
+                "TORCH_NEURONX_MLIR_ATEN_OPS=1 path)",
+                "torch_neuronx/python_ops/**/*.py outside legacy/ and jax/ (@neuron_op and its "
+                "unary/binary/reduction/comparison variants, as auto_registration imports them)",
+                "torch_neuronx/python_ops/__init__.py (aten_lib.impl(..., 'PrivateUse1'))",
+                "torch_neuronx/csrc/core/NeuronBindings.cpp (TORCH_LIBRARY_IMPL(aten, "
+                "PrivateUse1) and the silent VIEW_OPS_WHITELIST of the CPU fallback)",
+                "torch_neuronx/python_ops/cpu_fallback_registrations.py (linalg ops registered "
+                "as explicit CPU fallbacks)",
+            ],
+            "generator": "python -m torch_neuronx.portability.build_coverage SRC_ROOT COMMIT "
+                         "DATE > torch_neuronx/data/torchneuron_2_33_coverage.json",
+            "why_not_the_release_table": "The per-API table TorchNeuron publishes for each "
+                "release (docs/torch_api_compatibility.md in aws-neuron/torch-neuronx, linked "
+                "from https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/reference/"
+                "api/supported-operators.html) could not be retrieved when this file was made; "
+                "the 2.33 release may cover ops this April tree does not. Replace 'native' with "
+                "the release table's Y/Native rows when available.",
+        },
+        "matching": "An executed op matches an entry with the same name and overload "
+                    "('aten::add.Tensor'). An entry without an overload ('aten::div') matches "
+                    "every overload of that op, the way TorchNeuron's own tests check coverage "
+                    "by base name (assert_op_runs_on_neuron('aten::div')). Ops with an upstream "
+                    "CompositeExplicitAutograd kernel that are not listed run that composite "
+                    "kernel on TorchNeuron too, and a structured op's functional form runs its "
+                    "out= form: the report checks those parts instead.",
+        "native": data["native"],
+        "cpu_fallback_registered": data["cpu_fallback_registered"],
+        "silent_fallback_view_ops": data["silent_fallback_view_ops"],
+        "dtype_policy": {
+            "float64": "computed as float32 (DtypeAutocastContext, kernels/type_converter.py); "
+                       "64-bit copies bounce through the CPU (python_ops/cast_policy.py)",
+            "int64": "computed as int32, cast back on output",
+            "complex": "complex ops decomposed into real ones (TORCH_NEURONX_COMPLEX_DECOMPOSE, "
+                       "default on with PyTorch >= 2.13); complex view ops were in the upstream "
+                       "xfail lists",
+            "memory_format": "only contiguous_format and preserve_format; channels_last raises "
+                             "'Neuron tensors only support contiguous or preserve memory format'",
+        },
+    }
+
+
 def main(argv) -> None:
+    if len(argv) != 4:
+        raise SystemExit(f"usage: python -m torch_neuronx.portability.build_coverage "
+                         f"SRC_ROOT COMMIT DATE (got {argv[1:]})")
     root, commit, date = pathlib.Path(argv[1]), argv[2], argv[3]
-    data = collect(root)
-    print(json.dumps({"commit": commit, "date": date, **data}, indent=1))
+    print(json.dumps(document(collect(root), commit, date), indent=1))
 
 
 if __name__ == "__main__":
