@@ -75,7 +75,8 @@ def collect(src_root: pathlib.Path) -> dict:
                 add(native, "aten::" + node.args[0].value, rel)
         if path.name == "cpu_fallback_registrations.py":
             # ("linalg_qr", torch.ops.aten.linalg_qr.default) pairs: CPU fallbacks by design.
-            for name in re.findall(r'\(\s*"([a-z_0-9]+)"\s*,\s*torch\.ops\.aten\.', path.read_text()):
+            pairs = r'\(\s*"([a-z_0-9]+)"\s*,\s*torch\.ops\.aten\.'
+            for name in re.findall(pairs, path.read_text()):
                 add(fallback, "aten::" + name, rel)
 
     cpp = package / "csrc" / "core" / "NeuronBindings.cpp"
@@ -90,7 +91,8 @@ def collect(src_root: pathlib.Path) -> dict:
             if match:
                 add(native, "aten::" + match.group(1), str(cpp.relative_to(src_root)))
     silent = re.search(r"VIEW_OPS_WHITELIST\s*=\s*\{(.*?)\};", text, re.S)
-    silent_ops = sorted(set(re.findall(r'"(aten::[a-zA-Z_0-9]+)"', silent.group(1)))) if silent else []
+    silent_ops = sorted(set(re.findall(r'"(aten::[a-zA-Z_0-9]+)"', silent.group(1)))) \
+        if silent else []
 
     for op in fallback:
         native.pop(op, None)

@@ -40,8 +40,9 @@ def _base(name: str) -> str:
 
 @functools.lru_cache(None)
 def classify(name: str) -> str:
-    """NATIVE, COMPOSITE, OUT_VARIANT or CPU_FALLBACK for an ATen op name (``aten::add.Tensor``; the default
-    overload is written without one, ``aten::relu``, as ``OpOverload.name()`` gives it)."""
+    """NATIVE, COMPOSITE, OUT_VARIANT or CPU_FALLBACK for an ATen op name
+    (``aten::add.Tensor``; the default overload is written without one, ``aten::relu``, as
+    ``OpOverload.name()`` gives it)."""
     exact, base, fallback, _ = _tables()
     if name in fallback or _base(name) in fallback:
         return CPU_FALLBACK

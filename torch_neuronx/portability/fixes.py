@@ -43,7 +43,8 @@ FLOAT64 = (
     "float64 on the neuron device: TorchNeuron has no 64-bit floating point; it computes in "
     "float32 and copies 64-bit tensors through the host, so results lose precision.",
     "use float32 (x.float(), torch.set_default_dtype(torch.float32), or "
-    "np.array(..., dtype=np.float32) before torch.from_numpy), or keep the float64 part on the CPU.",
+    "np.array(..., dtype=np.float32) before torch.from_numpy), or keep the float64 part on the "
+    "CPU.",
 )
 
 COMPLEX = (

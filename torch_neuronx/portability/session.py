@@ -524,5 +524,7 @@ class Session:
             before = self._metrics_before or {}
             keys = ("graphs", "programs", "recompiles", "torchneuron_programs",
                     "torchneuron_recompiles", "graph_breaks")
-            summary["compile"] = {k: (after or {}).get(k, 0) - before.get(k, 0) for k in keys}
+            # Deltas over the check (clamped: the code may reset the metrics itself).
+            summary["compile"] = {k: max(0, (after or {}).get(k, 0) - before.get(k, 0))
+                                  for k in keys}
         return PortabilityReport(list(self._findings.values()), summary, self.strict)
