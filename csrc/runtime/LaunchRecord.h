@@ -43,6 +43,12 @@ struct EngineWork {
 struct Work {
   std::array<EngineWork, kEngineCount> engines{};
   Precision precision = Precision::kFp32;
+  // A launch that schedules its own instructions on the engines (an NKI kernel, timed per
+  // instruction) sets these: each engine's busy time and the time from its start to its end,
+  // which the clock then uses instead of deriving both from the rates.
+  bool has_timeline = false;
+  std::array<double, kEngineCount> timeline_busy_ns{};
+  double timeline_ns = 0;
 
   EngineWork& operator[](Engine e) { return engines[index_of(e)]; }
   const EngineWork& operator[](Engine e) const { return engines[index_of(e)]; }

@@ -5,8 +5,11 @@
 namespace nrtsim {
 
 void SimClock::schedule(LaunchRecord& record, double& stream_cursor, double host_exclusive_ns) {
-  const std::array<double, kEngineCount> busy = model_.busy_ns(record.work, record.kind);
-  double duration = model_.duration_ns(busy, record.kind);
+  const bool timed = record.work.has_timeline;
+  const std::array<double, kEngineCount> busy =
+      timed ? record.work.timeline_busy_ns : model_.busy_ns(record.work, record.kind);
+  double duration = timed ? model_.fixed_cost_ns(record.kind) + record.work.timeline_ns
+                          : model_.duration_ns(busy, record.kind);
   if (record.kind == LaunchKind::kHostFallback) duration += host_exclusive_ns;
   const double fixed = model_.fixed_cost_ns(record.kind);
 

@@ -1,0 +1,50 @@
+// Executes a specialised NKI kernel (Program.h) on the host: every instruction in program order,
+// vectorised over its whole tile. Values are loaded into FP32, computed as the engine computes them
+// (FP32 arithmetic, FP32 accumulation in PSUM) and rounded to the destination's format on write.
+// On-chip tiles and HBM scratch live in storage the executable owns, reused between tiles whose
+// lifetimes do not overlap (as the NKI allocator does), and each starts poisoned (NaN) when the
+// kernel allocates it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/nki/Program.h"
+
+namespace nrtsim::nki {
+
+// out[M,N] (+)= stationary[K,M]^T @ moving[K,N], all row-major FP32. The runtime's own loop is
+// the default; a host with a tuned GEMM (the backend installs ATen's) can replace it.
+using MatmulKernel = void (*)(int64_t m, int64_t n, int64_t k, const float* stationary,
+                              const float* moving, float* out, bool accumulate);
+void set_matmul_kernel(MatmulKernel kernel);
+
+// Memory the caller owns: a kernel input or output in HBM (or host memory for standalone runs).
+struct External {
+  uint8_t* data = nullptr;
+  int64_t bytes = 0;
+};
+
+class Executable {
+ public:
+  // Checks that every view lies inside its buffer; throws Error(kInvalidArgument) otherwise.
+  explicit Executable(Program program);
+
+  const Program& program() const { return program_; }
+  // Bytes of on-chip storage the executable allocates per run (after reuse).
+  int64_t scratch_bytes() const { return scratch_bytes_; }
+
+  // Runs the kernel over `externals` (one per bound buffer, by binding index). Returns what
+  // device_print produced, one line per print.
+  std::vector<std::string> run(const std::vector<External>& externals) const;
+
+ private:
+  Program program_;
+  std::vector<int64_t> slot_of_;        // per buffer: its slot in scratch, -1 for external ones
+  std::vector<int64_t> slot_bytes_;     // per slot
+  std::vector<std::vector<int32_t>> poison_before_;  // per instruction: buffers allocated there
+  int64_t scratch_bytes_ = 0;
+};
+
+}  // namespace nrtsim::nki

@@ -1,0 +1,219 @@
+#include "runtime/nki/Numerics.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace nrtsim::nki {
+namespace {
+
+struct SmallFormat {
+  int exponent_bits;
+  int mantissa_bits;
+  int bias;
+  bool has_inf;    // IEEE-style: all-ones exponent is inf/NaN
+  float max_finite;
+};
+
+SmallFormat format_of(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16: return {5, 10, 15, true, 65504.0f};
+    case DType::kFloat8E4M3: return {4, 3, 7, true, 240.0f};
+    case DType::kFloat8E4M3Fn: return {4, 3, 7, false, 448.0f};
+    case DType::kFloat8E5M2: return {5, 2, 15, true, 57344.0f};
+    default: return {8, 23, 127, true, std::numeric_limits<float>::max()};
+  }
+}
+
+float decode(const SmallFormat& f, uint32_t bits) {
+  const uint32_t mant_mask = (1u << f.mantissa_bits) - 1;
+  const uint32_t exp_mask = (1u << f.exponent_bits) - 1;
+  const bool negative = (bits >> (f.exponent_bits + f.mantissa_bits)) & 1u;
+  const uint32_t e = (bits >> f.mantissa_bits) & exp_mask;
+  const uint32_t m = bits & mant_mask;
+  float v;
+  if (f.has_inf && e == exp_mask) {
+    v = m == 0 ? std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
+  } else if (!f.has_inf && e == exp_mask && m == mant_mask) {
+    v = std::numeric_limits<float>::quiet_NaN();  // e4m3fn: only S.1111.111 is NaN
+  } else if (e == 0) {
+    v = std::ldexp(static_cast<float>(m), 1 - f.bias - f.mantissa_bits);
+  } else {
+    v = std::ldexp(static_cast<float>(m | (1u << f.mantissa_bits)),
+                   static_cast<int>(e) - f.bias - f.mantissa_bits);
+  }
+  return negative ? -v : v;
+}
+
+uint32_t encode(const SmallFormat& f, float value) {
+  const uint32_t sign = std::signbit(value) ? 1u << (f.exponent_bits + f.mantissa_bits) : 0u;
+  const uint32_t exp_mask = (1u << f.exponent_bits) - 1;
+  const uint32_t mant_mask = (1u << f.mantissa_bits) - 1;
+  const uint32_t nan = f.has_inf ? (exp_mask << f.mantissa_bits) | (1u << (f.mantissa_bits - 1))
+                                 : (exp_mask << f.mantissa_bits) | mant_mask;
+  const uint32_t inf = f.has_inf ? exp_mask << f.mantissa_bits : nan;
+  if (std::isnan(value)) return sign | nan;
+  const double a = std::fabs(static_cast<double>(value));
+  if (a == 0) return sign;
+  if (std::isinf(value)) return sign | inf;
+  int e;
+  std::frexp(a, &e);
+  e -= 1;  // a = 1.x * 2^e
+  const int emin = 1 - f.bias;
+  if (e < emin) e = emin;
+  // The mantissa (with its implicit bit) as an integer, rounded to nearest even.
+  double q = std::nearbyint(std::ldexp(a, f.mantissa_bits - e));
+  if (q >= std::ldexp(1.0, f.mantissa_bits + 1)) {
+    q = std::ldexp(q, -1);
+    e += 1;
+  }
+  if (std::ldexp(q, e - f.mantissa_bits) > f.max_finite) return sign | inf;
+  const auto mant = static_cast<uint32_t>(q);
+  if (mant < (1u << f.mantissa_bits)) return sign | mant;  // subnormal
+  const auto biased = static_cast<uint32_t>(e + f.bias);
+  return sign | (biased << f.mantissa_bits) | (mant & mant_mask);
+}
+
+struct Tables {
+  std::vector<float> fp16;
+  std::array<std::array<float, 256>, 3> fp8{};
+  Tables() : fp16(65536) {
+    for (uint32_t i = 0; i < 65536; ++i) fp16[i] = decode(format_of(DType::kFloat16), i);
+    const DType fp8_types[3] = {DType::kFloat8E4M3, DType::kFloat8E4M3Fn, DType::kFloat8E5M2};
+    for (int t = 0; t < 3; ++t) {
+      for (uint32_t i = 0; i < 256; ++i) fp8[t][i] = decode(format_of(fp8_types[t]), i);
+    }
+  }
+};
+
+const Tables& tables() {
+  static const Tables t;
+  return t;
+}
+
+const float* table_of(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16: return tables().fp16.data();
+    case DType::kFloat8E4M3: return tables().fp8[0].data();
+    case DType::kFloat8E4M3Fn: return tables().fp8[1].data();
+    case DType::kFloat8E5M2: return tables().fp8[2].data();
+    default: return nullptr;
+  }
+}
+
+template <class T>
+void load_typed(const uint8_t* src, int64_t stride, int64_t n, float* out) {
+  const T* p = reinterpret_cast<const T*>(src);
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(p[i * stride]);
+}
+
+template <class T>
+T saturate_int(float v) {
+  // Float to integer conversion saturates at the type's range; NaN becomes 0.
+  if (std::isnan(v)) return 0;
+  const double lo = static_cast<double>(std::numeric_limits<T>::min());
+  const double hi = static_cast<double>(std::numeric_limits<T>::max());
+  const double r = std::nearbyint(static_cast<double>(v));
+  return static_cast<T>(r < lo ? lo : (r > hi ? hi : r));
+}
+
+template <class T>
+void store_int(uint8_t* dst, int64_t stride, int64_t n, const float* in) {
+  T* p = reinterpret_cast<T*>(dst);
+  for (int64_t i = 0; i < n; ++i) p[i * stride] = saturate_int<T>(in[i]);
+}
+
+}  // namespace
+
+float small_float_decode(DType dtype, uint32_t bits) { return decode(format_of(dtype), bits); }
+uint32_t small_float_encode(DType dtype, float value) { return encode(format_of(dtype), value); }
+
+void load_run(DType dtype, const uint8_t* src, int64_t stride, int64_t n, float* out) {
+  switch (dtype) {
+    case DType::kFloat32:
+      if (stride == 1) {
+        std::memcpy(out, src, static_cast<size_t>(n) * 4);
+      } else {
+        load_typed<float>(src, stride, n, out);
+      }
+      return;
+    case DType::kBFloat16: {
+      const auto* p = reinterpret_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(p[i * stride]);
+      return;
+    }
+    case DType::kFloat16: {
+      const float* t = table_of(dtype);
+      const auto* p = reinterpret_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) out[i] = t[p[i * stride]];
+      return;
+    }
+    case DType::kFloat8E4M3:
+    case DType::kFloat8E4M3Fn:
+    case DType::kFloat8E5M2: {
+      const float* t = table_of(dtype);
+      for (int64_t i = 0; i < n; ++i) out[i] = t[src[i * stride]];
+      return;
+    }
+    case DType::kInt32: load_typed<int32_t>(src, stride, n, out); return;
+    case DType::kUInt32: load_typed<uint32_t>(src, stride, n, out); return;
+    case DType::kInt16: load_typed<int16_t>(src, stride, n, out); return;
+    case DType::kUInt16: load_typed<uint16_t>(src, stride, n, out); return;
+    case DType::kInt8: load_typed<int8_t>(src, stride, n, out); return;
+    case DType::kUInt8: load_typed<uint8_t>(src, stride, n, out); return;
+  }
+}
+
+void store_run(DType dtype, uint8_t* dst, int64_t stride, int64_t n, const float* in) {
+  switch (dtype) {
+    case DType::kFloat32:
+      if (stride == 1) {
+        std::memcpy(dst, in, static_cast<size_t>(n) * 4);
+      } else {
+        float* p = reinterpret_cast<float*>(dst);
+        for (int64_t i = 0; i < n; ++i) p[i * stride] = in[i];
+      }
+      return;
+    case DType::kBFloat16: {
+      auto* p = reinterpret_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) p[i * stride] = float_to_bf16(in[i]);
+      return;
+    }
+    case DType::kFloat16: {
+      const SmallFormat f = format_of(dtype);
+      auto* p = reinterpret_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) p[i * stride] = static_cast<uint16_t>(encode(f, in[i]));
+      return;
+    }
+    case DType::kFloat8E4M3:
+    case DType::kFloat8E4M3Fn:
+    case DType::kFloat8E5M2: {
+      const SmallFormat f = format_of(dtype);
+      for (int64_t i = 0; i < n; ++i) dst[i * stride] = static_cast<uint8_t>(encode(f, in[i]));
+      return;
+    }
+    case DType::kInt32: store_int<int32_t>(dst, stride, n, in); return;
+    case DType::kUInt32: store_int<uint32_t>(dst, stride, n, in); return;
+    case DType::kInt16: store_int<int16_t>(dst, stride, n, in); return;
+    case DType::kUInt16: store_int<uint16_t>(dst, stride, n, in); return;
+    case DType::kInt8: store_int<int8_t>(dst, stride, n, in); return;
+    case DType::kUInt8: store_int<uint8_t>(dst, stride, n, in); return;
+  }
+}
+
+void poison(DType dtype, uint8_t* dst, int64_t elements) {
+  if (!dtype_is_float(dtype)) {
+    std::memset(dst, 0xcd, static_cast<size_t>(elements) * dtype_size(dtype));
+    return;
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> nans(static_cast<size_t>(std::min<int64_t>(elements, 4096)), nan);
+  for (int64_t i = 0; i < elements; i += static_cast<int64_t>(nans.size())) {
+    const int64_t n = std::min<int64_t>(elements - i, static_cast<int64_t>(nans.size()));
+    store_run(dtype, dst + i * static_cast<int64_t>(dtype_size(dtype)), 1, n, nans.data());
+  }
+}
+
+}  // namespace nrtsim::nki

@@ -1,0 +1,106 @@
+#include "runtime/nki/Program.h"
+
+#include <algorithm>
+
+namespace nrtsim::nki {
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+    case DType::kInt32:
+    case DType::kUInt32: return 4;
+    case DType::kBFloat16:
+    case DType::kFloat16:
+    case DType::kInt16:
+    case DType::kUInt16: return 2;
+    default: return 1;
+  }
+}
+
+bool dtype_is_float(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+    case DType::kBFloat16:
+    case DType::kFloat16:
+    case DType::kFloat8E4M3:
+    case DType::kFloat8E4M3Fn:
+    case DType::kFloat8E5M2: return true;
+    default: return false;
+  }
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return "float32";
+    case DType::kBFloat16: return "bfloat16";
+    case DType::kFloat16: return "float16";
+    case DType::kFloat8E4M3: return "float8_e4m3";
+    case DType::kFloat8E4M3Fn: return "float8_e4m3fn";
+    case DType::kFloat8E5M2: return "float8_e5m2";
+    case DType::kInt32: return "int32";
+    case DType::kUInt32: return "uint32";
+    case DType::kInt16: return "int16";
+    case DType::kUInt16: return "uint16";
+    case DType::kInt8: return "int8";
+    case DType::kUInt8: return "uint8";
+  }
+  return "?";
+}
+
+const char* memory_name(Memory memory) {
+  switch (memory) {
+    case Memory::kHbm: return "hbm";
+    case Memory::kSbuf: return "sbuf";
+    case Memory::kPsum: return "psum";
+  }
+  return "?";
+}
+
+const char* opcode_name(Opcode op) {
+  switch (op) {
+    case Opcode::kDmaCopy: return "dma_copy";
+    case Opcode::kTensorCopy: return "tensor_copy";
+    case Opcode::kTensorTensor: return "tensor_tensor";
+    case Opcode::kTensorScalar: return "tensor_scalar";
+    case Opcode::kActivation: return "activation";
+    case Opcode::kTensorReduce: return "tensor_reduce";
+    case Opcode::kMatmul: return "nc_matmul";
+    case Opcode::kTranspose: return "nc_transpose";
+    case Opcode::kIota: return "iota";
+    case Opcode::kMemset: return "memset";
+    case Opcode::kSelect: return "select";
+    case Opcode::kPrint: return "device_print";
+  }
+  return "?";
+}
+
+int64_t View::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; ++i) n *= shape[i];
+  return n;
+}
+
+int64_t View::free_size() const {
+  int64_t n = 1;
+  for (int i = 1; i < ndim; ++i) n *= shape[i];
+  return n;
+}
+
+int64_t View::lowest() const {
+  int64_t lo = offset;
+  for (int i = 0; i < ndim; ++i) {
+    if (stride[i] < 0 && shape[i] > 0) lo += stride[i] * (shape[i] - 1);
+  }
+  return lo;
+}
+
+int64_t View::end() const {
+  if (numel() == 0) return offset;
+  int64_t hi = offset;
+  for (int i = 0; i < ndim; ++i) {
+    if (stride[i] > 0) hi += stride[i] * (shape[i] - 1);
+  }
+  return hi + 1;
+}
+
+}  // namespace nrtsim::nki

@@ -1,0 +1,51 @@
+// When each instruction of a specialised NKI kernel runs on a NeuronCore, per engine. Each
+// instruction occupies its engine for its modelled cycles; an instruction starts when its engine
+// is free and every earlier instruction it depends on (it reads what they write, or writes what
+// they read or write: the semaphores the NKI compiler inserts) has finished. Independent
+// instructions on different engines therefore overlap and dependencies serialise. SPMD programs
+// (kernel[grid]) run on engines of their own.
+//
+// Per-instruction costs (shared/research/trainium_nki.md §1.2, §5; rates from the core spec):
+//   Tensor: a matmul of moving free size N takes max(N, 64) cycles for 16-bit and 8-bit inputs,
+//     tensor_fp32_slowdown times that for FP32; a transpose is a matmul against the identity.
+//     The stationary load runs in the background and is not charged.
+//   Vector / Scalar / GpSimd: free elements per partition x 128 / the engine's elements per cycle
+//     (16-bit rate when every operand is 16-bit or narrower), twice for two streamed inputs, plus
+//     60 cycles to start the SBUF/PSUM access.
+//   DMA: the 16 queues of a core move bytes at the core's HBM bandwidth together; a transfer also
+//     has a fixed latency of 1.3 us before its data can be used, which overlaps other transfers.
+#pragma once
+
+#include <array>
+#include <vector>
+
+#include "runtime/Engine.h"
+#include "runtime/EngineModel.h"
+#include "runtime/nki/Program.h"
+
+namespace nrtsim::nki {
+
+inline constexpr double kAccessStartCycles = 60;
+inline constexpr double kDmaLatencyNs = 1300;
+inline constexpr double kMatmulMinCycles = 64;
+
+struct InstructionTime {
+  double start_ns = 0;
+  double end_ns = 0;
+};
+
+struct Timeline {
+  std::vector<InstructionTime> instructions;
+  // Occupation of each engine summed over the SPMD programs.
+  std::array<double, kEngineCount> busy_ns{};
+  double makespan_ns = 0;
+  uint64_t matmul_flops = 0;  // useful multiply-adds x 2 of the Tensor engine (no transposes)
+  std::array<uint64_t, kEngineCount> instruction_count{};
+  uint64_t dma_bytes = 0;
+};
+
+// How long `in` occupies its engine on a core of `spec`.
+double instruction_ns(const Program& program, const Instruction& in, const CoreSpec& spec);
+Timeline schedule(const Program& program, const CoreSpec& spec);
+
+}  // namespace nrtsim::nki

@@ -1,0 +1,364 @@
+"""``nki.jit``: specialisation and dispatch.
+
+A jitted kernel is specialised once per (grid, target, argument shapes and dtypes, constants):
+its body runs under a tracer with symbolic HBM tensors, the recorded instructions are checked and
+handed to the runtime's interpreter (``torch_neuronx._C._NkiExecutable``), and the result is
+cached. A call then dispatches on its arguments: NumPy arrays (and CPU tensors) run standalone on
+the host; ``neuron`` tensors run on their simulated NeuronCore as one launch record of kind
+``nki_kernel``; fake / meta tensors (torch.compile's tracing) only get outputs of the right shape.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import sys
+
+import numpy as np
+
+from nki import _core
+
+_TORCH_DTYPES = {
+    "float32": "float32", "bfloat16": "bfloat16", "float16": "float16",
+    "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2", "int32": "int32",
+    "uint32": "uint32", "int16": "int16", "uint16": "uint16", "int8": "int8", "uint8": "uint8",
+    "bool_": "bool", "tfloat32": "float32",
+}
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+def _kind(x):
+    if isinstance(x, np.ndarray):
+        return "numpy"
+    torch = _torch()
+    if torch is not None and isinstance(x, torch.Tensor):
+        from torch._subclasses.fake_tensor import is_fake
+
+        if is_fake(x) or x.device.type == "meta":
+            return "fake"
+        if x.device.type == "neuron":
+            return "neuron"
+        if x.device.type == "cpu":
+            return "cpu"
+        raise _core.NkiError(f"NKI kernels take neuron, CPU or NumPy data; got a tensor on "
+                             f"{x.device}")
+    return None
+
+
+def _freeze(value):
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__,) + tuple(_freeze(v) for v in value)
+    if isinstance(value, dict):
+        return ("dict",) + tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    try:
+        hash(value)
+    except TypeError:
+        raise _core.NkiError(f"kernel argument {value!r} is neither an array nor a hashable "
+                             "constant; kernels specialise on their constants") from None
+    return (type(value).__name__, value)
+
+
+def _target(mode, device_index):
+    override = os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE")
+    if override and override not in _core.TARGETS:
+        raise _core.NkiError(f"NEURON_PLATFORM_TARGET_OVERRIDE={override!r}: expected one of "
+                             f"{', '.join(_core.TARGETS)}")
+    if mode == "neuron" or not override:
+        try:
+            import torch_neuronx
+
+            version = torch_neuronx.core_model(device_index if mode == "neuron" else 0)["neuroncore"]
+            return {"v2": "trn1", "v3": "trn2", "v4": "trn3"}[version]
+        except Exception:
+            if mode == "neuron":
+                raise
+    return override or "trn2"
+
+
+class KernelRun:
+    """The modelled timing of a kernel's latest call: ``makespan_ns`` (first instruction start to
+    last instruction end, without the launch's fixed cost), ``busy_ns`` and ``utilization`` per
+    engine, ``matmul_flops``, ``tflops`` and ``mfu`` (against the Tensor engine's BF16 peak),
+    ``instructions`` per engine, ``dma_bytes``."""
+
+    def __init__(self, timeline, printed=()):
+        self.makespan_ns = timeline["makespan_ns"]
+        self.busy_ns = dict(timeline["busy_ns"])
+        self.instructions = dict(timeline["instructions"])
+        self.matmul_flops = timeline["matmul_flops"]
+        self.dma_bytes = timeline["dma_bytes"]
+        self.peak_flops_per_ns = timeline["tensor_peak_flops_per_ns"]
+        span = self.makespan_ns or 1.0
+        self.utilization = {e: b / span for e, b in self.busy_ns.items()}
+        self.tflops = self.matmul_flops / span / 1e3
+        self.mfu = self.matmul_flops / (span * self.peak_flops_per_ns)
+        self.printed = list(printed)
+
+    def __repr__(self):
+        util = ", ".join(f"{e} {u:.0%}" for e, u in self.utilization.items() if u)
+        return (f"KernelRun({self.makespan_ns / 1e3:.2f} us, {self.tflops:.1f} TFLOP/s, "
+                f"MFU {self.mfu:.1%}; {util})")
+
+
+class Specialization:
+    """One kernel specialised for one set of argument shapes, dtypes and constants."""
+
+    def __init__(self, kernel, tracer, executable, outputs, structure, n_inputs, mutated):
+        self.kernel = kernel
+        self.target = tracer.target
+        self.chip = tracer.spec["chip"]
+        self.executable = executable
+        self.outputs = outputs  # [(shape, DType, binding or input index)]
+        self.structure = structure
+        self.n_inputs = n_inputs
+        self.mutated = mutated  # input indices the kernel writes
+        self.instruction_count = len(tracer.instructions)
+        self.locations = tracer.locations
+
+    def timeline(self):
+        return self.executable.timeline(self.chip)
+
+
+def _np_dtype(dt):
+    name = dt.name if dt.name != "bool_" else "bool"
+    if name == "tfloat32":
+        name = "float32"
+    try:
+        return np.dtype(name)
+    except TypeError:
+        try:
+            import ml_dtypes  # noqa: F401  (registers bfloat16 / float8 with NumPy)
+
+            return np.dtype(name)
+        except (ImportError, TypeError):
+            raise _core.NkiError(f"NumPy has no {dt}: install ml_dtypes for bfloat16 / float8 "
+                                 "arrays, or pass torch tensors") from None
+
+
+def _torch_dtype(dt):
+    torch = _torch()
+    name = _TORCH_DTYPES.get(dt.name)
+    if name is None:
+        raise _core.NkiError(f"torch has no {dt}; use float8_e4m3fn / float8_e5m2")
+    return getattr(torch, name)
+
+
+class JitKernel:
+    """A kernel decorated with ``@nki.jit``. Call it on arrays; ``kernel[grid](...)`` launches
+    an SPMD grid of programs (``nl.program_id`` / ``nl.num_programs``)."""
+
+    def __init__(self, fn, platform_target=None, **options):
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.platform_target = platform_target
+        self._cache = {}
+        self.last_run = None
+
+    def __getitem__(self, grid):
+        grid = grid if isinstance(grid, tuple) else (grid,)
+        grid = tuple(int(g) for g in grid)
+        if not grid or any(g < 1 for g in grid):
+            raise _core.NkiError(f"kernel[{grid}]: grid sizes must be positive integers")
+        return functools.partial(self._call, grid)
+
+    def __call__(self, *args, **kwargs):
+        return self._call((1,), *args, **kwargs)
+
+    def __repr__(self):
+        return f"<nki.jit kernel {self.__name__}>"
+
+    # -- specialisation
+    def specialize(self, args, kwargs, grid=(1,), target=None):
+        """The specialisation for these arguments (traced on first use)."""
+        kinds = [_kind(a) for a in args]
+        arrays = [(i, a) for i, a in enumerate(args) if kinds[i] is not None]
+        target = target or self.platform_target or _target(
+            "neuron" if "neuron" in kinds else "host", _device_index(args, kinds))
+        key = (grid, target,
+               tuple(("A", tuple(a.shape), _core.as_dtype(a.dtype).name) if kinds[i] is not None
+                     else ("C", _freeze(a)) for i, a in enumerate(args)),
+               tuple(sorted((k, _freeze(v)) for k, v in kwargs.items())))
+        spec = self._cache.get(key)
+        if spec is None:
+            spec = self._trace(args, kinds, arrays, kwargs, grid, target)
+            self._cache[key] = spec
+        return spec
+
+    def _trace(self, args, kinds, arrays, kwargs, grid, target):
+        tracer = _core.Tracer(self.__name__, target, grid)
+        with tracer:
+            symbolic = list(args)
+            for binding, (i, a) in enumerate(arrays):
+                symbolic[i] = tracer.argument(tuple(a.shape), _core.as_dtype(a.dtype), binding,
+                                              f"arg{i}")
+            result0 = None
+            for linear, coords in enumerate(itertools.product(*(range(g) for g in grid))):
+                tracer.program = linear
+                tracer.program_coords = coords
+                result = self.fn(*symbolic, **kwargs)
+                if linear == 0:
+                    result0 = result
+        structure, flat = _flatten(result0)
+        outputs = []
+        n_inputs = len(arrays)
+        bound = {}
+        for t in flat:
+            if not isinstance(t, _core.Tensor) or t._buffer.on_chip:
+                raise _core.NkiError(f"kernel '{self.__name__}' must return HBM tensors "
+                                     f"(nl.ndarray(..., buffer=nl.shared_hbm)); got {t!r}")
+            buf = t._buffer
+            if t.shape != buf.shape or t.offset != 0 or t.strides != _core._contiguous_strides(buf.shape):
+                raise _core.NkiError(f"kernel '{self.__name__}' returns a view of a tensor; "
+                                     "return whole tensors")
+            if buf.binding >= 0 and buf.binding < n_inputs:
+                outputs.append((buf.shape, buf.dtype, ("input", buf.binding)))
+                continue
+            if buf.id not in bound:
+                buf.binding = n_inputs + len(bound)
+                bound[buf.id] = buf.binding
+            outputs.append((buf.shape, buf.dtype, ("output", bound[buf.id] - n_inputs)))
+        mutated = sorted({ins[4]._buffer.binding for ins in tracer.instructions
+                          if ins[4] is not None and 0 <= ins[4]._buffer.binding < n_inputs})
+        buffers, instructions = tracer.finalize()
+        from torch_neuronx import _C
+
+        executable = _C._NkiExecutable(self.__name__, buffers, instructions)
+        return Specialization(self, tracer, executable, outputs, structure, n_inputs, mutated)
+
+    # -- calls
+    def _call(self, grid, *args, **kwargs):
+        if _core.current_tracer(optional=True) is not None:
+            return self.fn(*args, **kwargs)  # a kernel called from a kernel is inlined
+        return self.run(args, kwargs, grid)
+
+    def run(self, args, kwargs, grid=(1,), host=False):
+        kinds = [_kind(a) for a in args]
+        present = {k for k in kinds if k is not None}
+        if not present:
+            raise _core.NkiError(f"kernel '{self.__name__}' got no arrays or tensors")
+        if "numpy" in present and len(present) > 1:
+            raise _core.NkiError(f"kernel '{self.__name__}': mix of NumPy arrays and torch "
+                                 "tensors; pass one kind")
+        if "neuron" in present and "cpu" in present:
+            raise _core.NkiError(f"kernel '{self.__name__}': mix of neuron and CPU tensors; "
+                                 "move them to one device")
+        spec = self.specialize(args, kwargs, grid)
+        arrays = [a for a, k in zip(args, kinds) if k is not None]
+        if "fake" in present:
+            return _fake_outputs(spec, arrays)
+        if "neuron" in present and not host:
+            devices = {a.device for a in arrays}
+            if len(devices) > 1:
+                raise _core.NkiError(f"kernel '{self.__name__}': tensors on {sorted(map(str, devices))}; "
+                                     "an NKI kernel runs on one NeuronCore")
+            return self._run_neuron(spec, arrays, devices.pop())
+        return self._run_host(spec, arrays, "numpy" in present)
+
+    def _run_host(self, spec, arrays, numpy):
+        torch = _torch()
+        if numpy:
+            inputs = [np.ascontiguousarray(a) for a in arrays]
+            fresh = [np.empty(shape, dtype=_np_dtype(dt)) for shape, dt, (kind, _) in spec.outputs
+                     if kind == "output"]
+            memory = [(a.ctypes.data, a.nbytes) for a in inputs + fresh]
+        else:
+            inputs = [a.detach().contiguous() for a in arrays]
+            fresh = [torch.empty(shape, dtype=_torch_dtype(dt)) for shape, dt, (kind, _)
+                     in spec.outputs if kind == "output"]
+            memory = [(t.data_ptr(), t.numel() * t.element_size()) for t in inputs + fresh]
+        printed = spec.executable.run_host(memory)
+        for i in spec.mutated:
+            if inputs[i] is not arrays[i]:
+                if numpy:
+                    arrays[i][...] = inputs[i]
+                else:
+                    with torch.no_grad():
+                        arrays[i].copy_(inputs[i])
+        timeline = spec.timeline()
+        self.last_run = KernelRun(timeline, printed)
+        _print(printed)
+        return _outputs(spec, arrays, fresh)
+
+    def _run_neuron(self, spec, arrays, device):
+        torch = _torch()
+        inputs = [a.detach().contiguous() for a in arrays]
+        fresh = [torch.empty(shape, dtype=_torch_dtype(dt), device=device)
+                 for shape, dt, (kind, _) in spec.outputs if kind == "output"]
+        memory = [(t.data_ptr(), t.numel() * t.element_size()) for t in inputs + fresh]
+        index = device.index if device.index is not None else torch.neuron.current_device()
+        printed, timeline = spec.executable.launch(index, memory)
+        for i in spec.mutated:
+            if inputs[i] is not arrays[i]:
+                with torch.no_grad():
+                    arrays[i].copy_(inputs[i])
+        self.last_run = KernelRun(timeline, printed)
+        _print(printed)
+        return _outputs(spec, arrays, fresh)
+
+
+def _device_index(args, kinds):
+    for a, k in zip(args, kinds):
+        if k == "neuron":
+            return a.device.index if a.device.index is not None else 0
+    return 0
+
+
+def _print(lines):
+    for line in lines:
+        print(line)
+
+
+def _flatten(result):
+    if result is None:
+        return ("none",), []
+    if isinstance(result, _core.Tensor):
+        return ("one",), [result]
+    if isinstance(result, (tuple, list)):
+        flat = list(result)
+        return (type(result).__name__, len(flat)), flat
+    raise _core.NkiError(f"a kernel returns an HBM tensor, a tuple / list of them, or None; got "
+                         f"{type(result).__name__}")
+
+
+def _outputs(spec, arrays, fresh):
+    values = [arrays[i] if kind == "input" else fresh[i] for _, _, (kind, i) in spec.outputs]
+    tag = spec.structure[0]
+    if tag == "none":
+        return None
+    if tag == "one":
+        return values[0]
+    return tuple(values) if tag == "tuple" else list(values)
+
+
+def _fake_outputs(spec, arrays):
+    torch = _torch()
+    device = arrays[0].device
+    fresh = [torch.empty(shape, dtype=_torch_dtype(dt), device=device)
+             for shape, dt, (kind, _) in spec.outputs if kind == "output"]
+    return _outputs(spec, arrays, fresh)
+
+
+def jit(kernel=None, *, platform_target=None, mode=None, **options):
+    """Marks a kernel: ``@nki.jit`` or ``@nki.jit(platform_target="trn2")``."""
+    if kernel is None:
+        return lambda fn: JitKernel(fn, platform_target=platform_target, **options)
+    if isinstance(kernel, JitKernel):
+        return kernel
+    return JitKernel(kernel, platform_target=platform_target, **options)
+
+
+def simulate(kernel):
+    """``nki.simulate(kernel)(*args)``: run on the host interpreter whatever the arguments' device
+    (torch tensors in, torch tensors out; NumPy in, NumPy out)."""
+    kernel = jit(kernel)
+
+    def run(*args, **kwargs):
+        return kernel.run(args, kwargs, host=True)
+
+    return run
+
+

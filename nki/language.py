@@ -1,0 +1,474 @@
+"""``nki.language`` (``nl``): tensors, memories, dtypes and the high-level operations of NKI 0.6.
+
+High-level operations lower to ``nki.isa`` instructions: elementwise arithmetic to
+``tensor_tensor`` / ``tensor_scalar`` on the Vector engine, math functions to ``activation`` on
+the Scalar engine, reductions to ``tensor_reduce``, ``matmul`` / ``transpose`` to the Tensor
+engine. Each result is a fresh SBUF tile (PSUM for matmul and transpose).
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import math
+import operator
+import warnings
+
+from nki import _core
+from nki import isa as _isa
+from nki._core import (  # noqa: F401  (re-exported names)
+    OP_PRINT, DType, NkiError, Tensor, bfloat16, bool_, error, float8_e4m3, float8_e4m3fn,
+    float8_e5m2, float16, float32, hbm, int8, int16, int32, private_hbm, psum, sbuf, shared_hbm,
+    tfloat32, uint8, uint16, uint32,
+)
+
+ndarray_type = Tensor
+NkiTensor = Tensor
+
+
+# ---------------------------------------------------------------------------------------------
+# tile sizes
+
+
+class _TileSize:
+    """``nl.tile_size``: the hardware's tile limits (values for the kernel's NeuronCore version
+    where they differ)."""
+
+    pmax = _core.PMAX
+    gemm_stationary_fmax = _core.STATIONARY_FMAX
+    psum_bank_fmax = _core.PSUM_BANK_BYTES // 4
+    psum_fmax = psum_bank_fmax  # name before NKI 0.4
+    psum_bank_fmax_bytes = _core.PSUM_BANK_BYTES
+    psum_num_banks = _core.PSUM_BANKS
+    bn_stats_fmax = 512
+    psum_min_align = 4
+    sbuf_min_align = 4
+
+    @property
+    def gemm_moving_fmax(self):
+        t = _core.current_tracer(optional=True)
+        return t.spec["moving_fmax"] if t is not None else 512
+
+    @property
+    def sbuf_fmax_bytes(self):
+        t = _core.current_tracer(optional=True)
+        return (t.spec if t is not None else _core.TARGETS["trn2"])["sbuf_partition_bytes"]
+
+    @property
+    def sbuf_size_bytes(self):
+        return self.sbuf_fmax_bytes * self.pmax
+
+
+tile_size = _TileSize()
+
+
+# ---------------------------------------------------------------------------------------------
+# loops, SPMD, debug
+
+
+def affine_range(*args, **kwargs):
+    """Deprecated alias of range() (NKI 0.6): loops are unrolled at specialisation."""
+    return range(*args)
+
+
+sequential_range = affine_range
+static_range = affine_range
+
+
+@contextlib.contextmanager
+def no_reorder():
+    """Keeps program order: the interpreter executes in program order anyway, and the timeline
+    orders only by dependencies, so this changes nothing here."""
+    yield
+
+
+def program_id(axis=0):
+    """This SPMD program's index along `axis` of the launch grid (kernel[grid])."""
+    t = _core.current_tracer()
+    if not 0 <= axis < len(t.program_coords):
+        raise error(f"program_id({axis}): the grid has {len(t.program_coords)} dims")
+    return t.program_coords[axis]
+
+
+def num_programs(axis=0):
+    t = _core.current_tracer()
+    if not 0 <= axis < len(t.grid):
+        raise error(f"num_programs({axis}): the grid has {len(t.grid)} dims")
+    return t.grid[axis]
+
+
+def program_ndim():
+    return len(_core.current_tracer().grid)
+
+
+def device_print(prefix, x):
+    """Prints `prefix` and the values of `x` when the kernel runs (on the host, after the run)."""
+    t = _core.current_tracer()
+    if not isinstance(x, Tensor):
+        raise error("device_print prints NKI tensors")
+    t.emit(OP_PRINT, _core.VECTOR, None, x, text=str(prefix))
+
+
+# ---------------------------------------------------------------------------------------------
+# creation
+
+
+def _memory(buffer):
+    if buffer is None:
+        return sbuf
+    if isinstance(buffer, _core.MemoryKind):
+        return buffer
+    raise error(f"buffer must be nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm or nl.private_hbm; got "
+                f"{buffer!r}")
+
+
+def ndarray(shape, dtype, buffer=None, name="", address=None, **kwargs):
+    """Uninitialised storage (poisoned: NaN for floats, so reads before writes show)."""
+    return _core.current_tracer().allocate(shape, dtype, _memory(buffer), name)
+
+
+def empty_like(x, dtype=None, buffer=None, name="", **kwargs):
+    return ndarray(x.shape, dtype or x.dtype, buffer or x.buffer, name)
+
+
+def full(shape, fill_value, dtype, buffer=None, name="", **kwargs):
+    t = ndarray(shape, dtype, buffer, name)
+    _isa.memset(dst=t, value=fill_value)
+    return t
+
+
+def zeros(shape, dtype, buffer=None, name="", **kwargs):
+    return full(shape, 0, dtype, buffer, name)
+
+
+def ones(shape, dtype, buffer=None, name="", **kwargs):
+    return full(shape, 1, dtype, buffer, name)
+
+
+def zeros_like(x, dtype=None, buffer=None, name="", **kwargs):
+    return zeros(x.shape, dtype or x.dtype, buffer or x.buffer, name)
+
+
+def ones_like(x, dtype=None, buffer=None, name="", **kwargs):
+    return ones(x.shape, dtype or x.dtype, buffer or x.buffer, name)
+
+
+def full_like(x, fill_value, dtype=None, buffer=None, name="", **kwargs):
+    return full(x.shape, fill_value, dtype or x.dtype, buffer or x.buffer, name)
+
+
+def shared_identity_matrix(n, dtype=bfloat16, **kwargs):
+    """An n x n identity in SBUF (built with iota and a comparison)."""
+    rows = ndarray((n, n), float32, buffer=sbuf)
+    _isa.iota(rows, [[1, n]], offset=0, channel_multiplier=-1)  # j - p
+    ident = ndarray((n, n), dtype, buffer=sbuf)
+    _isa.tensor_scalar(ident, rows, equal, 0.0)
+    return ident
+
+
+# ---------------------------------------------------------------------------------------------
+# memory movement
+
+
+def load(src, dtype=None, mask=None, **kwargs):
+    """An SBUF tile holding `src` (an HBM tensor or view); the partition dim is src's dim 0."""
+    if not isinstance(src, Tensor):
+        raise error(f"nl.load takes an HBM tensor, got {type(src).__name__}")
+    if src._buffer.on_chip:
+        raise error("nl.load reads HBM; this tensor is already on chip (use nl.copy)")
+    shape = src.shape if src.ndim >= 2 else (1,) + src.shape if src.ndim == 1 else (1, 1)
+    t = ndarray(shape, dtype or src.dtype, buffer=sbuf)
+    _isa.dma_copy(dst=t, src=src)
+    return t
+
+
+def store(dst, value, mask=None, **kwargs):
+    """Writes an SBUF tile to an HBM tensor or view."""
+    if not isinstance(dst, Tensor) or dst._buffer.on_chip:
+        raise error("nl.store writes HBM tensors; for on-chip tensors assign or use nl.copy")
+    if not isinstance(value, Tensor):
+        raise error("nl.store takes an NKI tensor value")
+    if value.buffer is psum:
+        raise error("nl.store of a PSUM tile: DMA does not read PSUM; copy it to SBUF first "
+                    "(nl.copy(tile, dtype=...) or nisa.tensor_copy)")
+    _isa.dma_copy(dst=dst, src=value)
+
+
+def load_transpose2d(src, dtype=None, **kwargs):
+    """The transpose of a 2-D HBM tensor, loaded into SBUF (a strided DMA)."""
+    if src.ndim != 2:
+        raise error("load_transpose2d takes a 2-D HBM tensor")
+    return load(src.permute(1, 0), dtype=dtype)
+
+
+def copy(x, dtype=None, **kwargs):
+    """A copy of an on-chip tensor in a fresh SBUF tile (with dtype conversion)."""
+    t = ndarray(x.shape, dtype or x.dtype, buffer=sbuf)
+    _isa.tensor_copy(dst=t, src=x)
+    return t
+
+
+# ---------------------------------------------------------------------------------------------
+# operations (usable as `op=` of nki.isa instructions)
+
+
+class _Op:
+    def __init__(self, name, impl, alu=None, act=None, py=None):
+        self.name = name
+        self._impl = impl
+        self.alu = alu
+        self.act = act
+        self.py = py
+
+    def __call__(self, *args, **kwargs):
+        return self._impl(self, *args, **kwargs)
+
+    def __repr__(self):
+        return f"nl.{self.name}"
+
+
+def _left_aligned(x, ndim):
+    # On-chip tensors align on the partition dim (dim 0): a [P] tensor against [P, F] is [P, 1].
+    if x.ndim == ndim:
+        return x
+    if x.ndim > ndim:
+        raise error(f"operand {x.shape} has more dims than the result")
+    pad = ndim - x.ndim
+    return Tensor(x._buffer, x.shape + (1,) * pad, x.strides + (0,) * pad, x.offset)
+
+
+def _broadcast_shape(shapes):
+    ndim = builtins.max(len(s) for s in shapes)
+    out = []
+    for d in range(ndim):
+        sizes = {s[d] if d < len(s) else 1 for s in shapes}
+        sizes.discard(1)
+        if len(sizes) > 1:
+            raise error(f"shapes {' and '.join(str(s) for s in shapes)} do not broadcast")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+def _binary(self, x, y, dtype=None, mask=None, **kwargs):
+    xt, yt = isinstance(x, Tensor), isinstance(y, Tensor)
+    if not xt and not yt:
+        return self.py(x, y)
+    for t in (x, y):
+        if isinstance(t, Tensor) and not t._buffer.on_chip:
+            raise error(f"nl.{self.name}: an operand is in HBM; load it into SBUF first (nl.load)")
+    if xt and yt:
+        shape = _broadcast_shape([x.shape, y.shape])
+        out = ndarray(shape, dtype or _core.result_dtype(x.dtype, y.dtype), buffer=sbuf)
+        xv = _left_aligned(x, len(shape)).broadcast_to(shape)
+        yv = _left_aligned(y, len(shape)).broadcast_to(shape)
+        if xv.buffer is psum and yv.buffer is psum:
+            xv = copy(xv)
+        _isa.tensor_tensor(dst=out, data1=xv, data2=yv, op=self)
+        return out
+    t, s = (x, y) if xt else (y, x)
+    out = ndarray(t.shape, dtype or t.dtype, buffer=sbuf)
+    _isa.tensor_scalar(dst=out, data=t, op0=self, operand0=s, reverse0=not xt)
+    return out
+
+
+def _unary(self, x, dtype=None, mask=None, **kwargs):
+    if not isinstance(x, Tensor):
+        return self.py(x)
+    if not x._buffer.on_chip:
+        raise error(f"nl.{self.name}: the operand is in HBM; load it into SBUF first (nl.load)")
+    out = ndarray(x.shape, dtype or x.dtype, buffer=sbuf)
+    _isa.activation(dst=out, op=self, data=x)
+    return out
+
+
+def _reduce(self, x, axis, dtype=None, keepdims=False, mask=None, **kwargs):
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = tuple(a + x.ndim if a < 0 else a for a in axes)
+    shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape)) if keepdims else tuple(
+        n for d, n in enumerate(x.shape) if d not in axes)
+    out = ndarray(shape, dtype or x.dtype, buffer=sbuf)
+    _isa.tensor_reduce(dst=out, op=_REDUCE_ALU[self.name], data=x, axis=axes)
+    return out
+
+
+def _f(name, act=None, alu=None, py=None):
+    return _Op(name, _unary, alu=alu, act=act, py=py)
+
+
+def _b(name, alu, py):
+    return _Op(name, _binary, alu=alu, py=py)
+
+
+# ALU codes (nrtsim::nki::Alu) and activation codes (nrtsim::nki::Act).
+add = _b("add", 1, operator.add)
+subtract = _b("subtract", 2, operator.sub)
+multiply = _b("multiply", 3, operator.mul)
+divide = _b("divide", 4, operator.truediv)
+maximum = _b("maximum", 5, builtins.max)
+minimum = _b("minimum", 6, builtins.min)
+power = _b("power", 7, operator.pow)
+fmod = _b("fmod", 8, math.fmod)
+equal = _b("equal", 9, lambda a, b: float(a == b))
+not_equal = _b("not_equal", 10, lambda a, b: float(a != b))
+greater = _b("greater", 11, lambda a, b: float(a > b))
+greater_equal = _b("greater_equal", 12, lambda a, b: float(a >= b))
+less = _b("less", 13, lambda a, b: float(a < b))
+less_equal = _b("less_equal", 14, lambda a, b: float(a <= b))
+logical_and = _b("logical_and", 15, lambda a, b: float(bool(a) and bool(b)))
+logical_or = _b("logical_or", 16, lambda a, b: float(bool(a) or bool(b)))
+logical_xor = _b("logical_xor", 17, lambda a, b: float(bool(a) != bool(b)))
+bitwise_and = _b("bitwise_and", 18, operator.and_)
+bitwise_or = _b("bitwise_or", 19, operator.or_)
+bitwise_xor = _b("bitwise_xor", 20, operator.xor)
+abs_max = _b("abs_max", 21, lambda a, b: builtins.max(builtins.abs(a), builtins.abs(b)))
+abs_min = _b("abs_min", 22, lambda a, b: builtins.min(builtins.abs(a), builtins.abs(b)))
+
+# nl.copy is both the tile copy above and the identity activation (op=nl.copy).
+copy.act = 0
+copy.alu = 0
+exp = _f("exp", 1, py=math.exp)
+log = _f("log", 2, py=math.log)
+sqrt = _f("sqrt", 3, py=math.sqrt)
+rsqrt = _f("rsqrt", 4, py=lambda a: 1 / math.sqrt(a))
+reciprocal = _f("reciprocal", 5, py=lambda a: 1 / a)
+tanh = _f("tanh", 6, py=math.tanh)
+sigmoid = _f("sigmoid", 7, py=lambda a: 1 / (1 + math.exp(-a)))
+relu = _f("relu", 8, py=lambda a: builtins.max(a, 0))
+gelu = _f("gelu", 9, py=lambda a: 0.5 * a * (1 + math.erf(a / math.sqrt(2))))
+gelu_apprx_tanh = _f("gelu_apprx_tanh", 10)
+silu = _f("silu", 11, py=lambda a: a / (1 + math.exp(-a)))
+softplus = _f("softplus", 12, py=lambda a: math.log1p(math.exp(a)))
+erf = _f("erf", 13, py=math.erf)
+sin = _f("sin", 14, py=math.sin)
+cos = _f("cos", 15, py=math.cos)
+abs = _f("abs", 16, py=lambda a: a if a >= 0 else -a)  # noqa: A001
+square = _f("square", 17, py=lambda a: a * a)
+sign = _f("sign", 18, py=lambda a: float((a > 0) - (a < 0)))
+negative = _f("negative", 19, py=operator.neg)
+mish = _f("mish", 20)
+arctan = _f("arctan", 21, py=math.atan)
+
+_REDUCE_ALU = {"sum": add, "max": maximum, "min": minimum, "prod": multiply, "all": logical_and}
+sum = _Op("sum", _reduce)  # noqa: A001
+max = _Op("max", _reduce)  # noqa: A001
+min = _Op("min", _reduce)  # noqa: A001
+prod = _Op("prod", _reduce)
+all = _Op("all", _reduce)  # noqa: A001
+
+
+def mean(x, axis, dtype=None, keepdims=False, **kwargs):
+    """The mean over free axes (sum, then a multiply by 1/n)."""
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    n = math.prod(x.shape[a] for a in axes)
+    s = sum(x, axis, dtype=float32, keepdims=keepdims)
+    out = ndarray(s.shape, dtype or x.dtype, buffer=sbuf)
+    _isa.tensor_scalar(dst=out, data=s, op0=multiply, operand0=1.0 / n)
+    return out
+
+
+def var(x, axis, dtype=None, keepdims=False, **kwargs):
+    """The population variance over free axes."""
+    m = mean(x, axis, dtype=float32, keepdims=True)
+    d = subtract(x, m, dtype=float32)
+    return mean(multiply(d, d), axis, dtype=dtype or x.dtype, keepdims=keepdims)
+
+
+def where(condition, x, y, dtype=None, **kwargs):
+    """Elementwise condition ? x : y; x and y may be numbers."""
+    shape = condition.shape
+    out = ndarray(shape, dtype or (x.dtype if isinstance(x, Tensor) else
+                                   y.dtype if isinstance(y, Tensor) else float32), buffer=sbuf)
+
+    def as_tile(v):
+        if isinstance(v, Tensor):
+            return _left_aligned(v, len(shape)).broadcast_to(shape)
+        return full(shape, v, float32)
+
+    _isa.select(out, condition, as_tile(x), as_tile(y))
+    return out
+
+
+def matmul(x, y, transpose_x=False, mask=None, **kwargs):
+    """x @ y into a fresh float32 PSUM tile on the Tensor engine. With transpose_x, x is already
+    [K, M] (the stationary layout); otherwise x is [M, K] and is transposed on the Tensor engine
+    first. Limits: K <= 128, M <= 128, N <= 512."""
+    for what, t in (("x", x), ("y", y)):
+        if not isinstance(t, Tensor) or not t._buffer.on_chip:
+            raise error(f"nl.matmul: {what} must be an on-chip tensor (nl.load it first)")
+    if y.buffer is psum:
+        y = copy(y)
+    if not transpose_x:
+        xt = ndarray((x.shape[1], x.shape[0]), x.dtype if x.dtype.is_float else float32,
+                     buffer=psum)
+        xs = x if x.buffer is sbuf else copy(x)
+        _isa.nc_transpose(xt, xs)
+        x = copy(xt)
+    elif x.buffer is psum:
+        x = copy(x)
+    out = ndarray((x.shape[1], y.shape[1]), float32, buffer=psum)
+    index = _isa.nc_matmul(out, x, y)
+    out._pending_matmul = index
+    return out
+
+
+def transpose(x, dtype=None, **kwargs):
+    """The transpose of an on-chip [P, F] tile (P, F <= 128), in PSUM, via the Tensor engine."""
+    if not isinstance(x, Tensor) or not x._buffer.on_chip:
+        raise error("nl.transpose takes an on-chip tensor (nl.load it first)")
+    src = x if x.buffer is sbuf else copy(x)
+    out = ndarray((x.shape[1], x.shape[0]), dtype or x.dtype, buffer=psum)
+    _isa.nc_transpose(out, src)
+    return out
+
+
+def softmax(x, axis=-1, dtype=None, **kwargs):
+    """softmax along the free axis: max (Vector), exp(x - max) with its row sum in the same
+    Scalar-engine instruction, reciprocal and scale (Vector)."""
+    if axis < 0:
+        axis += x.ndim
+    if x.ndim != 2 or axis != 1:
+        raise error("nl.softmax here takes a 2-D tile and its free axis (axis=1 / -1)")
+    p = x.shape[0]
+    neg_max = ndarray((p, 1), float32, buffer=sbuf)
+    _isa.tensor_reduce(neg_max, maximum, x, axis=1, negate=True)
+    e = ndarray(x.shape, float32, buffer=sbuf)
+    s = ndarray((p, 1), float32, buffer=sbuf)
+    _isa.activation(e, exp, x, bias=neg_max, reduce_op=add, reduce_res=s)
+    r = ndarray((p, 1), float32, buffer=sbuf)
+    _isa.tensor_scalar(r, s, divide, 1.0, reverse0=True)
+    out = ndarray(x.shape, dtype or x.dtype, buffer=sbuf)
+    _isa.tensor_scalar(out, e, multiply, r)
+    return out
+
+
+def rms_norm(x, w, axis=-1, n=None, epsilon=1e-6, dtype=None, **kwargs):
+    """x / sqrt(mean(x^2) + epsilon) * w along the free axis; w is [1, F] or [P, F] (broadcast
+    over partitions as it is read)."""
+    if axis < 0:
+        axis += x.ndim
+    if x.ndim != 2 or axis != 1:
+        raise error("nl.rms_norm here takes a 2-D tile and its free axis (axis=1 / -1)")
+    p, f = x.shape
+    n = n or f
+    sq = ndarray(x.shape, float32, buffer=sbuf)
+    ss = ndarray((p, 1), float32, buffer=sbuf)
+    _isa.activation(sq, square, x, reduce_op=add, reduce_res=ss)
+    rs = ndarray((p, 1), float32, buffer=sbuf)
+    _isa.tensor_scalar(rs, ss, multiply, 1.0 / n, op1=add, operand1=float(epsilon))
+    inv = ndarray((p, 1), float32, buffer=sbuf)
+    _isa.activation(inv, rsqrt, rs)
+    normed = ndarray(x.shape, float32, buffer=sbuf)
+    _isa.tensor_scalar(normed, x, multiply, inv)
+    out = ndarray(x.shape, dtype or x.dtype, buffer=sbuf)
+    wv = _left_aligned(w, 2).broadcast_to(x.shape)
+    _isa.tensor_tensor(out, normed, wv, multiply)
+    return out
+
+
+def _deprecated_alias(name, target):
+    def f(*args, **kwargs):
+        warnings.warn(f"nl.{name} is deprecated; use {target.__name__}", DeprecationWarning,
+                      stacklevel=2)
+        return target(*args, **kwargs)
+
+    return f
