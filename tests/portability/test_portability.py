@@ -123,6 +123,29 @@ def test_strict_env_var_raises_at_the_end_of_the_block(monkeypatch):
     assert [f.category for f in check.warnings] == ["float64"]
 
 
+def test_ignore_accepts_named_findings(monkeypatch):
+    def body():
+        x = torch.ones(4).to("neuron")
+        x.cumprod(0)
+        x.double()
+
+    # Accepted findings are listed but do not count, so strict mode passes...
+    report = torch_neuronx.portability_report(
+        body, strict=True, ignore=["cpu_fallback:aten::cumprod.out", "float64"])
+    assert report.warnings == []
+    assert sorted(f.severity for f in report.findings) == ["ignored", "ignored"]
+    assert "[ignored]" in report.text()
+    # ...an ignore for another op does not cover this one...
+    with pytest.raises(PortabilityError, match="aten::cumprod.out"):
+        torch_neuronx.portability_report(body, strict=True,
+                                         ignore="cpu_fallback:aten::sort,float64")
+    # ...the environment variable works the same, and a wrong category is named.
+    monkeypatch.setenv("TORCH_NEURONX_PORTABILITY_IGNORE", "cpu_fallback,float64")
+    assert torch_neuronx.portability_report(body, strict=True).warnings == []
+    with pytest.raises(ValueError, match="'fallback' is not a category"):
+        torch_neuronx.portability_report(body, ignore=["fallback"])
+
+
 def test_fallback_in_backward_is_placed_at_backward_call():
     grads = []
 

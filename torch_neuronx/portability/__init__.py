@@ -28,11 +28,18 @@ from torch_neuronx.portability.report import (  # noqa: F401
     PortabilityError,
     PortabilityReport,
 )
-from torch_neuronx.portability.session import STRICT_ENV, Session, strict_from_env
+from torch_neuronx.portability.session import (
+    IGNORE_ENV,
+    STRICT_ENV,
+    Session,
+    ignore_rules,
+    strict_from_env,
+)
 
 __all__ = [
     "CATEGORIES",
     "Finding",
+    "IGNORE_ENV",
     "PortabilityCheck",
     "PortabilityError",
     "PortabilityReport",
@@ -47,13 +54,14 @@ class PortabilityCheck:
     :class:`PortabilityReport`, and the check itself reads like it (``findings``, ``warnings``,
     ``text()``, ``to_json()``, ``str()``)."""
 
-    def __init__(self, strict: bool):
+    def __init__(self, strict: bool, ignore=()):
         self.strict = strict
+        self.ignore = tuple(ignore)
         self.report = None
         self._session = None
 
     def __enter__(self):
-        self._session = Session(self.strict)
+        self._session = Session(self.strict, self.ignore)
         self._session.start()
         return self
 
@@ -74,7 +82,7 @@ class PortabilityCheck:
         return str(self.report) if self.report is not None else "<portability check running>"
 
 
-def run_script(path, args=(), strict: bool = False):
+def run_script(path, args=(), strict: bool = False, ignore=()):
     """Run a Python script as ``__main__`` (``sys.argv = [path, *args]``, its folder first on
     ``sys.path``) under a portability check. Returns ``(report, error)``: ``error`` is the
     exception the script ended with (``SystemExit`` with a non-zero code included), or None.
@@ -85,7 +93,7 @@ def run_script(path, args=(), strict: bool = False):
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = [path, *map(str, args)]
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    session = Session(strict)
+    session = Session(strict, ignore)
     error = None
     session.start()
     try:
@@ -101,7 +109,7 @@ def run_script(path, args=(), strict: bool = False):
     return report, error
 
 
-def portability_report(script=None, args=(), *, strict=None):
+def portability_report(script=None, args=(), *, strict=None, ignore=None):
     """What would differ on TorchNeuron 2.33.
 
     - ``portability_report()``: a context manager (:class:`PortabilityCheck`) checking the code
@@ -113,17 +121,21 @@ def portability_report(script=None, args=(), *, strict=None):
 
     ``strict``: raise :class:`PortabilityError` when anything would differ (default: the
     ``TORCH_NEURONX_PORTABILITY_STRICT`` environment variable, off).
+    ``ignore``: findings to accept, listed but not counted (``["cpu_fallback:aten::normal_",
+    "int64_range"]``: a category, or ``category:subject``); default: the comma-separated
+    ``TORCH_NEURONX_PORTABILITY_IGNORE``.
     """
     strict = strict_from_env() if strict is None else bool(strict)
+    ignore = ignore_rules(ignore)
     if script is None:
-        return PortabilityCheck(strict)
+        return PortabilityCheck(strict, ignore)
     if callable(script):
-        with PortabilityCheck(strict=False) as check:
+        with PortabilityCheck(False, ignore) as check:
             script()
         report = check.report
         report.strict = strict
     else:
-        report, error = run_script(script, args, strict)
+        report, error = run_script(script, args, strict, ignore)
         report.strict = strict
         if error is not None:
             raise error

@@ -7,11 +7,12 @@ stdout).
 """
 
 import argparse
+import os
 import sys
 import traceback
 
 from torch_neuronx.portability import run_script
-from torch_neuronx.portability.session import STRICT_ENV, strict_from_env
+from torch_neuronx.portability.session import STRICT_ENV, ignore_rules, strict_from_env
 
 
 def main(argv=None) -> int:
@@ -23,13 +24,22 @@ def main(argv=None) -> int:
                         help=f"exit with status 1 when anything would differ (also {STRICT_ENV}=1)")
     parser.add_argument("--json", metavar="PATH",
                         help="write the report as JSON to PATH ('-' for stdout)")
+    parser.add_argument("--ignore", action="append", metavar="CATEGORY[:SUBJECT]",
+                        help="accept these findings (repeatable, or comma-separated), e.g. "
+                             "cpu_fallback:aten::normal_ (also TORCH_NEURONX_PORTABILITY_IGNORE)")
     parser.add_argument("--quiet", action="store_true", help="no text report on stderr")
     parser.add_argument("script", help="the Python script to run")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     options = parser.parse_args(argv)
     strict = strict_from_env() if options.strict is None else options.strict
+    try:
+        ignore = ignore_rules(",".join(options.ignore) if options.ignore else None)
+    except ValueError as bad:
+        parser.error(str(bad))
+    if not os.path.isfile(options.script):
+        parser.error(f"no script at {options.script!r}")
 
-    report, error = run_script(options.script, options.args, strict)
+    report, error = run_script(options.script, options.args, strict, ignore)
     if error is not None and not isinstance(error, SystemExit):
         traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
     if not options.quiet:

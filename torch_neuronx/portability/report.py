@@ -5,6 +5,7 @@ import json
 
 WARNING = "warning"   # differs on TorchNeuron: strict mode makes it an error
 INFO = "info"         # worth knowing, not an error in strict mode
+IGNORED = "ignored"   # a warning the caller accepted (ignore=...): listed, not counted
 
 # Categories, in the order the text report lists them.
 CATEGORIES = (
@@ -179,7 +180,8 @@ class PortabilityReport:
             for finding in group:
                 times = f"  ({finding.count}x)" if finding.count > 1 else ""
                 where = finding.where + (f" in {finding.function}" if finding.function else "")
-                lines.append(f"  {where}{times}: {finding.subject}")
+                mark = " [ignored]" if finding.severity == IGNORED else ""
+                lines.append(f"  {where}{times}: {finding.subject}{mark}")
                 lines.append(f"    {finding.message}")
                 if finding.via:
                     lines.append(f"    via {finding.via}")

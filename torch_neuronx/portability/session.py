@@ -22,7 +22,14 @@ from torch._C import DispatchKey
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from torch_neuronx.portability import coverage, fixes, frames
-from torch_neuronx.portability.report import INFO, WARNING, Finding, PortabilityReport
+from torch_neuronx.portability.report import (
+    CATEGORIES,
+    IGNORED,
+    INFO,
+    WARNING,
+    Finding,
+    PortabilityReport,
+)
 
 STRICT_ENV = "TORCH_NEURONX_PORTABILITY_STRICT"
 _TRUE = ("1", "true", "yes", "on", "y")
@@ -37,8 +44,34 @@ _active_lock = threading.Lock()
 _active = None
 
 
+IGNORE_ENV = "TORCH_NEURONX_PORTABILITY_IGNORE"
+
+
 def strict_from_env() -> bool:
     return os.environ.get(STRICT_ENV, "0").strip().lower() in _TRUE
+
+
+def ignore_rules(rules=None) -> tuple:
+    """Findings to accept: ``category`` or ``category:subject`` entries (``cpu_fallback``,
+    ``cpu_fallback:aten::normal_``), from the argument or, when None, from
+    TORCH_NEURONX_PORTABILITY_IGNORE (comma-separated). Unknown categories are an error."""
+    if rules is None:
+        rules = os.environ.get(IGNORE_ENV, "")
+    if isinstance(rules, str):
+        rules = rules.split(",")
+    parsed = []
+    for rule in rules:
+        rule = rule.strip()
+        if not rule:
+            continue
+        category, _, subject = rule.partition(":")
+        if category not in CATEGORIES:
+            raise ValueError(
+                f"portability report: cannot ignore {rule!r}: {category!r} is not a category; "
+                f"use one of {', '.join(CATEGORIES)}, optionally with ':<subject>' "
+                f"(e.g. cpu_fallback:aten::normal_)")
+        parsed.append((category, subject or None))
+    return tuple(parsed)
 
 
 def _tensors(value, into: list) -> None:
@@ -175,8 +208,9 @@ class _ShapeSite:
 class Session:
     """One portability check: install, run the user's code, collect, uninstall."""
 
-    def __init__(self, strict: bool):
+    def __init__(self, strict: bool, ignore=()):
         self.strict = strict
+        self.ignore = tuple(ignore)
         self._findings: dict = {}
         self._lock = threading.RLock()
         self._patches: list = []
@@ -527,4 +561,11 @@ class Session:
             # Deltas over the check (clamped: the code may reset the metrics itself).
             summary["compile"] = {k: max(0, (after or {}).get(k, 0) - before.get(k, 0))
                                   for k in keys}
+        for finding in self._findings.values():
+            if finding.severity == WARNING and any(
+                    finding.category == category and subject in (None, finding.subject)
+                    for category, subject in self.ignore):
+                finding.severity = IGNORED
+        if self.ignore:
+            summary["ignored"] = [f"{c}:{s}" if s else c for c, s in self.ignore]
         return PortabilityReport(list(self._findings.values()), summary, self.strict)
