@@ -41,7 +41,12 @@ def main(argv=None) -> int:
 
     report, error = run_script(options.script, options.args, strict, ignore)
     if error is not None and not isinstance(error, SystemExit):
-        traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
+        # The traceback from the script's own frames on (not this runner's or runpy's).
+        tb = error.__traceback__
+        script = os.path.abspath(options.script)
+        while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != script:
+            tb = tb.tb_next
+        traceback.print_exception(type(error), error, tb or error.__traceback__, file=sys.stderr)
     if not options.quiet:
         print(report.text(), file=sys.stderr)
     if options.json:
