@@ -3,7 +3,8 @@ neuron and report what would differ on TorchNeuron 2.33.
 
 Exit status: the script's own when it fails; otherwise 1 in strict mode with findings, else 0.
 The text report goes to stderr (the script keeps stdout), JSON to ``--json PATH`` (``-`` for
-stdout).
+stdout). Under torchrun, ``torchrun ... -m torch_neuronx.portability train.py`` checks every rank
+(``--json report.{rank}.json`` writes one file each).
 """
 
 import argparse
@@ -23,7 +24,8 @@ def main(argv=None) -> int:
     parser.add_argument("--strict", action="store_true", default=None,
                         help=f"exit with status 1 when anything would differ (also {STRICT_ENV}=1)")
     parser.add_argument("--json", metavar="PATH",
-                        help="write the report as JSON to PATH ('-' for stdout)")
+                        help="write the report as JSON to PATH ('-' for stdout); '{rank}' in "
+                             "PATH becomes the process's RANK (one file per rank under torchrun)")
     parser.add_argument("--ignore", action="append", metavar="CATEGORY[:SUBJECT]",
                         help="accept these findings (repeatable, or comma-separated), e.g. "
                              "cpu_fallback:aten::normal_ (also TORCH_NEURONX_PORTABILITY_IGNORE)")
@@ -54,7 +56,8 @@ def main(argv=None) -> int:
         if options.json == "-":
             print(text)
         else:
-            with open(options.json, "w") as handle:
+            path = options.json.replace("{rank}", os.environ.get("RANK", "0"))
+            with open(path, "w") as handle:
                 handle.write(text + "\n")
     if error is not None:
         if isinstance(error, SystemExit):
