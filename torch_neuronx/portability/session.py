@@ -40,11 +40,10 @@ DYNAMIC_SHAPES_THRESHOLD = 3
 _COPY_OPS = ("aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize")
 _CHANNELS_LAST = (torch.channels_last, torch.channels_last_3d)
 
+IGNORE_ENV = "TORCH_NEURONX_PORTABILITY_IGNORE"
+
 _active_lock = threading.Lock()
 _active = None
-
-
-IGNORE_ENV = "TORCH_NEURONX_PORTABILITY_IGNORE"
 
 
 def strict_from_env() -> bool:
@@ -246,7 +245,8 @@ class Session:
 
     def before(self, func, args, kwargs):
         """None when the op does not touch neuron; _COMPOSITE when TorchNeuron would run PyTorch's
-        composite kernel for it; else the op's neuron input tensors (checked after the call)."""
+        composite kernel for it; else (neuron inputs, all tensor inputs, the op name TorchNeuron
+        would receive), checked after the call."""
         inputs: list = []
         for value in args:
             _tensors(value, inputs)
@@ -254,7 +254,7 @@ class Session:
             _tensors(value, inputs)
         neuron_in = [t for t in inputs if t.device.type == "neuron"]
         device = kwargs.get("device")
-        factory = device is not None and torch.device(device).type == "neuron"
+        factory = isinstance(device, (str, torch.device)) and torch.device(device).type == "neuron"
         if not neuron_in and not factory:
             # An op whose only neuron tensor is its output (a copy onto the device) is seen
             # after the call.
@@ -412,10 +412,19 @@ class Session:
     # -- install / uninstall -------------------------------------------------------------------
 
     def _patch(self, owner, attribute, replacement) -> None:
-        original = owner.__dict__[attribute] if attribute in getattr(owner, "__dict__", {}) \
-            else getattr(owner, attribute)
+        # The owner's own entry (a classmethod object, not the bound method), or None when the
+        # attribute is inherited: then the wrapper is deleted again instead of restored.
+        original = vars(owner).get(attribute)
         self._patches.append((owner, attribute, original))
         setattr(owner, attribute, replacement)
+
+    def _unpatch(self) -> None:
+        for owner, attribute, original in reversed(self._patches):
+            if original is None:
+                delattr(owner, attribute)
+            else:
+                setattr(owner, attribute, original)
+        self._patches.clear()
 
     def _hook_metrics(self, metrics) -> None:
         session = self
@@ -522,9 +531,7 @@ class Session:
         finally:
             if self._hook in sys.meta_path:
                 sys.meta_path.remove(self._hook)
-            for owner, attribute, original in reversed(self._patches):
-                setattr(owner, attribute, original)
-            self._patches.clear()
+            self._unpatch()
             with _active_lock:
                 _active = None
         self.report = self._build()
