@@ -77,6 +77,10 @@ def test_json_and_text_render_the_same_findings():
     data = json.loads(report.to_json())
     assert data["warnings"] == len(report.warnings) == 2
     assert data["by_category"] == {"cpu_fallback": 1, "float64": 1}
+    # The fallback moves its 3-float input to the host and its 3-float result back.
+    fallback = [f for f in data["findings"] if f["category"] == "cpu_fallback"]
+    assert fallback[0]["host_bytes"] == 2 * 3 * 4
+    assert "24 B through the host" in report.text()
     for finding in data["findings"]:
         assert os.path.samefile(finding["file"], __file__)
         assert f"{os.path.basename(__file__)}:{finding['line']}" in report.text()

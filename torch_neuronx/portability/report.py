@@ -37,6 +37,14 @@ TITLES = {
 }
 
 
+def _size(nbytes: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+    return ""
+
+
 class PortabilityError(RuntimeError):
     """Raised in strict mode when the run has findings: the code would behave differently (or
     fail) on TorchNeuron 2.33. ``report`` holds the full :class:`PortabilityReport`."""
@@ -52,7 +60,7 @@ class Finding:
     """One thing that would differ, at one place in the user's code."""
 
     __slots__ = ("category", "severity", "subject", "where", "function", "via", "count",
-                 "message", "fix", "details")
+                 "message", "fix", "details", "host_bytes")
 
     def __init__(self, category, severity, subject, site, message, fix):
         self.category = category
@@ -65,6 +73,8 @@ class Finding:
         self.message = message
         self.fix = fix
         self.details: dict = {}
+        # CPU fallbacks: bytes of neuron tensors the fallback copies to the host and back.
+        self.host_bytes = 0
 
     @property
     def file(self) -> str:
@@ -91,6 +101,8 @@ class Finding:
             "message": self.message,
             "fix": self.fix,
         }
+        if self.host_bytes:
+            out["host_bytes"] = self.host_bytes
         if self.details:
             out["details"] = {k: sorted(v) if isinstance(v, set) else v
                               for k, v in self.details.items()}
@@ -153,6 +165,12 @@ class PortabilityReport:
         head = (f"TorchNeuron 2.33 portability report: {len(warnings)} finding(s)"
                 if warnings else "TorchNeuron 2.33 portability report: nothing would differ")
         lines.append(head)
+        counts: dict = {}
+        for finding in warnings:
+            counts[finding.category] = counts.get(finding.category, 0) + 1
+        if counts:
+            lines.append("  by category: " + ", ".join(
+                f"{c} {counts[c]}" for c in CATEGORIES if c in counts))
         s = self.summary
         lines.append(
             f"  checked {s.get('eager_op_calls', 0)} eager op calls on neuron "
@@ -179,6 +197,8 @@ class PortabilityReport:
             lines.append(f"[{category}] {TITLES.get(category, category)}")
             for finding in group:
                 times = f"  ({finding.count}x)" if finding.count > 1 else ""
+                if finding.host_bytes:
+                    times += f"  [{_size(finding.host_bytes)} through the host]"
                 where = finding.where + (f" in {finding.function}" if finding.function else "")
                 mark = " [ignored]" if finding.severity == IGNORED else ""
                 lines.append(f"  {where}{times}: {finding.subject}{mark}")

@@ -307,8 +307,12 @@ class Session:
             details["backward_of"] = backward
 
         if name.startswith("aten::") and coverage.classify(name) == coverage.CPU_FALLBACK:
-            self.add("cpu_fallback", WARNING, name, where(),
-                     fixes.cpu_fallback(name, coverage.is_silent_fallback(name)), **details)
+            finding = self.add("cpu_fallback", WARNING, name, where(),
+                               fixes.cpu_fallback(name, coverage.is_silent_fallback(name)),
+                               **details)
+            # What the fallback moves: its neuron inputs to the host, its results back.
+            finding.host_bytes += sum(t.nbytes for t in neuron_in) + \
+                sum(t.nbytes for t in neuron_out)
 
         dtypes = {t.dtype for t in neuron_in} | {t.dtype for t in neuron_out}
         if torch.float64 in dtypes:
