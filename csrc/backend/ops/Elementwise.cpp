@@ -9,6 +9,9 @@
 #include <ATen/ops/sub_cpu_dispatch.h>
 #include <torch/library.h>
 
+#include <ATen/native/BinaryOps.h>
+
+#include "backend/core/HbmTensorIterator.h"
 #include "backend/core/HostMath.h"
 #include "backend/core/HostMathKernel.h"
 
@@ -27,11 +30,36 @@ at::Tensor& binary_out(const char* op, const at::Tensor& self, const at::Tensor&
   return host_math_out({op, Engine::kVector}, out, compute, self, other);
 }
 
-template <class Compute>
-at::Tensor binary(const char* op, const at::Tensor& self, const at::Tensor& other, Compute&& compute) {
+//
+// When both operands are neuron tensors of one dtype (the common case), the CPU loop runs through
+// an iterator over the neuron buffers themselves (HbmTensorIterator.h), which costs about a third
+// less than host views and a host result. Mixed dtypes and CPU scalars take the host-view path:
+// TensorIterator promotes operands to the common dtype only when the common device is the CPU.
+enum class Promotion { kNone, kToFloat };
+
+template <class Compute, class Stub>
+at::Tensor binary(const char* op, const at::Tensor& self, const at::Tensor& other,
+                  Compute&& compute, Promotion promotion, Stub&& stub) {
   const bool self_on_neuron = self.device().type() == c10::DeviceType::PrivateUse1;
-  return host_math({op, Engine::kVector}, self_on_neuron ? self.device() : other.device(), compute,
-                   self, other);
+  const c10::Device device = self_on_neuron ? self.device() : other.device();
+  const bool direct = self_on_neuron && other.device() == device &&
+                      self.scalar_type() == other.scalar_type() &&
+                      (promotion == Promotion::kNone || at::isFloatingType(self.scalar_type()));
+  if (!direct) return host_math({op, Engine::kVector}, device, compute, self, other);
+  Kernel kernel(op, device, Engine::kVector);
+  kernel.reads(self).reads(other);
+  HbmTensorIterator iter;
+  kernel.run([&] {
+    const at::TensorBase fresh;  // (no out tensor: the iterator allocates the result)
+    if (promotion == Promotion::kToFloat) {
+      iter.build_borrowing_binary_float_op(fresh, self, other);
+    } else {
+      iter.build_borrowing_binary_op(fresh, self, other);
+    }
+    stub(iter);
+    kernel.writes(iter.result()).ops(flops::elementwise(iter.result()));
+  });
+  return iter.result();
 }
 
 // The in-place forms, unboxed too: without them PyTorch's structured in-place wrapper reaches the
@@ -67,8 +95,13 @@ at::Tensor& add_out(const at::Tensor& a, const at::Tensor& b, const at::Scalar& 
   });
 }
 at::Tensor add(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) {
-  return binary("aten::add.Tensor", a, b,
-                [&](const at::Tensor& x, const at::Tensor& y) { return at::cpu::add(x, y, alpha); });
+  return binary(
+      "aten::add.Tensor", a, b,
+      [&](const at::Tensor& x, const at::Tensor& y) { return at::cpu::add(x, y, alpha); },
+      Promotion::kNone, [&](at::TensorIteratorBase& iter) {
+        at::native::alpha_check(iter.dtype(), alpha);
+        cpu_stub::add(iter, alpha);
+      });
 }
 at::Tensor& sub_out(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha, at::Tensor& out) {
   return binary_out("aten::sub.out", a, b, out, [&](at::Tensor& o, const at::Tensor& x, const at::Tensor& y) {
@@ -76,8 +109,14 @@ at::Tensor& sub_out(const at::Tensor& a, const at::Tensor& b, const at::Scalar& 
   });
 }
 at::Tensor sub(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) {
-  return binary("aten::sub.Tensor", a, b,
-                [&](const at::Tensor& x, const at::Tensor& y) { return at::cpu::sub(x, y, alpha); });
+  return binary(
+      "aten::sub.Tensor", a, b,
+      [&](const at::Tensor& x, const at::Tensor& y) { return at::cpu::sub(x, y, alpha); },
+      Promotion::kNone, [&](at::TensorIteratorBase& iter) {
+        at::native::sub_check(a, b);
+        at::native::alpha_check(iter.dtype(), alpha);
+        cpu_stub::add(iter, -alpha);
+      });
 }
 at::Tensor& mul_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   return binary_out("aten::mul.out", a, b, out, [&](at::Tensor& o, const at::Tensor& x, const at::Tensor& y) {
@@ -85,8 +124,10 @@ at::Tensor& mul_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   });
 }
 at::Tensor mul(const at::Tensor& a, const at::Tensor& b) {
-  return binary("aten::mul.Tensor", a, b,
-                [](const at::Tensor& x, const at::Tensor& y) { return at::cpu::mul(x, y); });
+  return binary(
+      "aten::mul.Tensor", a, b,
+      [](const at::Tensor& x, const at::Tensor& y) { return at::cpu::mul(x, y); },
+      Promotion::kNone, [](at::TensorIteratorBase& iter) { cpu_stub::mul(iter); });
 }
 at::Tensor& div_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   return binary_out("aten::div.out", a, b, out, [&](at::Tensor& o, const at::Tensor& x, const at::Tensor& y) {
@@ -94,8 +135,10 @@ at::Tensor& div_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   });
 }
 at::Tensor div(const at::Tensor& a, const at::Tensor& b) {
-  return binary("aten::div.Tensor", a, b,
-                [](const at::Tensor& x, const at::Tensor& y) { return at::cpu::div(x, y); });
+  return binary(
+      "aten::div.Tensor", a, b,
+      [](const at::Tensor& x, const at::Tensor& y) { return at::cpu::div(x, y); },
+      Promotion::kToFloat, [](at::TensorIteratorBase& iter) { cpu_stub::div_true(iter); });
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
