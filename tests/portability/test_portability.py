@@ -156,6 +156,27 @@ def test_ignore_accepts_named_findings(monkeypatch):
         torch_neuronx.portability_report(body, ignore=["fallback"])
 
 
+def test_errors_in_the_block_propagate_and_the_check_is_undone():
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    from torch_neuronx.dynamo import metrics
+
+    recorder = metrics.record_recompile
+    with pytest.raises(ZeroDivisionError):
+        with torch_neuronx.portability_report(strict=True) as check:
+            torch.ones(2, dtype=torch.float64).to("neuron")
+            1 / 0
+    # The user's error wins over strict mode; the report still exists; nothing stays installed.
+    assert [f.category for f in check.warnings] == ["float64"]
+    assert _get_current_dispatch_mode() is None
+    assert metrics.record_recompile is recorder
+    # One check at a time, with a clear message.
+    with torch_neuronx.portability_report():
+        with pytest.raises(RuntimeError, match="already checking"):
+            with torch_neuronx.portability_report():
+                pass
+
+
 def test_fallback_in_backward_is_placed_at_backward_call():
     grads = []
 
