@@ -53,15 +53,22 @@ def collect(src_root: pathlib.Path) -> dict:
     package = src_root / "torch_neuronx"
     native: dict = {}
     fallback: dict = {}
+    skipped: dict = {}  # registered in legacy/ or jax/ modules, which the default path never loads
 
     def add(table, op, origin):
         table.setdefault(op, set()).add(origin)
 
     for path in sorted((package / "python_ops").rglob("*.py")):
         rel = str(path.relative_to(src_root))
-        if _skipped_module(str(path.relative_to(package / "python_ops"))):
-            continue
         tree = ast.parse(path.read_text())
+        if _skipped_module(str(path.relative_to(package / "python_ops"))):
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                    for decorator in node.decorator_list:
+                        if _decorator_name(decorator) in _DECORATORS:
+                            for op in _aten_strings(decorator):
+                                add(skipped, op, rel)
+            continue
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
                 for decorator in node.decorator_list:
@@ -96,10 +103,16 @@ def collect(src_root: pathlib.Path) -> dict:
 
     for op in fallback:
         native.pop(op, None)
+    # Keep only what the loaded registrations do not cover (exactly, or by an entry without an
+    # overload, which covers every overload: see the file's "matching").
+    for op in list(skipped):
+        if op in native or op.split(".", 1)[0] in native:
+            del skipped[op]
     return {
         "native": {op: sorted(origins) for op, origins in sorted(native.items())},
         "cpu_fallback_registered": {op: sorted(o) for op, o in sorted(fallback.items())},
         "silent_fallback_view_ops": silent_ops,
+        "registered_but_not_loaded": {op: sorted(o) for op, o in sorted(skipped.items())},
     }
 
 
@@ -148,6 +161,11 @@ def document(data: dict, commit: str, date: str) -> dict:
         "native": data["native"],
         "cpu_fallback_registered": data["cpu_fallback_registered"],
         "silent_fallback_view_ops": data["silent_fallback_view_ops"],
+        "registered_but_not_loaded_note": "Ops with JAX or legacy XLA implementations in the tree "
+            "whose modules the default registration path does not import (auto_registration "
+            "skips legacy/ and jax/; the JAX registry is never finalised): CPU fallbacks in "
+            "this tree, and the likeliest to be native in a later release.",
+        "registered_but_not_loaded": data["registered_but_not_loaded"],
         "dtype_policy": {
             "float64": "computed as float32 (DtypeAutocastContext, kernels/type_converter.py); "
                        "64-bit copies bounce through the CPU (python_ops/cast_policy.py)",
