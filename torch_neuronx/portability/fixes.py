@@ -118,7 +118,8 @@ DYNAMIC_COMPILE = (
 def graph_break(reason: str) -> tuple:
     return (
         f"graph break: {reason}. TorchNeuron compiles each piece as its own graph with host "
-        f"round trips between them, and its docs recommend fullgraph=True (which raises here).",
+        f"round trips between them; its docs recommend fullgraph=True, under which this break "
+        f"raises.",
         "remove the break inside the compiled region: no .item()/.tolist()/print or "
         "data-dependent Python branching on tensor values there; move such code outside, or use "
         "torch.where / torch.cond; then compile with fullgraph=True.",
