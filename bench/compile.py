@@ -1,0 +1,245 @@
+"""Compile benchmark (issue 10): torch.compile(backend="neuron") against eager neuron and against
+Inductor on the CPU, side by side in one run, on the eager benchmark's tiny Llama (hidden 256,
+4 layers, 4 heads, vocabulary 1024).
+
+(a) training step: batch 8 x 128 tokens, forward + backward (the model compiled) + AdamW (eager);
+(b) one-token decode step: batch 1, a static KV cache of 256 positions filled to 128, no grad;
+(c) compile time of the training step's first call (compile + run): cold (empty program cache
+    and empty Inductor cache, a fresh process) and warm (a fresh process over the caches the cold
+    run left: TorchNeuron's "cache hit after restart"), neuron against Inductor on the CPU.
+
+Steps: medians of >= 7 repetitions, the variants taking turns within each repetition so a slow
+spell of the machine falls on all alike. Compile times: medians of --compile-repeats (>= 5)
+fresh processes each, neuron and Inductor alternating.
+
+    python bench/compile.py                 # prints the table
+    python bench/compile.py --write         # also rewrites the table in docs/benchmarks.md
+    python bench/compile.py --skip-compile  # steps only (the compile part takes minutes)
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+import torch_neuronx  # noqa: F401
+
+REPEATS = 7
+VOCAB, BATCH, SEQ, CACHE_LEN = 1024, 8, 128, 256
+
+
+def tiny_llama(device: str):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=688,
+                         num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4,
+                         max_position_embeddings=CACHE_LEN)
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).to(device)
+
+
+def _compiler(variant: str):
+    if variant == "neuron compiled":
+        return "neuron", lambda m: torch.compile(m, backend="neuron")
+    if variant == "neuron eager":
+        return "neuron", lambda m: m
+    if variant == "CPU Inductor":
+        return "cpu", lambda m: torch.compile(m, backend="inductor")
+    return "cpu", lambda m: m  # CPU eager
+
+
+def training_step(variant: str):
+    device, compile_ = _compiler(variant)
+    model = tiny_llama(device)
+    run = compile_(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(0))
+    ids = ids.to(device)
+
+    def step():
+        loss = run(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    return step
+
+
+def decode_step(variant: str):
+    from transformers import StaticCache
+
+    device, compile_ = _compiler(variant)
+    model = tiny_llama(device).eval()
+    cache = StaticCache(config=model.config, max_cache_len=CACHE_LEN)
+    prompt = torch.randint(0, VOCAB, (1, SEQ), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():  # prefill, eager: the benchmark times the decode step
+        model(input_ids=prompt.to(device), past_key_values=cache,
+              cache_position=torch.arange(SEQ, device=device), use_cache=True)
+    run = compile_(model)
+    token = torch.tensor([[7]], device=device)
+    position = torch.tensor([SEQ], device=device)
+
+    def step():
+        # The same position every call: each step writes the same cache slot, so every call
+        # does the same work (a real decode loop advances `position`, same shapes).
+        with torch.no_grad():
+            return run(input_ids=token, past_key_values=cache, cache_position=position,
+                       use_cache=True).logits
+
+    return step
+
+
+def sync(device: str):
+    if device == "neuron":
+        torch.neuron.synchronize()
+
+
+def taking_turns(make, variants, repeats=REPEATS, warmup=2) -> dict:
+    """Median seconds per call of each variant's step, the variants taking turns."""
+    steps = {v: make(v) for v in variants}
+    for v, step in steps.items():
+        for _ in range(warmup):  # compiles, then one steady call
+            step()
+        sync(_compiler(v)[0])
+    times = {v: [] for v in variants}
+    for _ in range(repeats):
+        for v, step in steps.items():
+            device = _compiler(v)[0]
+            sync(device)
+            start = time.perf_counter()
+            step()
+            sync(device)
+            times[v].append(time.perf_counter() - start)
+    return {v: statistics.median(t) for v, t in times.items()}
+
+
+_FIRST_CALL = """
+import json, sys, time
+start = time.perf_counter()
+import torch, torch_neuronx
+sys.path.insert(0, {bench_dir!r})
+from compile import training_step
+step = training_step({variant!r})
+ready = time.perf_counter()
+step()
+if {variant!r}.startswith("neuron"):
+    torch.neuron.synchronize()
+first = time.perf_counter() - ready
+m = torch.neuron.get_dynamo_metrics()
+print(json.dumps({{"first_call": first, "total": time.perf_counter() - start,
+                  "hits": m["cache_hits"], "misses": m["cache_misses"]}}))
+"""
+
+
+def first_call_seconds(variant: str, neff_dir: str, inductor_dir: str) -> dict:
+    env = dict(os.environ, TORCH_NEURONX_NEFF_CACHE_DIR=neff_dir,
+               TORCHINDUCTOR_CACHE_DIR=inductor_dir)
+    code = _FIRST_CALL.format(bench_dir=str(Path(__file__).resolve().parent), variant=variant)
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                            text=True, timeout=1800)
+    if result.returncode != 0:
+        raise RuntimeError(f"{variant} compile run failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def compile_times(repeats: int) -> dict:
+    """Cold and warm first-call seconds of the training step, per compiled variant: each
+    repetition starts from empty caches (cold) and then runs again over them (warm)."""
+    out = {v: {"cold": [], "warm": [], "warm_hits": []} for v in ("neuron compiled",
+                                                                   "CPU Inductor")}
+    for _ in range(repeats):
+        for variant in out:
+            with tempfile.TemporaryDirectory() as neff, tempfile.TemporaryDirectory() as ind:
+                cold = first_call_seconds(variant, neff, ind)
+                warm = first_call_seconds(variant, neff, ind)
+            out[variant]["cold"].append(cold["first_call"])
+            out[variant]["warm"].append(warm["first_call"])
+            out[variant]["warm_hits"].append(warm["hits"])
+    return {v: {"cold": statistics.median(r["cold"]), "warm": statistics.median(r["warm"]),
+                "warm_hits": min(r["warm_hits"])} for v, r in out.items()}
+
+
+def run(args) -> list:
+    rows = []
+    variants = ("neuron compiled", "neuron eager", "CPU Inductor", "CPU eager")
+    for name, make in (("(a) training step", training_step), ("(b) decode step", decode_step)):
+        t = taking_turns(make, variants, repeats=args.repeats)
+        print(name, {k: round(v * 1e3, 2) for k, v in t.items()}, flush=True)
+        rows.append((f"{name}: compiled neuron / Inductor CPU", t["neuron compiled"] * 1e3,
+                     t["CPU Inductor"] * 1e3, "ms", t["neuron compiled"] / t["CPU Inductor"],
+                     "≤ 1.0×"))
+        rows.append((f"{name}: compiled neuron / eager neuron", t["neuron compiled"] * 1e3,
+                     t["neuron eager"] * 1e3, "ms", t["neuron compiled"] / t["neuron eager"],
+                     "≤ 0.5× (decode)" if "decode" in name else "recorded"))
+        rows.append((f"{name}: Inductor CPU / eager CPU", t["CPU Inductor"] * 1e3,
+                     t["CPU eager"] * 1e3, "ms", t["CPU Inductor"] / t["CPU eager"], "reference"))
+    if not args.skip_compile:
+        c = compile_times(args.compile_repeats)
+        print("(c)", c, flush=True)
+        n, i = c["neuron compiled"], c["CPU Inductor"]
+        rows.append(("(c) cold compile + first step: neuron / Inductor", n["cold"], i["cold"],
+                     "s", n["cold"] / i["cold"], "≤ 1.2×"))
+        rows.append(("(c) warm (restart, cache hit): neuron warm / neuron cold", n["warm"],
+                     n["cold"], "s", n["warm"] / n["cold"],
+                     f"≤ 0.25× ({n['warm_hits']} programs from the cache)"))
+        rows.append(("(c) warm (restart, cache hit): Inductor warm / Inductor cold", i["warm"],
+                     i["cold"], "s", i["warm"] / i["cold"], "reference"))
+    return rows
+
+
+def table(rows: list) -> str:
+    lines = ["| benchmark | first | second | unit | first / second | target |",
+             "|---|---:|---:|---|---:|---|"]
+    for name, a, b, unit, ratio, target in rows:
+        lines.append(f"| {name} | {a:.2f} | {b:.2f} | {unit} | {ratio:.3f} | {target} |")
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    load = os.getloadavg()
+    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+            f"torch {torch.__version__}, {torch.get_num_threads()} intra-op threads, "
+            f"load average at the end {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true",
+                        help="rewrite the table in docs/benchmarks.md")
+    parser.add_argument("--skip-compile", action="store_true",
+                        help="skip the cold/warm compile-time part")
+    parser.add_argument("--repeats", type=int, default=REPEATS)
+    parser.add_argument("--compile-repeats", type=int, default=5)
+    args = parser.parse_args()
+    load_before = os.getloadavg()[0]
+    rows = run(args)
+    text = table(rows)
+    print(text)
+    print(f"\nmachine: {machine()}; load average at the start {load_before:.2f}")
+    if args.write:
+        path = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+        content = path.read_text()
+        start, end = "<!-- compile:start -->", "<!-- compile:end -->"
+        block = (f"{start}\nMeasured {time.strftime('%Y-%m-%d')} on {machine()} (start: "
+                 f"{load_before:.2f}); steps: medians of {args.repeats} repetitions, the four "
+                 f"variants taking turns; compile: medians of {args.compile_repeats} fresh "
+                 f"processes each (`python bench/compile.py`).\n\n{text}\n{end}")
+        if start in content:
+            content = content[: content.index(start)] + block + content[content.index(end)
+                                                                        + len(end):]
+        else:
+            content += f"\n## torch.compile (`bench/compile.py`)\n\n{block}\n"
+        path.write_text(content)
+
+
+if __name__ == "__main__":
+    main()
