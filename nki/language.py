@@ -284,6 +284,10 @@ def _unary(self, x, dtype=None, mask=None, **kwargs):
 def _reduce(self, x, axis, dtype=None, keepdims=False, mask=None, **kwargs):
     axes = (axis,) if isinstance(axis, int) else tuple(axis)
     axes = tuple(a + x.ndim if a < 0 else a for a in axes)
+    if any(a <= 0 or a >= x.ndim for a in axes):
+        raise error(f"nl.{self.name}: axis {axis} of a {x.ndim}-D tensor: only free dims "
+                    f"(1..{x.ndim - 1}) reduce on an engine; the partition dim needs a transpose "
+                    "first")
     shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape)) if keepdims else tuple(
         n for d, n in enumerate(x.shape) if d not in axes)
     out = ndarray(shape, dtype or x.dtype, buffer=sbuf)
@@ -349,11 +353,12 @@ mish = _f("mish", 20)
 arctan = _f("arctan", 21, py=math.atan)
 
 _REDUCE_ALU = {"sum": add, "max": maximum, "min": minimum, "prod": multiply, "all": logical_and}
-sum = _Op("sum", _reduce)  # noqa: A001
-max = _Op("max", _reduce)  # noqa: A001
-min = _Op("min", _reduce)  # noqa: A001
-prod = _Op("prod", _reduce)
-all = _Op("all", _reduce)  # noqa: A001
+# Reductions also name their ALU operation, so nisa.tensor_reduce(op=nl.max) works.
+sum = _Op("sum", _reduce, alu=1)  # noqa: A001
+max = _Op("max", _reduce, alu=5)  # noqa: A001
+min = _Op("min", _reduce, alu=6)  # noqa: A001
+prod = _Op("prod", _reduce, alu=3)
+all = _Op("all", _reduce, alu=15)  # noqa: A001
 
 
 def mean(x, axis, dtype=None, keepdims=False, **kwargs):

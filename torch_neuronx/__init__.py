@@ -70,8 +70,7 @@ from torch_neuronx import multiprocessing as _multiprocessing  # noqa: E402
 _multiprocessing.install()
 
 # What TorchNeuron exports at top level beside torch.neuron: the same objects, so that
-# torch_neuronx.set_device is torch.neuron.set_device. Still to come with their issues:
-# nki_op / wrap_nki (NKI).
+# torch_neuronx.set_device is torch.neuron.set_device.
 from torch_neuronx.neuron import (  # noqa: E402,F401
     Event,
     Stream,
@@ -99,6 +98,9 @@ from torch_neuronx.neuron import (  # noqa: E402,F401
     synchronize,
 )
 from torch_neuronx._clock import core_model, simulated_time  # noqa: E402,F401
+# NKI: `from torch_neuronx import nki_op, nki` as on TorchNeuron; `nki` is the top-level package.
+import nki  # noqa: E402,F401
+from torch_neuronx.nki_op import nki_op, wrap_nki  # noqa: E402,F401
 from torch_neuronx.profiler import NeuronProfiler  # noqa: E402,F401
 from torch_neuronx._tracking import (  # noqa: E402,F401
     clear_op_tracking,
@@ -147,6 +149,8 @@ __all__ = [
     "memory_stats",
     "memory_summary",
     "neuron",
+    "nki",
+    "nki_op",
     "portability_report",
     "reset_accumulated_memory_stats",
     "reset_dynamo_metrics",
@@ -155,4 +159,5 @@ __all__ = [
     "set_stream",
     "stream",
     "synchronize",
+    "wrap_nki",
 ]

@@ -57,7 +57,7 @@ uint32_t encode(const SmallFormat& f, float value) {
   if (std::isnan(value)) return sign | nan;
   const double a = std::fabs(static_cast<double>(value));
   if (a == 0) return sign;
-  if (std::isinf(value)) return sign | inf;
+  if (std::isinf(value)) return sign | (f.has_inf ? inf : nan - 1);
   int e;
   std::frexp(a, &e);
   e -= 1;  // a = 1.x * 2^e
@@ -69,7 +69,11 @@ uint32_t encode(const SmallFormat& f, float value) {
     q = std::ldexp(q, -1);
     e += 1;
   }
-  if (std::ldexp(q, e - f.mantissa_bits) > f.max_finite) return sign | inf;
+  if (std::ldexp(q, e - f.mantissa_bits) > f.max_finite) {
+    // Without an infinity (e4m3fn) the conversion saturates at the largest finite value, as
+    // torch's float8_e4m3fn conversion does.
+    return f.has_inf ? sign | inf : sign | (nan - 1);
+  }
   const auto mant = static_cast<uint32_t>(q);
   if (mant < (1u << f.mantissa_bits)) return sign | mant;  // subnormal
   const auto biased = static_cast<uint32_t>(e + f.bias);

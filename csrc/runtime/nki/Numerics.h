@@ -1,7 +1,7 @@
 // Storage formats as the hardware writes them: engines compute in FP32 and round to the
 // destination's format on write, round-to-nearest-even (the NeuronCore default; stochastic
-// rounding is not modelled). Overflow of the 8-bit formats follows their definitions: to infinity
-// where the format has one, else to NaN.
+// rounding is not modelled). Overflow goes to infinity where the format has one; e4m3fn, which has
+// none, saturates at +-448 (as torch's conversion does).
 #pragma once
 
 #include <cstdint>
