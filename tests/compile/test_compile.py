@@ -509,13 +509,14 @@ def test_graph_that_cannot_compile_raises_naming_the_op(monkeypatch):
 
 
 def test_device_only_aten_op_is_named():
-    # ATen's overrideable SDPA exists only for PrivateUse1 backends (no CPU kernel).
-    def f(q):
-        return torch.ops.aten._scaled_dot_product_fused_attention_overrideable(q, q, q)[0]
+    # ATen's overrideable convolution exists only for PrivateUse1 backends (no CPU kernel).
+    def f(x, w):
+        return torch.ops.aten.convolution_overrideable(x, w, None, [1], [0], [1], False, [0], 1)
 
-    q = torch.randn(1, 1, 4, 8).to("neuron")
-    with pytest.raises(Exception, match="aten::_scaled_dot_product_fused_attention_overrideable"):
-        torch.compile(f, backend="neuron")(q)
+    x = torch.randn(1, 2, 8).to("neuron")
+    w = torch.randn(3, 2, 3).to("neuron")
+    with pytest.raises(Exception, match="aten::convolution_overrideable"):
+        torch.compile(f, backend="neuron")(x, w)
 
 
 @pytest.mark.parametrize("how", ["env", "option"])

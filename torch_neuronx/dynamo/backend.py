@@ -22,12 +22,14 @@ from torch._dynamo.utils import counters
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from torch_neuronx import _C
-from torch_neuronx.dynamo import device_interface, metrics, neff_cache
+from torch_neuronx.dynamo import attention, device_interface, metrics, neff_cache
 from torch_neuronx.dynamo.graph_cost import GraphCost
 
 # Dynamo asks this interface about the device of the tensors it traces (current device, streams,
 # properties): registered with the backend, which is what brings Dynamo in.
 device_interface.register()
+# Fused attention (SDPA's overrideable backend on neuron) gets the CPU kernel programs run.
+attention.register()
 
 _FALLBACK_ENV = "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"
 _STATIC_ENV = "TORCH_NEURONX_STATIC_SHAPES"
@@ -107,8 +109,10 @@ def _check_runnable(gm: torch.fx.GraphModule, name: str) -> None:
             continue
         op = node.target
         # ATen's *_overrideable ops have a default kernel that only raises "not implemented"
-        # (Inductor registers them as fallbacks, i.e. calls to that kernel).
-        device_only = op.namespace == "aten" and "_overrideable" in op._opname
+        # (Inductor registers them as fallbacks, i.e. calls to that kernel), unless a CPU kernel
+        # was registered for them (attention.py does for fused attention).
+        device_only = (op.namespace == "aten" and "_overrideable" in op._opname
+                       and not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CPU"))
         lowered = op.namespace == "prims" or op in lowerings or op.overloadpacket in lowerings
         if lowered and not device_only:
             continue
@@ -302,6 +306,16 @@ def neuron_decompositions() -> dict:
     return dict(select_decomp_table())
 
 
+def _partition(joint_gm, joint_inputs, **kwargs):
+    """Inductor's partitioner: its joint-graph passes (pattern rewrites such as attention
+    fusion, no-op removal, constant folding), then the min-cut partition. Random ops stay ATen
+    ops (fallback_random, as in the programs)."""
+    from torch._inductor.compile_fx import partition_fn
+
+    with torch._inductor.config.patch(fallback_random=True):
+        return partition_fn(joint_gm, joint_inputs, **kwargs)
+
+
 def _timed_compile(compile_for, inputs):
     """AOTAutograd and the programs it builds now, timed as one (compile_seconds)."""
     started = time.perf_counter()
@@ -356,8 +370,6 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
         kind: functools.partial(_compile_program, base_name=base_name, kind=kind)
         for kind in ("forward", "backward", "inference")
     }
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
-
     def compile_backward(bw_gm, bw_inputs):
         # What aot_autograd's own wrapper does (Dynamo must trace neither the compiler nor the
         # program), keeping the program's boxed calling convention, which that wrapper drops.
@@ -374,18 +386,14 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
         bw_compiler=compile_backward,
         inference_compiler=compilers["inference"],
         decompositions=neuron_decompositions(),
-        partition_fn=functools.partial(min_cut_rematerialization_partition, compiler="inductor"),
+        partition_fn=_partition,
         keep_inference_input_mutations=True,
     )
 
     def compile_for(inputs):
-        # SDPA on neuron tensors picks the fused overrideable kernel, a device-only op the CPU
-        # program cannot run; traced with the math backend it becomes matmuls and a softmax that
-        # Inductor fuses. AOTAutograd traces forward and backward here, so both see the choice.
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        with sdpa_kernel([SDPBackend.MATH]):
-            return compile_graph(gm, inputs)
+        # SDPA on neuron tensors stays the fused overrideable attention op, which programs run
+        # with the CPU kernel attention.py registers (ATen's CPU flash attention, as eager).
+        return compile_graph(gm, inputs)
 
     if strict and _is_symbolic(example_inputs):
         return _ProgramPerShape(compile_for, base_name)

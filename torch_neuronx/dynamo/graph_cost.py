@@ -73,6 +73,21 @@ def _node_work(node) -> dict:
         # Gradients of input and weight: two convolutions of the forward's size.
         grad_out = _val(args[0])
         return {"tensor": 4 * _numel(grad_out) * per_output}
+    if packet in (aten._scaled_dot_product_fused_attention_overrideable,
+                  aten._scaled_dot_product_fused_attention_overrideable_backward):
+        # As the eager fused kernels count it (FlopModels.h attention()): the two products of
+        # 4-D query and key, 4*B*H*Lq*Lk*E; the backward recomputes the scores and the
+        # probabilities' gradient (2 passes) plus its own 1.5, and a mask gradient another pass.
+        offset = 0 if packet is aten._scaled_dot_product_fused_attention_overrideable else 1
+        q, k = _val(args[offset]), _val(args[offset + 1])
+        if q is None or k is None or q.dim() != 4 or k.dim() != 4:
+            return {}
+        one_pass = 4 * _expr(q.shape[0]) * _expr(q.shape[1]) * _expr(q.shape[2]) * _expr(
+            k.shape[2]) * _expr(q.shape[3])
+        if offset == 0:
+            return {"tensor": one_pass}
+        mask_grad = bool(args[5][3]) and args[4] is not None
+        return {"tensor": 2 * one_pass + one_pass / 2 + (one_pass if mask_grad else 0)}
     if not isinstance(out, torch.Tensor):
         if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
             out = out[0]
