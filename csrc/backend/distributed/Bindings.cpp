@@ -62,6 +62,8 @@ void init_distributed_bindings(py::module& m) {
            py::call_guard<py::gil_scoped_release>())
       .def("_abort_transport", &ProcessGroupNeuron::abort,
            py::call_guard<py::gil_scoped_release>());
+  sub.def("_set_link_model", &ProcessGroupNeuron::set_link_model, py::arg("bytes_per_ns"),
+          py::arg("latency_ns"));
   (void)backend;
 }
 

@@ -5,7 +5,10 @@
 #include <c10/util/Exception.h>
 #include <unistd.h>
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <numeric>
 
@@ -19,6 +22,9 @@ namespace torch_neuronx::distributed {
 namespace tp = nrtsim::transport;
 
 namespace {
+
+std::atomic<double> g_link_bytes_per_ns{0};
+std::atomic<double> g_link_latency_ns{0};
 
 [[noreturn]] void dist_error(const std::string& message) {
   C10_THROW_ERROR(DistBackendError, message);
@@ -317,6 +323,11 @@ void ProcessGroupNeuron::setTimeout(std::chrono::milliseconds timeout) {
   transport().set_timeout(timeout);
 }
 
+void ProcessGroupNeuron::set_link_model(double bytes_per_ns, double latency_ns) {
+  g_link_bytes_per_ns.store(bytes_per_ns);
+  g_link_latency_ns.store(latency_ns);
+}
+
 void ProcessGroupNeuron::abort() {
   if (transport_) transport_->abort("abort() was called on rank " + std::to_string(rank_));
 }
@@ -362,10 +373,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::run(const char* op, c10d::OpT
     nrtsim::Work work;
     work[nrtsim::Engine::kDma].bytes_read = sent;
     work[nrtsim::Engine::kDma].bytes_written = received;
-    transport_call([&] {
-      launch_on(device->index(), op, LaunchKind::kCollective, work, [&] { body(t); });
-    });
+    if (const double bandwidth = g_link_bytes_per_ns.load(); bandwidth > 0) {
+      // The link is full duplex: the larger direction sets the time; the DMA queues drive it.
+      const double ns = g_link_latency_ns.load() +
+                        static_cast<double>(std::max(sent, received)) / bandwidth;
+      work.has_timeline = true;
+      work.timeline_busy_ns[nrtsim::index_of(nrtsim::Engine::kDma)] = ns;
+      work.timeline_ns = ns;
+    }
+    // Transport errors are translated inside the body: launch_on would make them RuntimeErrors.
+    launch_on(device->index(), op, LaunchKind::kCollective, work,
+              [&] { transport_call([&] { body(t); }); });
   }
+  ++sequence_;
   return collect(c10::make_intrusive<CompletedWork>(rank_, type, std::move(outputs)));
 }
 
@@ -825,7 +845,14 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupNeuron::split(
     options->group_desc = opts->group_desc;
     options->global_ranks_in_group = opts->global_ranks_in_group;
   }
-  return c10::make_intrusive<ProcessGroupNeuron>(store, static_cast<int>(mine - ranks.begin()),
+  // Sibling splits may get the same store: keys under the rank list (and the how-manieth split
+  // of that list this is) keep their rendezvous apart.
+  std::string key;
+  for (int r : ranks) key += std::to_string(r) + ",";
+  const int generation = splits_[key]++;
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(
+      "nrtsim-split/" + key + "/" + std::to_string(generation), store);
+  return c10::make_intrusive<ProcessGroupNeuron>(prefixed, static_cast<int>(mine - ranks.begin()),
                                                  static_cast<int>(ranks.size()), options);
 }
 

@@ -14,6 +14,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -98,6 +99,13 @@ class ProcessGroupNeuron : public c10d::Backend {
 
   void abort() override;
   void shutdown() override;
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return sequence_; }
+
+  // The modelled link a collective's bytes cross (per logical core, full duplex): its bandwidth
+  // and a fixed latency per collective. Set per process from torch_neuronx/data/neuron_links.ini;
+  // while unset (bandwidth 0) a collective's bytes are charged as HBM traffic.
+  static void set_link_model(double bytes_per_ns, double latency_ns);
 
   nrtsim::transport::CollectiveTransport& transport();
 
@@ -116,6 +124,8 @@ class ProcessGroupNeuron : public c10d::Backend {
   std::unique_ptr<nrtsim::transport::CollectiveTransport> transport_;
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
+  uint64_t sequence_ = 0;
+  std::map<std::string, int> splits_;  // split() calls per rank list, for unique Store keys
 };
 
 }  // namespace torch_neuronx::distributed

@@ -9,7 +9,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "distributed"))
 import tiny_llama as tl  # noqa: E402
 
 RANK = int(os.environ["RANK"])
