@@ -1,6 +1,7 @@
 """The parallelism ecosystem above the neuron process group, each against a single-process run:
 the TP x FSDP fine-tune example (examples/tp_fsdp_finetune.py) at 4 ranks, the way `make
-finetune-32` runs it at 32."""
+finetune-tp-fsdp-32` runs it at 32; pipeline parallelism, distributed checkpoint resharding and
+activation checkpointing (workers/eco_parallel.py)."""
 
 import json
 import os
@@ -8,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from launcher import free_port
+from launcher import assert_all_ok, free_port, run_ranks
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,3 +52,22 @@ def test_tp_fsdp_finetune_example_matches_single_process_and_saves_a_cpu_checkpo
         # The full shape, not a TP or FSDP shard: intermediate x hidden of the TP=2 config.
         assert tuple(f.get_slice("model.layers.1.mlp.gate_proj.weight").get_shape()) == (64, 32)
     assert not any("_fsdp" in n or "_orig_mod" in n for n in names)
+
+
+def test_two_stage_pipeline_gpipe_and_1f1b_match_single_process():
+    results = run_ranks("eco_parallel.py", 2, ["pp"], timeout=240)
+    assert_all_ok(results)
+    for schedule in ("ScheduleGPipe", "Schedule1F1B"):
+        assert all(f"{schedule} 2-stage pipeline ok" in r.output for r in results)
+
+
+def test_dcp_saved_under_fsdp2_loads_under_tp_and_unsharded(tmp_path):
+    results = run_ranks("eco_parallel.py", 2, ["dcp", tmp_path], timeout=240)
+    assert_all_ok(results)
+    assert all("DCP FSDP2 -> TP -> single process ok" in r.output for r in results)
+
+
+def test_activation_checkpointing_under_fsdp2_matches_single_process():
+    results = run_ranks("eco_parallel.py", 2, ["ac"], timeout=240)
+    assert_all_ok(results)
+    assert all("FSDP2 + activation checkpointing ok" in r.output for r in results)
