@@ -77,3 +77,36 @@ def test_flash_attention_forward_example(causal):
     key_tiles = [((i + 1) * 128 + 511) // 512 if causal else seq // 512 for i in range(seq // 128)]
     assert run.matmul_flops == sum(key_tiles) * 2 * (2 * 128 * 512 * d)
     assert set(run.utilization) == {"tensor", "vector", "scalar", "gpsimd", "dma"}
+
+
+def test_flash_attention_backward_example():
+    from flash_attention import flash_attention_bwd
+
+    torch.manual_seed(4)
+    seq, d = 512, 64
+    q, k, v, d_o = (torch.randn(seq, d, dtype=torch.bfloat16) for _ in range(4))
+    o = flash_attention_fwd(q, k, v)
+    dq, dk, dv = flash_attention_bwd(*(t.to("neuron") for t in (q, k, v, o, d_o)))
+    qd, kd, vd, od, dod = (t.double() for t in (q, k, v, o, d_o))
+    scale = d**-0.5
+    p = torch.softmax(qd @ kd.T * scale, dim=1)
+    dp = dod @ vd.T
+    delta = (dod * od).sum(1, keepdim=True)
+    ds = p * (dp - delta) * scale
+    # Exact gradients for the kernel's own o (the forward's bf16 output feeds delta).
+    ref_dq, ref_dk, ref_dv = ds @ kd, ds.T @ qd, p.T @ dod
+    # P and dS are rounded to bf16 before their matmuls (u_bf16 relative each); dP and delta are
+    # FP32 sums of D terms; the gradient matmuls are FP32 sums of S terms.
+    err_ds = UBF16 * ds.abs() + scale * p * (2 * d * U32 * (dod.abs() @ vd.abs().T + (
+        dod * od).abs().sum(1, keepdim=True)) + 4 * U32 * (dp - delta).abs())
+    sums = (seq + 1) * U32
+    assert torch.all((dv.cpu().double() - ref_dv).abs() <= (UBF16 + sums) * (p.T @ dod.abs()))
+    assert torch.all((dk.cpu().double() - ref_dk).abs() <= err_ds.T @ qd.abs() + sums * (
+        ds.abs().T @ qd.abs()))
+    assert torch.all((dq.cpu().double() - ref_dq).abs() <= err_ds @ kd.abs() + sums * (
+        ds.abs() @ kd.abs()))
+    run = flash_attention_bwd.last_run
+    # Per 128-query tile: pass 1 QK^T over all keys; pass 2 per 128 keys QK^T, P^T dO, dO V^T,
+    # dS^T Q, dS K: five 128 x 128 x d matmuls.
+    tiles = seq // 128
+    assert run.matmul_flops == tiles * (2 * 128 * d * seq + tiles * 5 * 2 * 128 * 128 * d)
