@@ -318,6 +318,32 @@ def test_dropout_in_a_program_is_seeded_and_differentiable():
     assert torch.equal(x.grad.cpu(), kept.float() / (1 - p))
 
 
+def test_compiled_dropout_follows_the_eager_neuron_stream():
+    # Two dropouts (reserving from the neuron generator in order) and a backward: the compiled
+    # program draws the same masks as eager neuron at the same point of the stream, and leaves
+    # the generator where eager leaves it.
+    def f(t):
+        h = torch.nn.functional.dropout(t, 0.25) * 3
+        return torch.nn.functional.dropout(h.tanh(), 0.5)
+
+    x = (torch.rand(16, 24) + 1).to("neuron").requires_grad_()
+    results = {}
+    for name, fn in (("eager", f), ("compiled", torch.compile(f, backend="neuron"))):
+        torch.neuron.manual_seed(11)
+        out = fn(x)
+        out.sum().backward()
+        results[name] = (out.detach().cpu(), x.grad.cpu().clone(), torch.neuron.get_rng_state())
+        x.grad = None
+    (out_e, grad_e, state_e), (out_c, grad_c, state_c) = results["eager"], results["compiled"]
+    assert torch.equal(out_c != 0, out_e != 0)  # the same masks
+    # Dropout's scaling is exact (powers of two and 4/3 applied as in eager); tanh may differ by
+    # Inductor's vectorised tanh against ATen's: a few ulps.
+    assert_close(out_c, out_e, terms=4)
+    assert_close(grad_c, grad_e, terms=4)
+    assert torch.equal(state_c, state_e)  # the stream advanced as in eager
+    assert torch.neuron.get_dynamo_metrics()["program_launches"] == 2
+
+
 def test_autocast_inside_the_compiled_region():
     torch.manual_seed(0)
     layer = torch.nn.Linear(16, 8).to("neuron")
@@ -456,6 +482,23 @@ def test_cpu_tensor_crossing_into_the_graph():
     out = torch.compile(f, backend="neuron")(x, w)
     assert out.device == w.device
     assert_close(out, f(x, w), terms=3)
+
+
+def test_cpu_autocopy_can_be_disabled(monkeypatch):
+    # TorchNeuron's TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY=1: a CPU tensor entering a neuron
+    # graph raises, naming the input and the fix; a CPU scalar (0-dim) is still accepted.
+    monkeypatch.setenv("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", "1")
+
+    def f(x_cpu, w, s):
+        return torch.tanh(x_cpu.to("neuron") @ w) * s
+
+    w = torch.randn(3, 2).to("neuron")
+    with pytest.raises(Exception, match="x_cpu.*CPU tensor.*TORCH_NEURONX_DYNAMO_DISABLE_CPU"):
+        torch.compile(f, backend="neuron")(torch.randn(4, 3), w, torch.tensor(2.0))
+    torch._dynamo.reset()
+    x = torch.randn(4, 3).to("neuron")
+    out = torch.compile(f, backend="neuron")(x, w, torch.tensor(2.0))
+    assert_close(out, f(x, w, torch.tensor(2.0)), terms=3)
 
 
 def test_cpu_output_from_the_graph():

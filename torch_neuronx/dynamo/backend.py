@@ -22,7 +22,7 @@ from torch._dynamo.utils import counters
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from torch_neuronx import _C
-from torch_neuronx.dynamo import attention, device_interface, metrics, neff_cache
+from torch_neuronx.dynamo import attention, device_interface, metrics, neff_cache, random_ops
 from torch_neuronx.dynamo.graph_cost import GraphCost
 
 # Dynamo asks this interface about the device of the tensors it traces (current device, streams,
@@ -33,6 +33,7 @@ attention.register()
 
 _FALLBACK_ENV = "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"
 _STATIC_ENV = "TORCH_NEURONX_STATIC_SHAPES"
+_NO_AUTOCOPY_ENV = "TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY"
 _KNOWN_OPTIONS = {"model_name", "fallback_execution", "static_shapes"}
 _graph_ids = itertools.count()
 # Set while neuron_backend runs: the forward program compiles inside it (its time is counted
@@ -160,7 +161,7 @@ def _constants_on_cpu(gm: torch.fx.GraphModule) -> None:
             setattr(owner, name, on_cpu)
 
 
-def _graph_for_cpu(gm: torch.fx.GraphModule, example_inputs, fake_mode):
+def _graph_for_cpu(gm: torch.fx.GraphModule, example_inputs, fake_mode, device: int):
     """A copy of `gm` whose device arguments name the CPU, re-propagated with CPU fake inputs."""
     graph = torch.fx.Graph()
     outputs = graph.graph_copy(gm.graph, {})
@@ -170,6 +171,7 @@ def _graph_for_cpu(gm: torch.fx.GraphModule, example_inputs, fake_mode):
         node.kwargs = torch.fx.node.map_aggregate(node.kwargs, _on_cpu)
     cpu_gm = torch.fx.GraphModule(gm, graph)
     _constants_on_cpu(cpu_gm)
+    random_ops.draw_from_device(cpu_gm, device)
     cpu_inputs = []
     with fake_mode:
         for x in example_inputs:
@@ -254,7 +256,7 @@ def _compile_program(gm, example_inputs, *, base_name: str, kind: str):
             program = _inductor_compile(gm, example_inputs, inner, store)
         else:
             fake_mode = torch._guards.detect_fake_mode(example_inputs)
-            cpu_gm, cpu_inputs = _graph_for_cpu(gm, example_inputs, fake_mode)
+            cpu_gm, cpu_inputs = _graph_for_cpu(gm, example_inputs, fake_mode, device)
             try:
                 compiled = _inductor_compile(cpu_gm, cpu_inputs, inner, store)
             except Exception as error:
@@ -303,7 +305,13 @@ def neuron_decompositions() -> dict:
     (the programs are compiled by Inductor, which lowers what remains)."""
     from torch._inductor.decomposition import select_decomp_table
 
-    return dict(select_decomp_table())
+    # The table for random ops run as ATen ops (fallback_random, as the programs are compiled),
+    # less what random_ops.py keeps whole so programs can draw from the neuron generator.
+    with torch._inductor.config.patch(fallback_random=True):
+        table = dict(select_decomp_table())
+    for op in random_ops.KEPT_WHOLE:
+        table.pop(op, None)
+    return table
 
 
 def _partition(joint_gm, joint_inputs, **kwargs):
@@ -341,6 +349,31 @@ def _note_recompile() -> None:
     metrics.record_recompile(reason or "unknown")
 
 
+def _check_cpu_inputs(gm: torch.fx.GraphModule, example_inputs) -> None:
+    """TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY=1: CPU tensors may not enter a graph that works
+    on neuron (TorchNeuron raises instead of copying them to the device). By default they enter
+    the program and are copied where the graph moves them, as TorchNeuron's automatic copy.
+    0-dim CPU tensors are scalars, accepted on any device, as in eager."""
+    value = os.environ.get(_NO_AUTOCOPY_ENV, "0").strip().lower()
+    if value not in ("1", "true", "yes", "on"):
+        return
+    uses_neuron = any(isinstance(x, torch.Tensor) and _is_neuron(x.device) for x in example_inputs)
+    uses_neuron = uses_neuron or any(
+        _is_neuron(arg) for node in gm.graph.nodes
+        for arg in (*node.args, *node.kwargs.values()))
+    if not uses_neuron:
+        return
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, x in enumerate(example_inputs):
+        if isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dim() > 0:
+            name = placeholders[i].name if i < len(placeholders) else f"#{i}"
+            raise NeuronCompileError(
+                f"torch.compile(backend='neuron'): input {name} is a CPU tensor "
+                f"(shape {tuple(x.shape)}, {x.dtype}) and {_NO_AUTOCOPY_ENV}=1 forbids copying "
+                f"CPU inputs into a compiled neuron graph. Move it to neuron before the call "
+                f"(.to('neuron')), or unset {_NO_AUTOCOPY_ENV} to let the program copy it.")
+
+
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None):
     """The ``neuron`` backend of ``torch.compile``."""
     options = dict(options or {})
@@ -360,6 +393,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
             f"({_STATIC_ENV}=1 or options={{'static_shapes': True}}), as on TorchNeuron. Leave "
             f"`dynamic` unset or pass dynamic=False, or turn static shapes off to compile one "
             f"symbolic program for all shapes.")
+    _check_cpu_inputs(gm, example_inputs)
     metrics.record("graphs")
     _note_recompile()
     graph_id = next(_graph_ids)

@@ -4,6 +4,7 @@
 // program's device, inside ONE launch record of kind kProgram carrying the summed work of the
 // graph. The CPU code never dispatches to neuron, so the ops inside a program yield no records of
 // their own: the profiler, op tracking and the simulated clock see the program as one unit.
+#include <torch/csrc/Generator.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -19,6 +20,7 @@
 
 #include "backend/compiler/ProgramLaunch.h"
 #include "backend/core/CachingAllocator.h"
+#include "backend/core/Generator.h"
 #include "backend/core/HostView.h"
 #include "backend/core/KernelLaunch.h"
 #include "backend/core/NeuronRuntime.h"
@@ -201,12 +203,24 @@ py::list launch_program(int device, const std::string& name, const py::dict& eng
   return outputs;
 }
 
+// A CPU generator producing the `count` values reserved now from neuron:`device`'s default
+// generator: how a random op inside a program draws from the neuron stream exactly as the eager
+// kernel would at the same point (torch_neuronx/dynamo/random_ops.py).
+py::object program_host_generator(int device, uint64_t count) {
+  TORCH_CHECK(device >= 0, "neuron program: random op on device index ", device);
+  const at::Generator host =
+      host_generator_for(std::nullopt, static_cast<c10::DeviceIndex>(device), count);
+  return py::reinterpret_steal<py::object>(THPGenerator_Wrap(host));
+}
+
 }  // namespace
 
 void init_compiler_bindings(py::module& m) {
   m.def("_launch_program", &launch_program, py::arg("device"), py::arg("name"),
         py::arg("engine_ops"), py::arg("bytes_engine"), py::arg("program"), py::arg("args"),
         py::arg("output_devices"));
+  m.def("_program_host_generator", &program_host_generator, py::arg("device"),
+        py::arg("count"));
 }
 
 }  // namespace torch_neuronx
