@@ -77,9 +77,9 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     for step in range(args.steps):
-        # A synthetic corpus: replica `dp_rank` takes its own rows of the global batch; the TP
-        # ranks of one replica share them.
-        g = torch.Generator().manual_seed(step)
+        # A synthetic corpus of one global batch, seen every step (so the loss must fall):
+        # replica `dp_rank` takes its own rows; the TP ranks of one replica share them.
+        g = torch.Generator().manual_seed(0)
         tokens = torch.randint(0, config.vocab_size, (dp_size * args.batch_per_replica, args.seq), generator=g)
         mine = tokens[dp_rank * args.batch_per_replica : (dp_rank + 1) * args.batch_per_replica].to("neuron")
         loss = model(input_ids=mine, labels=mine).loss
