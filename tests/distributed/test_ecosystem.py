@@ -1,17 +1,26 @@
 """The parallelism ecosystem above the neuron process group, each against a single-process run:
 the TP x FSDP fine-tune example (examples/tp_fsdp_finetune.py) at 4 ranks, the way `make
 finetune-tp-fsdp-32` runs it at 32; pipeline parallelism, distributed checkpoint resharding and
-activation checkpointing (workers/eco_parallel.py)."""
+activation checkpointing (workers/eco_parallel.py); Accelerate, transformers' tensor-parallel
+loading and TRL's SFTTrainer with FSDP2 (workers/eco_hf.py)."""
 
 import json
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from launcher import assert_all_ok, free_port, run_ranks
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+HF = Path(__file__).parent / "workers" / "eco_hf.py"
+# Every core visible, each rank taking its local rank's (eco_hf.bind_local_core): the one-core-per-
+# process default breaks on device_ids=[LOCAL_RANK] (test_device_ids_of_the_local_rank...).
+ALL_CORES = {"TORCH_NEURONX_KEEP_VISIBLE_CORES": "1"}
 
 
 def torchrun(script, nproc, args=(), env=None, timeout=300):
@@ -71,3 +80,52 @@ def test_activation_checkpointing_under_fsdp2_matches_single_process():
     results = run_ranks("eco_parallel.py", 2, ["ac"], timeout=240)
     assert_all_ok(results)
     assert all("FSDP2 + activation checkpointing ok" in r.output for r in results)
+
+
+def test_accelerate_detects_multi_neuron_and_transformers_loads_with_tensor_parallelism(tmp_path):
+    out = torchrun(HF, 2, ["accelerate-tp", tmp_path], env=ALL_CORES)
+    assert out.count("accelerate MULTI_NEURON ok; transformers TP=2 loading ok") == 2, out[-3000:]
+
+
+def test_trl_sft_trainer_with_fsdp2_matches_one_cpu_process(tmp_path):
+    from safetensors.torch import load_file
+
+    # The single-process CPU run and the 2-rank FSDP2 run, side by side.
+    reference = subprocess.Popen(
+        [sys.executable, str(HF), "sft-reference", str(tmp_path)],
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    torchrun(HF, 2, ["sft", tmp_path], env=ALL_CORES)
+    ref_out, _ = reference.communicate(timeout=300)
+    assert reference.returncode == 0, ref_out[-4000:]
+    got, want = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("fsdp2", "reference"))
+    assert got["distributed_type"] == "DistributedType.FSDP" and got["world"] == 2
+    # fp32 on both sides: the losses (token means) differ only by summation order.
+    assert len(got["losses"]) == len(want["losses"]) == 4
+    for a, b in zip(got["losses"], want["losses"]):
+        assert math.isclose(a, b, rel_tol=1e-5), (got["losses"], want["losses"])
+    # AdamW (lr 1e-2, eps 1e-8): an update g / (sqrt(v) + eps) moves by at most delta / eps for an
+    # absolute gradient error delta; float32 sums of per-token terms of this tiny model leave
+    # delta ~1e-11, so <= 1e-3 * lr per step, plus a few half-ulps (2^-24) of an O(1) parameter.
+    atol = 4 * (1e-3 * 1e-2 + 4 * 2.0**-24)
+    a = load_file(str(tmp_path / "fsdp2-model" / "model.safetensors"))
+    b = load_file(str(tmp_path / "reference-model" / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for name in b:
+        assert a[name].shape == b[name].shape, name  # the full tensor, not an FSDP shard
+        diff = (a[name] - b[name]).abs().max().item()
+        assert diff <= atol, f"{name}: FSDP2 on neuron vs one CPU process differ by {diff} (atol {atol})"
+
+
+@pytest.mark.xfail(
+    reason="backend: with one visible core per process (torchrun default), neuron:LOCAL_RANK does not exist on "
+    "ranks > 0, so barrier(device_ids=[LOCAL_RANK]) (Accelerate's wait_for_everyone) and "
+    "torch.accelerator.set_device_index(LOCAL_RANK) (transformers' TP loading) raise",
+    strict=False,
+)
+def test_device_ids_of_the_local_rank_work_with_one_visible_core_per_process(tmp_path):
+    out = torchrun(HF, 2, ["device-ids", tmp_path], timeout=120)
+    assert out.count("device ids ok") == 2
