@@ -1,0 +1,47 @@
+"""The kernels Hub path offline: a local kernel repository in the `kernels` layout (variant
+torch-neuron) provides an NKI RMSNorm layer that kernelize(model, device="neuron") swaps into a
+transformers Llama. Runs in a subprocess: the example decorates LlamaRMSNorm process-wide."""
+
+import os
+
+import pytest
+
+pytest.importorskip("kernels")
+pytest.importorskip("transformers")
+
+CODE = r"""
+import os, sys, torch
+sys.path.insert(0, os.environ["NKI_EXAMPLES_DIR"])
+import kernels_hub
+stock, kernelized, launches, norms = kernels_hub.main()
+assert norms == 5 and launches == norms, (norms, launches)
+# The swapped layer against the stock formula in float64: a sum of H squares, rsqrt and two
+# products in float32 -> relative error <= (H + 8) u.
+from transformers.models.llama import modeling_llama
+torch.manual_seed(1)
+layer = modeling_llama.LlamaRMSNorm(64, eps=1e-6)
+with torch.no_grad():
+    layer.weight.copy_(torch.randn(64))
+from kernels import LocalLayerRepository, Mode, kernelize, use_kernel_mapping
+wrapper = torch.nn.Sequential(layer).to("neuron")
+with use_kernel_mapping({"RMSNorm": {"neuron": LocalLayerRepository(repo_path=kernels_hub.REPO, layer_name="RMSNorm")}}):
+    kernelize(wrapper, mode=Mode.INFERENCE, device="neuron")
+x = torch.randn(3, 50, 64)
+with torch.no_grad():
+    out = wrapper(x.to("neuron")).cpu().double()
+xd = x.double()
+ref = layer.weight.detach().cpu().double() * xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6)
+assert torch.all((out - ref).abs() <= (64 + 8) * 2.0**-24 * ref.abs()), (out - ref).abs().max()
+# The whole model: only the five norms differ, each within the bound above; a smoke check that the
+# swapped model computes the same function (no derived bound across the network).
+assert (kernelized - stock).abs().max() <= 1e-5 * stock.abs().max()
+print("ok")
+"""
+
+
+def test_kernelize_llama_with_local_nki_rmsnorm(python_subprocess):
+    examples = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "nki")
+    result = python_subprocess(CODE, env={"HF_HUB_OFFLINE": "1", "NKI_EXAMPLES_DIR": examples},
+                               timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ok" in result.stdout
