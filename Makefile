@@ -73,6 +73,11 @@ bench: build
 bench-collectives: build
 	$(PYTHON) bench/collectives.py
 
+# NKI interpreter speed: flash-attention forward vs torch SDPA on the CPU (docs/benchmarks.md).
+.PHONY: bench-nki
+bench-nki: build
+	$(PYTHON) bench/nki.py
+
 # The seed's layout: 32 ranks on the simulated trn1.32xlarge, TP=4 inside each replica, FSDP2
 # across the 8 replicas, ending with a transformers checkpoint (make test runs it at 4 ranks).
 .PHONY: finetune-32
