@@ -501,6 +501,45 @@ def test_cpu_autocopy_can_be_disabled(monkeypatch):
     assert_close(out, f(x, w, torch.tensor(2.0)), terms=3)
 
 
+def test_trainium_legality_float64_warned_and_in_metrics():
+    def f(x):
+        return (x.double() * 3).float().sum()
+
+    x = torch.randn(8).to("neuron")
+    with pytest.warns(UserWarning, match="(?s)would differ on Trainium.*float64 values"):
+        out = torch.compile(f, backend="neuron")(x)
+    assert_close(out, f(x), terms=8)
+    m = torch.neuron.get_dynamo_metrics()
+    assert m["trainium_flagged_programs"] == 1, m
+    (entry,) = m["trainium_legality"]
+    assert entry["issues"]["float64"]["count"] >= 2  # the double() and the product
+
+
+def test_trainium_legality_int64_reported_not_warned():
+    emb = torch.nn.Embedding(10, 4).to("neuron")
+    ids = torch.tensor([1, 2, 3]).to("neuron")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = torch.compile(lambda i: emb(i).sum(), backend="neuron")(ids)
+    assert_close(out, emb(ids).sum(), terms=12)
+    m = torch.neuron.get_dynamo_metrics()
+    assert m["trainium_flagged_programs"] == 0
+    issues = [e["issues"] for e in m["trainium_legality"]]
+    assert any("int64" in i and set(i) == {"int64"} for i in issues), issues
+
+
+def test_trainium_legality_data_dependent_sizes():
+    def f(x):
+        return torch.masked_select(x, x > 0).sum()
+
+    x = torch.tensor([1.0, -2.0, 3.0, -4.0, 5.0]).to("neuron")
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        with pytest.warns(UserWarning, match="data-dependent sizes"):
+            out = torch.compile(f, backend="neuron", fullgraph=True)(x)
+    assert out.item() == 9.0
+    assert torch.neuron.get_dynamo_metrics()["trainium_flagged_programs"] == 1
+
+
 def test_cpu_output_from_the_graph():
     def f(x):
         return (x * 2).cpu(), x + 1

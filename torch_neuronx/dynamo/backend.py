@@ -22,7 +22,8 @@ from torch._dynamo.utils import counters
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from torch_neuronx import _C
-from torch_neuronx.dynamo import attention, device_interface, metrics, neff_cache, random_ops
+from torch_neuronx.dynamo import (attention, device_interface, legality, metrics, neff_cache,
+                                  random_ops)
 from torch_neuronx.dynamo.graph_cost import GraphCost
 
 # Dynamo asks this interface about the device of the tensors it traces (current device, streams,
@@ -248,6 +249,12 @@ def _compile_program(gm, example_inputs, *, base_name: str, kind: str):
         _check_runnable(gm, name)
         output_devices = _output_devices(gm)
         device = _program_device(example_inputs, output_devices)
+        if device is not None:
+            issues = legality.check(gm)
+            if issues:
+                metrics.record_legality(name, issues, flagged=any(
+                    k in issues for k in legality.WARNED))
+                legality.report(name, issues)
         hits_before = counters["inductor"]["fxgraph_cache_hit"]
         inner = dict(is_backward=kind == "backward", is_inference=kind == "inference")
         store = neff_cache.ProgramStore() if neff_cache.enabled() else None

@@ -23,6 +23,11 @@ def _fresh() -> dict:
         "compile_seconds": 0.0,   # time spent in the backend (AOTAutograd and Inductor)
         "fallback_graphs": 0,     # graphs that could not compile and ran eagerly
         "program_launches": 0,    # compiled programs run (one launch record each)
+        # Per program with something Trainium would compute differently or refuse (legality.py):
+        # {"program": name, "issues": {kind: {"count": n, "ops": [...]}}}, and how many of them
+        # have a warned issue (float64, complex, data-dependent sizes).
+        "trainium_legality": [],
+        "trainium_flagged_programs": 0,
         # What the same run would cost on TorchNeuron, which compiles static shapes only: every
         # new shape a symbolic program serves would be another program and, for a forward or
         # inference graph, another recompile of its frame.
@@ -76,13 +81,21 @@ def record_recompile(reason: str) -> None:
         _metrics["recompile_reasons"].append(reason)
 
 
+def record_legality(program: str, issues: dict, flagged: bool) -> None:
+    with _lock:
+        _metrics["trainium_legality"].append({"program": program, "issues": issues})
+        if flagged:
+            _metrics["trainium_flagged_programs"] += 1
+
+
 def get_dynamo_metrics() -> dict:
     """What ``torch.compile(backend="neuron")`` did since the start or the last
     :func:`reset_dynamo_metrics`: Dynamo graphs compiled, programs (forward/backward/inference)
     compiled or served from the program cache, recompiles with the guard that failed, graph breaks
     with their reasons, seconds spent compiling, graphs that fell back to eager execution,
-    programs launched, and what the same run would cost on TorchNeuron (static shapes only:
-    ``torchneuron_programs``, ``torchneuron_recompiles``). A copy: later compiles do not change
+    programs launched, what the same run would cost on TorchNeuron (static shapes only:
+    ``torchneuron_programs``, ``torchneuron_recompiles``) and what Trainium would compute
+    differently or refuse per program (``trainium_legality``). A copy: later compiles do not change
     it."""
     with _lock:
         snapshot = copy.deepcopy(_metrics)
