@@ -78,13 +78,6 @@ bench-collectives: build
 bench-nki: build
 	$(PYTHON) bench/nki.py
 
-# The seed's layout: 32 ranks on the simulated trn1.32xlarge, TP=4 inside each replica, FSDP2
-# across the 8 replicas, ending with a transformers checkpoint (make test runs it at 4 ranks).
-.PHONY: finetune-32
-finetune-32: build
-	NRTSIM_INSTANCE=trn1.32xlarge OMP_NUM_THREADS=1 $(PYTHON) -m torch.distributed.run --nproc-per-node 32 \
-	  examples/distributed/finetune_tp_fsdp.py --tp 4 --out build/tiny-llama-tp-fsdp
-
 format:
 	@command -v clang-format >/dev/null && find csrc tests/runtime -name '*.cpp' -o -name '*.h' | xargs clang-format -i || echo "clang-format not installed"
 	$(PYTHON) -m ruff format torch_neuronx tests examples bench 2>/dev/null || echo "ruff not installed (pip install ruff)"

@@ -1,6 +1,5 @@
 """DDP, FSDP2 (bf16 MixedPrecisionPolicy), DTensor tensor + sequence parallel, functional
-collectives (eager and compiled), 2-stage pipelining, activation checkpointing under FSDP2 and the
-2-D TP x FSDP mesh on the neuron process group, each against a single-process CPU float32 run of
+collectives (eager and compiled) and the 2-D TP x FSDP mesh on the neuron process group, each against a single-process CPU float32 run of
 the same tiny Llama (workers/parallel.py). The 2-rank scenarios share one launch: starting ranks
 costs more than most scenarios."""
 
@@ -10,8 +9,6 @@ TWO_RANK = {
     "ddp": "DDP ok",
     "fsdp2": "FSDP2 bf16 ok",
     "tp": "TP+SP ok",
-    "pp": "pipeline (2 stages) ok",
-    "checkpointing": "FSDP2 + activation checkpointing ok",
     "funcol": "funcol eager and compiled ok",
 }
 

@@ -2,7 +2,8 @@
 of the same tiny Llama on the same global batches (computed here, on every rank).
 
 argv[1:]: scenarios to run one after the other in one process group: ddp | fsdp2 | tp | 2d |
-funcol | pp | checkpointing."""
+funcol. (Pipelining, activation checkpointing, DCP and the Hugging Face stack are in
+test_ecosystem.py.)"""
 
 import os
 import sys
@@ -76,56 +77,6 @@ def rows_of(dp_rank, dp_size):
     return slice(dp_rank * per, (dp_rank + 1) * per)
 
 
-def pipeline(ref):
-    """Two pipeline stages (torch.distributed.pipelining, GPipe over 2 microbatches): the
-    activations and their gradients cross between the ranks by send/recv; each stage's gradients
-    must be the single-process gradients of its layers."""
-    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
-
-    model = tl.make_model()
-
-    class First(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.tok_embeddings, self.layer = model.tok_embeddings, model.layers[0]
-
-        def forward(self, tokens):
-            return self.layer(self.tok_embeddings(tokens))
-
-    class Last(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.layer, self.norm, self.output = model.layers[1], model.norm, model.output
-
-        def forward(self, h):
-            return self.output(self.norm(self.layer(h)))
-
-    part = (First() if RANK == 0 else Last()).to(DEV)
-    stage = PipelineStage(part, stage_index=RANK, num_stages=2, device=DEV)
-    schedule = ScheduleGPipe(stage, n_microbatches=2, loss_fn=tl.loss_fn)
-    x, y = tl.batch(0, GLOBAL_BATCH)
-    losses = []
-    if RANK == 0:
-        schedule.step(x.to(DEV))
-    else:
-        schedule.step(target=y.to(DEV), losses=losses)
-    # Reference gradients of the same layers on the whole batch (mean loss = mean of the two
-    # microbatches' means, which the schedule's gradient scaling reproduces).
-    reference_model = tl.make_model()
-    tl.loss_fn(reference_model(x), y).backward()
-    ref_grads = dict(reference_model.named_parameters())
-    names = {"tok_embeddings": "tok_embeddings", "layer": "layers.0" if RANK == 0 else "layers.1",
-             "norm": "norm", "output": "output"}
-    worst = 0.0
-    for name, p in part.named_parameters():
-        head, _, rest = name.partition(".")
-        want = ref_grads[f"{names[head]}.{rest}"].grad
-        diff = (p.grad.cpu() - want).abs().max().item()
-        worst = max(worst, diff)
-        assert diff <= 1e-6, f"pipeline stage {RANK}: gradient of {name} differs by {diff}"
-    print(f"rank {RANK} pipeline (2 stages) ok: worst gradient diff {worst:.2e}", flush=True)
-
-
 def main():
     dist.init_process_group("neuron", device_id=torch.device("neuron", 0))
     ref = reference()
@@ -195,23 +146,6 @@ def run(scenario, ref):
         out = compiled(x)
         assert torch.equal(out.cpu(), want * 2 + 1), out
         print(f"rank {RANK} funcol eager and compiled ok", flush=True)
-    elif scenario == "pp":
-        pipeline(ref)
-    elif scenario == "checkpointing":
-        # Activation checkpointing under FSDP2: each block's activations are recomputed in the
-        # backward pass (its all-gathers happen again); fp32, so results match like DDP's.
-        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-        from torch.distributed.fsdp import fully_shard
-
-        model = tl.make_model()
-        model.layers = torch.nn.ModuleList([checkpoint_wrapper(layer) for layer in model.layers])
-        model = model.to(DEV)
-        for layer in model.layers:
-            fully_shard(layer)
-        fully_shard(model)
-        losses = train(model, rows_of(RANK, WORLD), dist.group.WORLD)
-        state = {k.replace("_checkpoint_wrapped_module.", ""): v for k, v in model.state_dict().items()}
-        compare(losses, state, ref, fp32_loss_rtol, fp32_atol, "FSDP2 + activation checkpointing")
     else:
         raise SystemExit(f"unknown scenario {scenario}")
 
