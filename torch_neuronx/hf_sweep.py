@@ -456,6 +456,59 @@ def _run_device(model, device, dtype, input_ids):
     return res
 
 
+def _run_compiled(model, dtype, input_ids):
+    """The compiled column: forward with labels and backward through
+    torch.compile(backend="neuron", fullgraph=True), from the same initial weights as the eager
+    runs; loss, logits and gradient norms to compare with eager neuron's."""
+    res = {}
+    try:
+        model = model.to(device="neuron", dtype=dtype)
+        model.eval()
+        ids = input_ids.to("neuron")
+        torch._dynamo.reset()
+        torch.neuron.reset_dynamo_metrics()
+        compiled = torch.compile(model, backend="neuron", fullgraph=True)
+        t0 = time.perf_counter()
+        out = compiled(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids)
+        out.loss.backward()
+        torch.neuron.synchronize()
+        res["seconds"] = round(time.perf_counter() - t0, 2)
+        res["loss"] = float(out.loss.detach().float().cpu())
+        res["logits"] = out.logits.detach().float().cpu()
+        res["grad_norms"] = {
+            n: float(p.grad.detach().float().norm().cpu()) for n, p in model.named_parameters() if p.grad is not None
+        }
+        m = torch.neuron.get_dynamo_metrics()
+        res["programs"] = m["programs"]
+    except ArchTimeout:
+        raise
+    except Exception as e:  # noqa: BLE001 - recorded in the column
+        res["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+    finally:
+        torch._dynamo.reset()
+    return res
+
+
+def compare_compiled(comp, neu, dtype):
+    """The compiled column's verdict against eager neuron: (status, detail)."""
+    if "error" in comp:
+        return "fail", comp["error"]
+    tol = TOLERANCES[dtype]
+    loss = _rel(comp["loss"], neu["loss"])
+    if comp["logits"].shape != neu["logits"].shape:
+        return "fail", f"logits shape {tuple(comp['logits'].shape)} != {tuple(neu['logits'].shape)}"
+    logits = float((comp["logits"] - neu["logits"]).abs().max())
+    gn = [_rel(comp["grad_norms"].get(k, float("nan")), v) for k, v in neu["grad_norms"].items()]
+    grad = max(gn) if gn else 0.0
+    if not loss <= tol["loss"]:
+        return "fail", f"loss diff {loss:.3g} > {tol['loss']}"
+    if not logits <= tol["logits"]:
+        return "fail", f"logits max diff {logits:.3g} > {tol['logits']}"
+    if not grad <= tol["grad"]:
+        return "fail", f"grad norm rel diff {grad:.3g} > {tol['grad']}"
+    return "pass", f"{comp['programs']} programs, {comp['seconds']} s; loss {loss:.2g}, logits {logits:.2g}, grad {grad:.2g}"
+
+
 def _rel(a, b):
     return abs(a - b) / max(1.0, abs(b))
 
@@ -496,8 +549,10 @@ def _median_times(initial, dtype, input_ids, repeats, cpu_s, neuron_s):
     return (round(statistics.median(times["cpu"]), 4), round(statistics.median(times["neuron"]), 4))
 
 
-def sweep_one(model_type, class_name, dtype, time_limit, repeats=1):
-    """One architecture: skipped, fails on CPU, pass, or the failing neuron stage."""
+def sweep_one(model_type, class_name, dtype, time_limit, repeats=1, compiled=False):
+    """One architecture: skipped, fails on CPU, pass, or the failing neuron stage. With
+    `compiled`, an architecture that passes eagerly also gets the compiled column
+    (rec["compiled"], rec["compiled_detail"]): fullgraph forward+backward against eager neuron."""
     from transformers import AutoModelForCausalLM
 
     rec = {"model_type": model_type, "class": class_name}
@@ -599,8 +654,17 @@ def sweep_one(model_type, class_name, dtype, time_limit, repeats=1):
             rec.update(status="fail", stage=stage, error=why)
         else:
             rec["status"] = "pass"
+            if compiled:
+                phase = "compiled"
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    comp = _run_compiled(copy.deepcopy(initial), dtype, input_ids)
+                rec["compiled"], rec["compiled_detail"] = compare_compiled(comp, neu, dtype)
         return rec
     except ArchTimeout as e:
+        if phase == "compiled":
+            rec.update(compiled="fail", compiled_detail=f"{e} ({time_limit} s) while compiling")
+            return rec
         status = "fail" if phase == "neuron" else "fails on CPU"
         rec.update(status=status, stage="timeout", error=f"{e} ({time_limit} s) during the {phase} run")
         return rec
@@ -628,11 +692,14 @@ def _cell(text):
 def write_reports(records, meta, out_dir):
     os.makedirs(out_dir, exist_ok=True)
     stem = "hf_coverage" if meta["dtype"] == "float32" else f"hf_coverage_{meta['dtype']}"
+    if meta.get("compiled"):
+        stem += "_compiled"  # its own report: the compiled column, next to the eager sweep's
     counts, fallback, neu_s, cpu_s = summarize(records)
     meta = dict(meta, counts=counts, fallback_ops=fallback, neuron_s=round(neu_s, 2), cpu_s=round(cpu_s, 2))
     with open(os.path.join(out_dir, stem + ".json"), "w") as f:
         json.dump({"meta": meta, "architectures": records}, f, indent=1, default=str)
     ran = counts.get("pass", 0) + sum(v for k, v in counts.items() if k.startswith("fail:"))
+    with_compiled = [r for r in records if "compiled" in r]
     lines = [
         "# Hugging Face causal-LM coverage on `neuron`",
         "",
@@ -666,14 +733,23 @@ def write_reports(records, meta, out_dir):
         f"- skipped (not a text decoder, config not buildable offline, or not shrinkable "
         f"generically): {counts.get('skipped', 0)}",
         f"- CPU-fallback ops seen over the sweep: {', '.join(f'`{o}`' for o in fallback) or 'none'}",
+    ]
+    if with_compiled:
+        passed = sum(r["compiled"] == "pass" for r in with_compiled)
+        lines.append(
+            f"- compiled (`torch.compile(backend=\"neuron\", fullgraph=True)` forward+backward "
+            f"against eager neuron, same tolerances; `--compiled`): **{passed}** pass of "
+            f"{len(with_compiled)} that pass eagerly")
+    lines += [
         f"- wall time of the passing architectures' runs (per architecture the median of "
         f"{meta.get('repeats', 1)} timed runs per device, devices taking turns): neuron {neu_s:.1f} s, "
         f"CPU {cpu_s:.1f} s (neuron / CPU = {neu_s / cpu_s if cpu_s else float('nan'):.3f})",
         "",
         "## Architectures",
         "",
-        "| model type | class | result | stage | detail | fallback ops | neuron s | CPU s |",
-        "|---|---|---|---|---|---|---:|---:|",
+        "| model type | class | result | stage | detail | fallback ops | neuron s | CPU s |"
+        + (" compiled |" if with_compiled else ""),
+        "|---|---|---|---|---|---|---:|---:|" + ("---|" if with_compiled else ""),
     ]
     for r in records:
         if r["status"] == "pass":
@@ -688,6 +764,8 @@ def write_reports(records, meta, out_dir):
         lines.append(
             f"| {r['model_type']} | {r['class']} | {r['status']} | {r.get('stage', '')} | {_cell(detail)[:200]} | "
             f"{_cell(', '.join(r.get('fallback_ops', [])))} | {r.get('neuron_s', '')} | {r.get('cpu_s', '')} |"
+            + (f" {_cell(r.get('compiled', ''))}{': ' + _cell(r.get('compiled_detail', ''))[:120] if r.get('compiled') == 'fail' else ''} |"
+               if with_compiled else "")
         )
     with open(os.path.join(out_dir, stem + ".md"), "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -704,6 +782,9 @@ def main(argv=None):
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--output-dir", default="docs")
     p.add_argument("--time-limit", type=float, default=180, help="seconds per architecture")
+    p.add_argument("--compiled", action="store_true",
+                   help="add the compiled column: fullgraph torch.compile(backend='neuron') "
+                        "forward+backward of each eagerly passing architecture against eager neuron")
     p.add_argument("--repeats", type=int, default=3,
                    help="timed runs per device of each passing architecture; the median is reported")
     args = p.parse_args(argv)
@@ -725,15 +806,18 @@ def main(argv=None):
     t0 = time.perf_counter()
     records = []
     for i, (mt, cls) in enumerate(entries, 1):
-        r = sweep_one(mt, cls, dtype, args.time_limit, args.repeats)
+        r = sweep_one(mt, cls, dtype, args.time_limit, args.repeats, compiled=args.compiled)
         records.append(r)
         extra = r.get("stage", "") + (": " + (r.get("error") or r.get("reason", "")) if r["status"] != "pass" else "")
+        if "compiled" in r:
+            extra += f" | compiled: {r['compiled']} {r.get('compiled_detail', '')}"
         print(f"[{i}/{len(entries)}] {mt}: {r['status']} {extra}"[:240], flush=True)
     meta = dict(
         date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         machine=f"{platform.machine()}, {os.cpu_count()} cores",
         torch=torch.__version__, transformers=transformers.__version__, dtype=args.dtype,
         torch_dtype=dtype, wall_s=time.perf_counter() - t0, argv=sys.argv[1:], repeats=args.repeats,
+        compiled=args.compiled,
     )
     write_reports(records, meta, args.output_dir)
     counts, fallback, neu_s, cpu_s = summarize(records)

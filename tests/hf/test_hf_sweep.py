@@ -54,3 +54,28 @@ def test_wrapper_config_is_swept_through_its_text_config():
 def test_assistant_drafters_are_skipped_with_a_reason():
     rec = hf_sweep.sweep_one("gemma4_assistant", "Gemma4AssistantForCausalLM", torch.float32, 60)
     assert rec["status"] == "skipped" and "drafter" in rec["reason"]
+
+
+@pytest.mark.parametrize("model_type", ["llama"])
+def test_compiled_column_matches_eager(model_type):
+    # The sweep's compiled column: fullgraph torch.compile(backend="neuron") forward+backward
+    # against eager neuron with the sweep's tolerances (CI runs this one architecture; the whole
+    # column is `python -m torch_neuronx.hf_sweep --compiled`).
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    rec = hf_sweep.sweep_one(model_type, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type],
+                             torch.float32, 300, compiled=True)
+    assert rec["status"] == "pass", rec
+    assert rec["compiled"] == "pass", rec.get("compiled_detail")
+    assert "programs" in rec["compiled_detail"]
+
+
+def test_compiled_column_reports_a_failure():
+    # A compiled run that raises is a "fail" with the error, not a crash of the sweep.
+    neu = {"loss": 1.0, "logits": torch.zeros(1), "grad_norms": {}}
+    status, detail = hf_sweep.compare_compiled({"error": "Unsupported: graph break"}, neu,
+                                               torch.float32)
+    assert status == "fail" and "graph break" in detail
+    comp = {"loss": 1.5, "logits": torch.zeros(1), "grad_norms": {}, "programs": 2, "seconds": 1}
+    status, detail = hf_sweep.compare_compiled(comp, neu, torch.float32)
+    assert status == "fail" and "loss diff" in detail

@@ -21,6 +21,27 @@ import torch
 _library = None
 
 
+def _layout_like_query(query, shape):
+    """An empty tensor of `shape` in query's dimension order: the layout the op's meta kernel
+    gives the attention output, which compiled code is planned (and checked) against."""
+    if tuple(query.shape) == tuple(shape):
+        return torch.empty_like(query)
+    order = sorted(range(query.dim()), key=lambda i: query.stride(i), reverse=True)
+    strides = [0] * len(shape)
+    step = 1
+    for i in reversed(order):
+        strides[i] = step
+        step *= shape[i]
+    return torch.empty_strided(shape, strides, dtype=query.dtype)
+
+
+def _in_layout(result, like):
+    """`result` in `like`'s layout (a copy only when the kernel chose another one)."""
+    if result.stride() == like.stride():
+        return result
+    return like.copy_(result)
+
+
 def _forward(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False,
              return_debug_mask=False, *, scale=None):
     if dropout_p != 0.0:
@@ -29,8 +50,9 @@ def _forward(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False,
             f"scaled_dot_product_attention routes dropout to the math backend")
     out, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
         query, key, value, 0.0, is_causal, attn_mask=attn_bias, scale=scale)
-    # The op's meta kernel (what compiled code was planned with) has a contiguous logsumexp;
-    # the CPU kernel's is laid out (B, L, H). The backward reads either through its strides.
+    # Outputs in the layouts of the op's meta kernel, which compiled code was planned with: the
+    # output in query's dimension order, a contiguous logsumexp (the CPU kernel's is (B, L, H)).
+    out = _in_layout(out, _layout_like_query(query, out.shape))
     logsumexp = logsumexp.contiguous()
     # Unused outputs as the meta kernel has them: no cumulative lengths or debug mask, 0-dim
     # philox seed and offset (no dropout).
@@ -68,6 +90,10 @@ def _backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logs
     grad_q, grad_k, grad_v = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
         grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, attn_mask=mask,
         scale=scale)
+    # Gradients laid out as their inputs (the meta kernel's empty_like).
+    grad_q = _in_layout(grad_q, torch.empty_like(query))
+    grad_k = _in_layout(grad_k, torch.empty_like(key))
+    grad_v = _in_layout(grad_v, torch.empty_like(value))
     grad_mask = None
     if grad_input_mask[3] and has_mask:
         if not mask.is_floating_point():
