@@ -35,6 +35,9 @@ namespace {
 constexpr uint64_t kMagic = 0x6e727473696d6c6bULL;  // "nrtsimlk"
 constexpr size_t kPage = 4096;
 constexpr size_t kMessageHeader = 16;  // tag, payload bytes
+// Up to this size a reduction is done whole by every rank (one barrier); above it the ranks
+// split the work (two barriers, 1/N of the reads each).
+constexpr size_t kDirectReduceBytes = 64 << 10;
 
 size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
@@ -462,6 +465,17 @@ void CollectiveTransport::reduce(void* data, size_t count, DType dtype, ReduceOp
     const size_t c = std::min(chunk, count - off);
     std::memcpy(my_half(), p + off * esz, c * esz);
     sync();
+    if (c * esz <= kDirectReduceBytes) {
+      // Small: every rank (or the root) reduces the whole chunk from all slots itself, in rank
+      // order, so the results are the same bits everywhere, after one barrier instead of two.
+      if (root < 0 || root == rank_) {
+        for (int k = 0; k < size_; ++k) srcs[k] = half_of(k);
+        transport::reduce(p + off * esz, srcs.data(), size_, c, dtype, op);
+      }
+      next_step();
+      off += c;
+      continue;
+    }
     // Each rank reduces its own share of the chunk, in rank order, into its own slot.
     const size_t lo = c * rank_ / size_, hi = c * (rank_ + 1) / size_;
     for (int k = 0; k < size_; ++k) srcs[k] = half_of(k) + lo * esz;

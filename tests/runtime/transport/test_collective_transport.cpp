@@ -120,6 +120,30 @@ TEST(CollectiveTransport, AllreduceBroadcastAllgatherAcrossManySteps) {
   EXPECT_EQ(codes, std::vector<int>({0, 0, 0}));
 }
 
+TEST(CollectiveTransport, LargeChunksSplitTheReductionAcrossRanks) {
+  // Half slots of 512 KiB: chunks above the direct-reduction size, so each rank reduces its
+  // share and the shares are gathered; the last chunk is small and reduced whole.
+  auto o = small_options();
+  o.slot_bytes = 1 << 20;
+  const auto codes = run_ranks(
+      3,
+      [](int rank, CollectiveTransport& t) {
+        const size_t n = 300'001;  // 1.2 MB of float: two 512 KiB chunks and a small tail
+        std::vector<float> data(n);
+        for (size_t i = 0; i < n; ++i) data[i] = value(rank, i);
+        t.allreduce(data.data(), n, DType::kFloat32, ReduceOp::kSum);
+        for (size_t i = 0; i < n; ++i) {
+          REQUIRE(data[i] == (value(0, i) + value(1, i)) + value(2, i));
+        }
+        std::vector<double> mine(n, rank + 1.0);
+        t.reduce(mine.data(), n, DType::kFloat64, ReduceOp::kMax, 2);
+        REQUIRE(mine[n - 1] == (rank == 2 ? 3.0 : rank + 1.0));
+        return true;
+      },
+      o);
+  EXPECT_EQ(codes, std::vector<int>({0, 0, 0}));
+}
+
 TEST(CollectiveTransport, ReduceScatterAlltoallGatherScatter) {
   const auto codes = run_ranks(4, [](int rank, CollectiveTransport& t) {
     const size_t n = 9'000;  // per rank: crosses steps of 8 KiB per rank
