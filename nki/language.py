@@ -12,7 +12,6 @@ import builtins
 import contextlib
 import math
 import operator
-import warnings
 
 from nki import _core
 from nki import isa as _isa
@@ -469,11 +468,3 @@ def rms_norm(x, w, axis=-1, n=None, epsilon=1e-6, dtype=None, **kwargs):
     _isa.tensor_tensor(out, normed, wv, multiply)
     return out
 
-
-def _deprecated_alias(name, target):
-    def f(*args, **kwargs):
-        warnings.warn(f"nl.{name} is deprecated; use {target.__name__}", DeprecationWarning,
-                      stacklevel=2)
-        return target(*args, **kwargs)
-
-    return f

@@ -266,3 +266,11 @@ def test_bad_arguments_are_named():
         add_kernel(np.ones((2, 2)), np.ones((2, 2)))
     with pytest.raises(nki.NkiError, match="only valid inside a kernel"):
         nl.ndarray((2, 2), nl.float32)
+
+
+def test_simulate_runs_on_the_host_whatever_the_device():
+    x = torch.arange(8.0).reshape(2, 4)
+    out = nki.simulate(add_kernel)(x.to("neuron"), x.to("neuron"))
+    assert out.device.type == "cpu" and torch.equal(out, x + x)
+    with pytest.raises(nki.NkiError, match="not available in NKI 0.x"):
+        nki.benchmark(add_kernel)
