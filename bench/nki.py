@@ -1,7 +1,7 @@
 """Interpreter speed: the NKI flash-attention forward kernel (examples/nki) against torch's
 scaled_dot_product_attention on the CPU, same inputs, same run.
 
-    python bench/nki.py [--seq 2048] [--head-dim 128] [--reps 5]
+    python bench/nki.py [--seq 2048] [--head-dim 128] [--reps 5] [--threads N]
 
 Prints medians of --reps timed calls (after one warm-up call, which also specialises the kernel)
 and the ratio interpreter / SDPA; target <= 3x (docs/benchmarks.md, section NKI).
@@ -37,7 +37,11 @@ def main():
     parser.add_argument("--seq", type=int, default=2048)
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch.set_num_threads for SDPA (the interpreter uses one thread)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     q, k, v = (torch.randn(args.seq, args.head_dim, dtype=torch.bfloat16) for _ in range(3))
     qn, kn, vn = q.to("neuron"), k.to("neuron"), v.to("neuron")
