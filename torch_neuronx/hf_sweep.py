@@ -483,7 +483,10 @@ def _run_compiled(model, dtype, input_ids):
     except ArchTimeout:
         raise
     except Exception as e:  # noqa: BLE001 - recorded in the column
-        res["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+        # Dynamo wraps the backend's error ("backend='neuron' raised:" then the cause): keep the
+        # first two non-empty lines so the column shows the cause.
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        res["error"] = f"{type(e).__name__}: {' '.join(lines[:2])}"[:300]
     finally:
         torch._dynamo.reset()
     return res
