@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/core/BoxedArgs.h"
@@ -148,7 +149,18 @@ void register_overload(torch::Library& library, const OpFamily& family,
                                   std::make_unique<HostMathKernel>(family, name)));
 }
 
+// Overload name -> the family that lists it (registered or kept as a dedicated kernel).
+std::unordered_map<std::string, OpFamily>& families_by_op() {
+  static auto* map = new std::unordered_map<std::string, OpFamily>();
+  return *map;
+}
+
 }  // namespace
+
+const OpFamily* find_op_family(const std::string& op) {
+  auto it = families_by_op().find(op);
+  return it == families_by_op().end() ? nullptr : &it->second;
+}
 
 std::vector<std::string>& unregistered_names() {
   static auto* names = new std::vector<std::string>();
@@ -179,6 +191,7 @@ void register_host_math_ops(torch::Library& library, const OpFamily& family,
       }
       if (returns_view(handle->schema())) continue;  // views need real view kernels (Views.cpp)
       any = true;
+      families_by_op().emplace(op_name(handle->operator_name()), family);
       // A dedicated kernel registered before the family list (e.g. unboxed arithmetic) stays.
       if (handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;
       register_overload(library, family, *handle);
@@ -200,6 +213,7 @@ void register_host_math_overloads(torch::Library& library, const OpFamily& famil
       unregistered_names().push_back(op_name(name));
       continue;
     }
+    families_by_op()[op_name(handle->operator_name())] = family;
     register_overload(library, family, *handle);
   }
 }

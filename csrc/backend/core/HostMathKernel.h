@@ -40,6 +40,11 @@ void register_host_math_ops(torch::Library& library, const OpFamily& family,
 void register_host_math_overloads(torch::Library& library, const OpFamily& family,
                                   std::initializer_list<const char*> overloads);
 
+// The family whose list names the overload `op` ("aten::mm", "aten::add.Tensor"), or nullptr.
+// The estimate (csrc/backend/estimate) derives a traced op's work from it, so that an op's work
+// has one definition whether it runs or is only traced.
+const OpFamily* find_op_family(const std::string& op);
+
 // Names in the family lists that matched no registrable overload in this torch version (a stale
 // list). Empty in a correct build; a test asserts that.
 std::vector<std::string>& unregistered_names();

@@ -7,8 +7,9 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "backend/compiler/ProgramLaunch.h"
-#include "backend/nki/NkiBindings.h"
 #include "backend/distributed/Bindings.h"
+#include "backend/estimate/EstimateBindings.h"
+#include "backend/nki/NkiBindings.h"
 #include "backend/core/CachingAllocator.h"
 #include "backend/core/Generator.h"
 #include "backend/core/HostAllocator.h"
@@ -58,8 +59,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("_in_bad_fork", [] { return nrtsim::Runtime::in_forked_child(); });
   m.def("_init", &init_runtime);
   init_compiler_bindings(m);
-  init_nki_bindings(m);
   distributed::init_distributed_bindings(m);
+  init_estimate_bindings(m);
+  init_nki_bindings(m);
   m.def("_current_device", [] { return static_cast<int>(current_device()); });
   m.def("_set_device", [](int device) { set_device(static_cast<c10::DeviceIndex>(device)); });
   m.def("_synchronize", [](int device) {

@@ -202,7 +202,17 @@ Projection project(const std::vector<TracedOp>& ops, const ModelFacts& facts, co
   std::map<std::string, PhaseCost> phases;
   double useful_flops = 0;
   for (const TracedOp& op : ops) {
-    const auto busy = rank.busy_ns(op);
+    auto busy = rank.busy_ns(op);
+    const bool elementwise_or_move =
+        (op.kind == LaunchKind::kKernel && op.work.main_engine() != Engine::kTensor) ||
+        op.kind == LaunchKind::kCopyDeviceToDevice;
+    if (workload.compiled && elementwise_or_move) {
+      // Inside a compiled program the compiler fuses elementwise work, casts and copies into
+      // their neighbours: an intermediate crosses HBM once (written by its producer, read by a
+      // matmul), not once per op that touches it. Charge such an op its output only.
+      busy[index_of(Engine::kDma)] = static_cast<double>(op.work.bytes_written()) /
+                                     (rank.hbm_bytes_per_ns() * rank.efficiency().hbm);
+    }
     const double longest = *std::max_element(busy.begin(), busy.end());
     const double fixed = workload.compiled ? 0 : rank.launch_ns(op.kind);
     if (!phases.count(op.phase)) {
@@ -270,11 +280,16 @@ Projection project(const std::vector<TracedOp>& ops, const ModelFacts& facts, co
     const double fwd = phase_ns("forward") + tp_forward;
     const double bwd = phase_ns("backward") + tp_backward;
     const double opt = phase_ns("optimizer");
+    // Phases of other names (a user's script traced as one phase) run once per micro-batch too.
+    double other = 0;
+    for (const auto& [name, ph] : phases) {
+      if (name != "forward" && name != "backward" && name != "optimizer") other += phase_ns(name);
+    }
     for (auto& [name, ph] : phases) {
       if (name == "forward") ph.collective_ns = tp_forward;
       if (name == "backward") ph.collective_ns = tp_backward;
     }
-    const double per_microbatch = fwd + bwd + (layout.pp > 1 ? 2 * pp_send : 0);
+    const double per_microbatch = fwd + bwd + other + (layout.pp > 1 ? 2 * pp_send : 0);
     // 1F1B: the pipeline fills and drains once per step: pp - 1 micro-batch slots idle.
     const double pipeline = (layout.microbatches + layout.pp - 1) * per_microbatch;
     p.pipeline_bubble_ns = (layout.pp - 1) * per_microbatch;

@@ -1,0 +1,227 @@
+#include "backend/estimate/EstimateBindings.h"
+
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/estimate/TracedWork.h"
+#include "runtime/EngineModel.h"
+#include "runtime/Error.h"
+#include "runtime/cost/CostData.h"
+#include "runtime/cost/Projection.h"
+
+namespace py = pybind11;
+
+namespace torch_neuronx {
+namespace {
+
+using namespace nrtsim::cost;
+
+const char* source_name(estimate::WorkSource s) {
+  switch (s) {
+    case estimate::WorkSource::kFamily: return "family";
+    case estimate::WorkSource::kKernel: return "kernel";
+    case estimate::WorkSource::kCopy: return "copy";
+    case estimate::WorkSource::kDefault: return "default";
+  }
+  return "default";
+}
+
+// The ops of one traced rank, in order.
+class OpTrace {
+ public:
+  // Derives the op's work from its arguments and outputs; returns how ("family", "kernel",
+  // "copy", or "default" for an op neuron has no model of).
+  std::string record(const py::object& func, const py::tuple& args, const py::dict& kwargs,
+                     const std::vector<at::Tensor>& outputs, const std::string& phase) {
+    const py::object schema = func.attr("_schema");
+    const c10::OperatorName name(schema.attr("name").cast<std::string>(),
+                                 schema.attr("overload_name").cast<std::string>());
+    const auto handle = c10::Dispatcher::singleton().findSchema(name);
+    TORCH_CHECK(handle.has_value(), "estimate: no operator ", name.name, ".",
+                name.overload_name, " in the dispatcher");
+    py::kwargs kw;
+    for (auto item : kwargs) kw[item.first] = item.second;
+    const torch::jit::Stack stack =
+        torch::jit::createStackForSchema(handle->schema(), torch::jit::tuple_slice(args), kw, std::nullopt);
+    estimate::TracedWork w = estimate::traced_work(*handle, stack, outputs);
+    w.op.phase = phase;
+    ops_.push_back(std::move(w.op));
+    return source_name(w.source);
+  }
+
+  size_t size() const { return ops_.size(); }
+  const std::vector<TracedOp>& ops() const { return ops_; }
+
+  py::list rows() const {
+    py::list out;
+    for (const auto& op : ops_) {
+      py::dict d;
+      d["op"] = op.op;
+      d["phase"] = op.phase;
+      d["precision"] = nrtsim::precision_name(op.work.precision);
+      d["bytes"] = op.work.bytes_read() + op.work.bytes_written();
+      py::dict engines;
+      for (nrtsim::Engine e : nrtsim::kAllEngines) engines[nrtsim::engine_name(e)] = op.work[e].ops;
+      d["ops"] = engines;
+      d["tensor_tile_ops"] = op.tensor_tile_ops;
+      out.append(d);
+    }
+    return out;
+  }
+
+ private:
+  std::vector<TracedOp> ops_;
+};
+
+template <class T>
+T get(const py::dict& d, const char* key, T fallback) {
+  return d.contains(key) ? d[key].cast<T>() : fallback;
+}
+
+py::dict engines_dict(const std::array<double, nrtsim::kEngineCount>& ns) {
+  py::dict d;
+  for (nrtsim::Engine e : nrtsim::kAllEngines) {
+    d[nrtsim::engine_name(e)] = ns[nrtsim::index_of(e)] * 1e-9;  // seconds, as every *_s field
+  }
+  return d;
+}
+
+py::dict to_dict(const Projection& p) {
+  py::dict d;
+  d["instance"] = p.instance;
+  d["accelerator"] = p.accelerator;
+  d["gpu"] = p.gpu;
+  d["ranks"] = p.ranks;
+  d["ranks_per_instance"] = p.ranks_per_instance;
+  d["instances"] = p.instances;
+  d["step_s"] = p.step_ns * 1e-9;
+  d["tokens_per_step"] = p.tokens_per_step;
+  d["tokens_per_s"] = p.tokens_per_s;
+  d["useful_flops_per_step"] = p.useful_flops_per_step;
+  d["peak_flops_per_rank"] = p.peak_flops_per_rank_ns * 1e9;
+  d["mfu"] = p.mfu;
+  d["price_usd_per_hour"] = p.price_usd_per_hour;
+  d["price_source"] = p.price_source;
+  d["usd_per_million_tokens"] = p.usd_per_million_tokens > 0 ? py::object(py::float_(p.usd_per_million_tokens)) : py::none();
+  d["hbm_bytes_per_rank"] = p.hbm_bytes_per_rank;
+  d["hbm_capacity_per_rank"] = p.hbm_capacity_per_rank;
+  d["pipeline_bubble_s"] = p.pipeline_bubble_ns * 1e-9;
+  d["bound"] = p.bound;
+  d["engine_s"] = engines_dict(p.engine_ns);
+  py::list phases;
+  for (const auto& ph : p.phases) {
+    py::dict x;
+    x["phase"] = ph.phase;
+    x["s"] = ph.ns * 1e-9;
+    x["compute_s"] = ph.compute_ns * 1e-9;
+    x["launch_s"] = ph.fixed_ns * 1e-9;
+    x["collective_s"] = ph.collective_ns * 1e-9;
+    x["engine_s"] = engines_dict(ph.engine_ns);
+    x["bound"] = ph.bound;
+    phases.append(x);
+  }
+  d["phases"] = phases;
+  py::list ops;
+  for (const auto& o : p.ops) {
+    py::dict x;
+    x["op"] = o.op;
+    x["phase"] = o.phase;
+    x["count"] = o.count;
+    x["s"] = o.ns * 1e-9;
+    x["engine_s"] = engines_dict(o.engine_ns);
+    x["flops"] = o.flops;
+    x["bytes"] = o.bytes;
+    ops.append(x);
+  }
+  d["ops"] = ops;
+  py::list collectives;
+  for (const auto& c : p.collectives) {
+    py::dict x;
+    x["name"] = c.name;
+    x["over"] = c.over;
+    x["ranks"] = c.ranks;
+    x["bytes"] = c.bytes;
+    x["count"] = c.count;
+    x["s_each"] = c.ns_each * 1e-9;
+    x["exposed_s"] = c.exposed_ns * 1e-9;
+    collectives.append(x);
+  }
+  d["collectives"] = collectives;
+  return d;
+}
+
+py::dict project_trace(const OpTrace& trace, const py::dict& facts_d, const py::dict& layout_d,
+                       const py::dict& workload_d, const std::string& instance,
+                       const std::string& data_path, const std::string& engine_model_path) {
+  try {
+    const CostData data = load_cost_data(data_path);
+    const auto chips = nrtsim::load_engine_model(engine_model_path);
+    ModelFacts facts;
+    facts.layers = get<int>(facts_d, "layers", 0);
+    facts.hidden = get<int>(facts_d, "hidden", 0);
+    facts.params = get<double>(facts_d, "params", 0);
+    facts.params_per_rank = get<double>(facts_d, "params_per_rank", 0);
+    facts.param_bytes = get<int>(facts_d, "param_bytes", 2);
+    facts.activation_bytes = get<int>(facts_d, "activation_bytes", 2);
+    facts.kv_cache_bytes_per_rank = get<double>(facts_d, "kv_cache_bytes_per_rank", 0);
+    facts.activation_bytes_per_rank = get<double>(facts_d, "activation_bytes_per_rank", 0);
+    Layout layout;
+    layout.tp = get<int>(layout_d, "tp", 1);
+    layout.pp = get<int>(layout_d, "pp", 1);
+    layout.dp = get<int>(layout_d, "dp", 1);
+    layout.fsdp = get<bool>(layout_d, "fsdp", false);
+    layout.microbatches = get<int>(layout_d, "microbatches", 1);
+    Workload workload;
+    workload.training = get<bool>(workload_d, "training", true);
+    workload.tokens_per_microbatch = get<double>(workload_d, "tokens_per_microbatch", 0);
+    workload.compiled = get<bool>(workload_d, "compiled", true);
+    return to_dict(project(trace.ops(), facts, layout, workload, data.instance(instance), data, chips));
+  } catch (const nrtsim::Error& e) {
+    throw py::value_error(e.what());
+  }
+}
+
+py::dict instances(const std::string& data_path) {
+  try {
+    const CostData data = load_cost_data(data_path);
+    py::dict out;
+    for (const auto& [name, i] : data.instances) {
+      py::dict d;
+      d["accelerator"] = i.accelerator;
+      d["devices"] = i.devices;
+      d["gpu"] = i.is_gpu();
+      d["scale_up"] = i.scale_up;
+      d["scale_out"] = i.scale_out;
+      d["price_usd_per_hour"] = i.price_usd_per_hour;
+      d["price_source"] = i.price_source;
+      d["hbm_bytes_per_device"] = i.is_gpu() ? data.gpu_spec(i.accelerator).hbm_gbytes * 1e9 : 0.0;
+      out[py::str(name)] = d;
+    }
+    return out;
+  } catch (const nrtsim::Error& e) {
+    throw py::value_error(e.what());
+  }
+}
+
+}  // namespace
+
+void init_estimate_bindings(py::module& m) {
+  py::class_<OpTrace>(m, "_EstimateTrace")
+      .def(py::init<>())
+      .def("record", &OpTrace::record, py::arg("func"), py::arg("args"), py::arg("kwargs"),
+           py::arg("outputs"), py::arg("phase"))
+      .def("__len__", &OpTrace::size)
+      .def("rows", &OpTrace::rows);
+  m.def("_estimate_project", &project_trace, py::arg("trace"), py::arg("facts"),
+        py::arg("layout"), py::arg("workload"), py::arg("instance"), py::arg("data_path"),
+        py::arg("engine_model_path"));
+  m.def("_estimate_instances", &instances, py::arg("data_path"));
+  m.def("_estimate_matmul_tile_ops", &estimate::matmul_tile_ops, py::arg("batch"), py::arg("m"),
+        py::arg("k"), py::arg("n"));
+}
+
+}  // namespace torch_neuronx
