@@ -183,5 +183,33 @@ TEST(Projection, TrainingPipelineBubbleAndHiddenDataParallelism) {
   EXPECT_EQ(p.instances, 1);  // 8 ranks of 32
 }
 
+TEST(Projection, CompiledProgramsFuseElementwiseTraffic) {
+  // A Vector-engine op reading 2 GB and writing 1 GB: compiled, only its output crosses HBM
+  // (its inputs were a neighbour's outputs); eager, all 3 GB do and it pays a launch.
+  const auto& f = files();
+  const InstanceSpec& trn2 = f.data.instance("trn2.48xlarge");
+  const RankModel rank(trn2, f.data, f.chips);
+  TracedOp op;
+  op.op = "aten::mul.Tensor";
+  op.phase = "decode";
+  op.work.precision = Precision::kBf16;
+  op.work[Engine::kVector].ops = 1000;
+  op.work[Engine::kVector].bytes_read = 2'000'000'000ull;
+  op.work[Engine::kVector].bytes_written = 1'000'000'000ull;
+  ModelFacts facts;
+  facts.layers = 1;
+  facts.hidden = 8;
+  Layout layout;
+  Workload w;
+  w.training = false;
+  w.tokens_per_microbatch = 1;
+  const double bw = rank.hbm_bytes_per_ns() * f.data.trainium.hbm;
+  const Projection compiled = project({op}, facts, layout, w, trn2, f.data, f.chips);
+  EXPECT_NEAR(compiled.step_ns, 1e9 / bw + rank.launch_ns(LaunchKind::kProgram), 1);
+  w.compiled = false;
+  const Projection eager = project({op}, facts, layout, w, trn2, f.data, f.chips);
+  EXPECT_NEAR(eager.step_ns, 3e9 / bw + rank.launch_ns(LaunchKind::kKernel), 1);
+}
+
 }  // namespace
 }  // namespace nrtsim::cost
