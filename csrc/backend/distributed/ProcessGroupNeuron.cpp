@@ -356,6 +356,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::run(const char* op, c10d::OpT
                                                        std::vector<at::Tensor> outputs,
                                                        Body&& body) {
   auto& t = transport();
+  std::lock_guard<std::mutex> serial(collective_mutex_);
   std::optional<c10::Device> device;
   for (const auto& x : tensors) {
     if (x.is_cpu()) continue;

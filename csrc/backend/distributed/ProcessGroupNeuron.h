@@ -16,6 +16,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -125,6 +126,9 @@ class ProcessGroupNeuron : public c10d::Backend {
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
   uint64_t sequence_ = 0;
+  // One collective at a time per group and process: threads that share a group (an autograd
+  // worker, the main thread) must not interleave their steps through its slots.
+  std::mutex collective_mutex_;
   std::map<std::string, int> splits_;  // split() calls per rank list, for unique Store keys
 };
 
