@@ -2,7 +2,8 @@
 the TP x FSDP fine-tune example (examples/tp_fsdp_finetune.py) at 4 ranks, the way `make
 finetune-tp-fsdp-32` runs it at 32; pipeline parallelism, distributed checkpoint resharding and
 activation checkpointing (workers/eco_parallel.py); Accelerate, transformers' tensor-parallel
-loading and TRL's SFTTrainer with FSDP2 (workers/eco_hf.py)."""
+loading and TRL's SFTTrainer with FSDP2 (workers/eco_hf.py); torchtitan's Llama 3 debug model
+with FSDP2 + TP (workers/eco_titan.py, run by `make test-torchtitan`)."""
 
 import json
 import math
@@ -129,3 +130,30 @@ def test_trl_sft_trainer_with_fsdp2_matches_one_cpu_process(tmp_path):
 def test_device_ids_of_the_local_rank_work_with_one_visible_core_per_process(tmp_path):
     out = torchrun(HF, 2, ["device-ids", tmp_path], timeout=120)
     assert out.count("device ids ok") == 2
+
+
+TORCHTITAN_SITE = os.environ.get("TORCH_NEURONX_TORCHTITAN_SITE")
+
+
+@pytest.mark.skipif(
+    not TORCHTITAN_SITE,
+    reason="torchtitan is kept out of .venv (its pins clash with the Hugging Face stack's): "
+    "`make test-torchtitan` installs requirements/torchtitan.txt apart and runs this test",
+)
+def test_torchtitan_llama3_debug_model_fsdp2_tp_matches_one_process(tmp_path):
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [TORCHTITAN_SITE, os.environ.get("PYTHONPATH")]))}
+    titan = Path(__file__).parent / "workers" / "eco_titan.py"
+    # One seed checkpoint for both layouts (torchtitan's way to start sharded runs from the same
+    # weights), then one process without parallelism, then TP=2 x FSDP=2 on 4 ranks.
+    torchrun(titan, 1, [tmp_path, "--seed-checkpoint"], env=env)
+    single_out = torchrun(titan, 1, [tmp_path], env=env)
+    parallel_out = torchrun(titan, 4, [tmp_path, "--tp", 2], env=env, timeout=400)
+    single = json.loads((tmp_path / "losses-1.json").read_text())
+    parallel = json.loads((tmp_path / "losses-4.json").read_text())
+    assert len(single) == len(parallel) == 4, (single_out[-2000:], parallel_out[-2000:])
+    assert parallel[-1] < parallel[0]
+    # float32 parameters and compute on both sides; they differ by summation order only (TP's
+    # row-parallel sums, FSDP2's reduce-scatter of 2 replicas): a few float32 roundings per op
+    # (~1e-7 relative) through 6 layers and 4 AdamW steps; 1e-5 relative leaves room.
+    for a, b in zip(parallel, single):
+        assert math.isclose(a, b, rel_tol=1e-5), (parallel, single)
