@@ -540,6 +540,19 @@ def test_trainium_legality_data_dependent_sizes():
     assert torch.neuron.get_dynamo_metrics()["trainium_flagged_programs"] == 1
 
 
+def test_integer_histc_as_eager_neuron():
+    # MoE routing counts tokens per expert with histc on integer ids: neuron has it (as CUDA),
+    # the CPU kernel has floating types only; the program counts as the eager kernel does.
+    def f(ids):
+        return torch.histc(ids, bins=4, min=0, max=3) * 2
+
+    ids = torch.tensor([0, 1, 1, 3, 3, 3, 2], dtype=torch.int32).to("neuron")
+    out = torch.compile(f, backend="neuron", fullgraph=True)(ids)
+    assert out.dtype == torch.int32
+    assert torch.equal(out.cpu(), f(ids).cpu())
+    assert out.cpu().tolist() == [2, 4, 2, 6]
+
+
 def test_cpu_output_from_the_graph():
     def f(x):
         return (x * 2).cpu(), x + 1

@@ -162,6 +162,29 @@ def _constants_on_cpu(gm: torch.fx.GraphModule) -> None:
             setattr(owner, name, on_cpu)
 
 
+def _integer_histc_in_float64(cpu_gm: torch.fx.GraphModule) -> None:
+    """histc of an integer tensor, which neuron has (as CUDA; transformers' MoE routing counts
+    tokens per expert with it) and the CPU does not: counted in float64 and returned in the
+    input's dtype, as the eager neuron kernel computes it."""
+    for node in list(cpu_gm.graph.nodes):
+        if node.op != "call_function" or node.target is not torch.ops.aten.histc.default:
+            continue
+        source = node.args[0]
+        val = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+        if val is None or val.dtype.is_floating_point or val.dtype.is_complex:
+            continue
+        with cpu_gm.graph.inserting_before(node):
+            # prims' conversion: what AOTAutograd's decompositions leave for Inductor.
+            as_float = cpu_gm.graph.call_function(
+                torch.ops.prims.convert_element_type.default, (source, torch.float64))
+        node.args = (as_float, *node.args[1:])
+        with cpu_gm.graph.inserting_after(node):
+            back = cpu_gm.graph.call_function(
+                torch.ops.prims.convert_element_type.default, (node, val.dtype))
+        node.replace_all_uses_with(back, delete_user_cb=lambda user: user is not back)
+    cpu_gm.recompile()
+
+
 def _graph_for_cpu(gm: torch.fx.GraphModule, example_inputs, fake_mode, device: int):
     """A copy of `gm` whose device arguments name the CPU, re-propagated with CPU fake inputs."""
     graph = torch.fx.Graph()
@@ -173,6 +196,7 @@ def _graph_for_cpu(gm: torch.fx.GraphModule, example_inputs, fake_mode, device: 
     cpu_gm = torch.fx.GraphModule(gm, graph)
     _constants_on_cpu(cpu_gm)
     random_ops.draw_from_device(cpu_gm, device)
+    _integer_histc_in_float64(cpu_gm)
     cpu_inputs = []
     with fake_mode:
         for x in example_inputs:
