@@ -261,6 +261,14 @@ def check_launch_records_and_errors():
     moved = 2 * (WORLD - 1) * x.numel() * 4 // WORLD
     assert rec[0]["bytes_read"] == moved and rec[0]["bytes_written"] == moved, rec
     assert torch_neuronx.simulated_time()["now_ns"] > before
+    # Modelled time: the launch's fixed cost, the collective latency and the larger direction
+    # over the core's NeuronLink bandwidth (torch_neuronx/data/neuron_links.ini).
+    from torch_neuronx.distributed._backend import link_model
+
+    core = torch_neuronx.core_model()
+    link = link_model(core["neuroncore"], int(core["lnc"]))
+    expected_ns = core["kernel_launch_ns"] + link["latency_ns"] + moved / link["bytes_per_ns"]
+    assert abs(rec[0]["sim_ns"] - expected_ns) <= 1e-9 * expected_ns, (rec[0]["sim_ns"], expected_ns)
     # A size mismatch fails on every rank with a message naming each rank's call ...
     bad = torch.ones(4 + (RANK == 1), device=DEV)
     try:
