@@ -95,3 +95,14 @@ clean:
 finetune-tp-fsdp-32: build
 	NRTSIM_INSTANCE=trn1.32xlarge $(VENV)/bin/torchrun --standalone --nproc-per-node 32 \
 	  examples/tp_fsdp_finetune.py --tp 4 --verify --out build/tiny-llama-tp-fsdp --metrics build/finetune-32.json
+	  examples/tp_fsdp_finetune.py --tp 4 --verify --out build/tiny-llama-tp-fsdp --metrics build/finetune-32.json
+
+# torchtitan's Llama 3 debug model with FSDP2 + TP on neuron against one process. torchtitan and
+# its pins (requirements/torchtitan.txt) go to build/torchtitan-site, not .venv: they clash with the
+# Hugging Face stack's (docs/distributed_ecosystem.md).
+TORCHTITAN_SITE := build/torchtitan-site
+.PHONY: test-torchtitan
+test-torchtitan: build
+	@test -f $(TORCHTITAN_SITE)/.installed || { $(PYTHON) -m pip install -q --no-deps --target $(TORCHTITAN_SITE) \
+	  -r requirements/torchtitan.txt && touch $(TORCHTITAN_SITE)/.installed; }
+	TORCH_NEURONX_TORCHTITAN_SITE=$(abspath $(TORCHTITAN_SITE)) $(PYTHON) -m pytest tests/distributed/test_ecosystem.py -k torchtitan $(PYTEST_ARGS)
