@@ -95,7 +95,6 @@ clean:
 finetune-tp-fsdp-32: build
 	NRTSIM_INSTANCE=trn1.32xlarge $(VENV)/bin/torchrun --standalone --nproc-per-node 32 \
 	  examples/tp_fsdp_finetune.py --tp 4 --verify --out build/tiny-llama-tp-fsdp --metrics build/finetune-32.json
-	  examples/tp_fsdp_finetune.py --tp 4 --verify --out build/tiny-llama-tp-fsdp --metrics build/finetune-32.json
 
 # torchtitan's Llama 3 debug model with FSDP2 + TP on neuron against one process. torchtitan and
 # its pins (requirements/torchtitan.txt) go to build/torchtitan-site, not .venv: they clash with the
