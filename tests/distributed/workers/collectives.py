@@ -269,6 +269,14 @@ def check_launch_records_and_errors():
     link = link_model(core["neuroncore"], int(core["lnc"]))
     expected_ns = core["kernel_launch_ns"] + link["latency_ns"] + moved / link["bytes_per_ns"]
     assert abs(rec[0]["sim_ns"] - expected_ns) <= 1e-9 * expected_ns, (rec[0]["sim_ns"], expected_ns)
+    # The profiler shows the collective as one device event on the rank's core.
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        dist.all_reduce(x)
+    device_events = [e for e in prof.events() if e.device_type == DeviceType.PrivateUse1 and e.name == "c10d::allreduce"]
+    assert len(device_events) == 1, [e.name for e in prof.events()]
     # A size mismatch fails on every rank with a message naming each rank's call ...
     bad = torch.ones(4 + (RANK == 1), device=DEV)
     try:
