@@ -171,7 +171,9 @@ def compile_times(repeats: int) -> dict:
 def run(args) -> list:
     rows = []
     variants = ("neuron compiled", "neuron eager", "CPU Inductor", "CPU eager")
-    for name, make in (("(a) training step", training_step), ("(b) decode step", decode_step)):
+    steps = () if args.skip_steps else (("(a) training step", training_step),
+                                         ("(b) decode step", decode_step))
+    for name, make in steps:
         t = taking_turns(make, variants, repeats=args.repeats)
         print(name, {k: round(v * 1e3, 2) for k, v in t.items()}, flush=True)
         rows.append((f"{name}: compiled neuron / Inductor CPU", t["neuron compiled"] * 1e3,
@@ -217,6 +219,8 @@ def main():
                         help="rewrite the table in docs/benchmarks.md")
     parser.add_argument("--skip-compile", action="store_true",
                         help="skip the cold/warm compile-time part")
+    parser.add_argument("--skip-steps", action="store_true",
+                        help="only the cold/warm compile-time part")
     parser.add_argument("--repeats", type=int, default=REPEATS)
     parser.add_argument("--compile-repeats", type=int, default=5)
     args = parser.parse_args()
