@@ -91,10 +91,11 @@ clean:
 # The seed's layout: a tiny Llama fine-tuned by 32 ranks on one simulated trn1.32xlarge (TP=4 inside
 # each replica x FSDP2 across the 8 replicas), checked against one CPU process, saved as a plain
 # transformers checkpoint (docs/distributed_ecosystem.md). `make test` runs the same code at 4 ranks.
-.PHONY: finetune-tp-fsdp-32
-finetune-tp-fsdp-32: build
+.PHONY: finetune-32 finetune-tp-fsdp-32
+finetune-32: build
 	NRTSIM_INSTANCE=trn1.32xlarge $(VENV)/bin/torchrun --standalone --nproc-per-node 32 \
 	  examples/tp_fsdp_finetune.py --tp 4 --verify --out build/tiny-llama-tp-fsdp --metrics build/finetune-32.json
+finetune-tp-fsdp-32: finetune-32
 
 # torchtitan's Llama 3 debug model with FSDP2 + TP on neuron against one process. torchtitan and
 # its pins (requirements/torchtitan.txt) go to build/torchtitan-site, not .venv: they clash with the

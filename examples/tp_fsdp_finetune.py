@@ -3,7 +3,7 @@ replicas: the layout of Hugging Face's TorchNeuron fine-tuning example (32 proce
 trn1.32xlarge, TP=4 x FSDP=8), here on the simulated instance. The result is a plain transformers
 checkpoint (config.json + model.safetensors) that loads on CPU without torch.distributed.
 
-    # the seed's layout: 32 ranks, one per NeuronCore of the trn1.32xlarge preset (make finetune-tp-fsdp-32)
+    # the seed's layout: 32 ranks, one per NeuronCore of the trn1.32xlarge preset (make finetune-32)
     NRTSIM_INSTANCE=trn1.32xlarge torchrun --nproc-per-node 32 examples/tp_fsdp_finetune.py \\
         --tp 4 --out /tmp/tiny-llama-tp-fsdp --verify
     # what `make test` runs (tests/distributed/test_ecosystem.py): 4 ranks, TP=2 x FSDP=2

@@ -1,6 +1,6 @@
 """The parallelism ecosystem above the neuron process group, each against a single-process run:
 the TP x FSDP fine-tune example (examples/tp_fsdp_finetune.py) at 4 ranks, the way `make
-finetune-tp-fsdp-32` runs it at 32; pipeline parallelism, distributed checkpoint resharding and
+finetune-32` runs it at 32; pipeline parallelism, distributed checkpoint resharding and
 activation checkpointing (workers/eco_parallel.py); Accelerate, transformers' tensor-parallel
 loading and TRL's SFTTrainer with FSDP2 (workers/eco_hf.py); torchtitan's Llama 3 debug model
 with FSDP2 + TP (workers/eco_titan.py, run by `make test-torchtitan`)."""
