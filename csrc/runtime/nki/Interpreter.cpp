@@ -95,6 +95,25 @@ float apply_alu(Alu op, float x, float y) {
   return x;
 }
 
+// x[i] = x[i] op y[i] (or y[i] op x[i] with `reverse`); y_step 0 repeats one scalar. The common
+// operations get loops of their own, without a switch per element, so they vectorise.
+void apply_alu_array(Alu op, float* x, const float* y, int64_t y_step, size_t n, bool reverse) {
+  auto loop = [&](auto f) {
+    for (size_t e = 0; e < n; ++e) {
+      const float b = y[e * static_cast<size_t>(y_step)];
+      x[e] = reverse ? f(b, x[e]) : f(x[e], b);
+    }
+  };
+  switch (op) {
+    case Alu::kBypass: return;
+    case Alu::kAdd: loop([](float a, float b) { return a + b; }); return;
+    case Alu::kSubtract: loop([](float a, float b) { return a - b; }); return;
+    case Alu::kMultiply: loop([](float a, float b) { return a * b; }); return;
+    case Alu::kDivide: loop([](float a, float b) { return a / b; }); return;
+    default: loop([op](float a, float b) { return apply_alu(op, a, b); }); return;
+  }
+}
+
 float reduce_identity(Alu op) {
   switch (op) {
     case Alu::kMultiply:
@@ -324,7 +343,7 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
       case Opcode::kTensorTensor: {
         std::vector<float> x = load(mem, in.a);
         const std::vector<float> y = load(mem, in.b);
-        for (size_t e = 0; e < x.size(); ++e) x[e] = apply_alu(in.alu0, x[e], y[e]);
+        apply_alu_array(in.alu0, x.data(), y.data(), 1, x.size(), false);
         scatter(mem, in.dst, x.data());
         break;
       }
@@ -333,18 +352,13 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
         std::vector<float> op0, op1;
         if (in.b.valid()) op0 = load(mem, in.b);
         if (in.c.valid()) op1 = load(mem, in.c);
-        for (size_t e = 0; e < x.size(); ++e) {
-          float v = x[e];
-          if (in.alu0 != Alu::kBypass) {
-            const float s = op0.empty() ? static_cast<float>(in.imm0) : op0[e];
-            v = in.reverse0 ? apply_alu(in.alu0, s, v) : apply_alu(in.alu0, v, s);
-          }
-          if (in.alu1 != Alu::kBypass) {
-            const float s = op1.empty() ? static_cast<float>(in.imm1) : op1[e];
-            v = in.reverse1 ? apply_alu(in.alu1, s, v) : apply_alu(in.alu1, v, s);
-          }
-          x[e] = v;
-        }
+        // The two operations in turn over the tile: the same FP32 results as one after the other
+        // per element.
+        const float imm0 = static_cast<float>(in.imm0), imm1 = static_cast<float>(in.imm1);
+        apply_alu_array(in.alu0, x.data(), op0.empty() ? &imm0 : op0.data(), op0.empty() ? 0 : 1,
+                        x.size(), in.reverse0);
+        apply_alu_array(in.alu1, x.data(), op1.empty() ? &imm1 : op1.data(), op1.empty() ? 0 : 1,
+                        x.size(), in.reverse1);
         scatter(mem, in.dst, x.data());
         break;
       }
@@ -354,10 +368,21 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
         if (in.b.valid()) bias = load(mem, in.b);
         if (in.c.valid()) scale = load(mem, in.c);
         const auto s0 = static_cast<float>(in.imm0);
-        for (size_t e = 0; e < x.size(); ++e) {
-          const float s = scale.empty() ? s0 : scale[e];
-          const float b = bias.empty() ? 0.0f : bias[e];
-          x[e] = apply_act(in.act, x[e] * s + b);
+        // The affine part first (vectorised), then the function.
+        if (!scale.empty()) {
+          apply_alu_array(Alu::kMultiply, x.data(), scale.data(), 1, x.size(), false);
+        } else if (s0 != 1.0f) {
+          apply_alu_array(Alu::kMultiply, x.data(), &s0, 0, x.size(), false);
+        }
+        if (!bias.empty()) apply_alu_array(Alu::kAdd, x.data(), bias.data(), 1, x.size(), false);
+        switch (in.act) {
+          case Act::kCopy: break;
+          case Act::kExp:
+            for (float& v : x) v = std::exp(v);
+            break;
+          default:
+            for (float& v : x) v = apply_act(in.act, v);
+            break;
         }
         if (in.d.valid()) {
           // Reduce along the free dims of each partition, as the engine's accumulators do.
