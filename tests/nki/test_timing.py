@@ -99,3 +99,19 @@ def test_launch_on_neuron_advances_the_clock_by_the_timeline():
         assert after["busy_ns"][engine] - before["busy_ns"][engine] == pytest.approx(
             run.busy_ns[engine])
     assert after["now_ns"] - before["now_ns"] >= run.makespan_ns
+
+
+def test_profiler_shows_the_kernel_as_one_device_event():
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.ones(128, 512, device="neuron")
+    dependent(x, x)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        dependent(x, x)
+    events = [e for e in prof.events() if e.name == "nki::dependent"]
+    assert len(events) == 1
+    launch_ns = torch_neuronx.core_model()["kernel_launch_ns"]
+    # Profiler times are in microseconds: the launch's fixed cost plus the kernel's timeline.
+    assert events[0].device_time_total == pytest.approx(
+        (launch_ns + dependent.last_run.makespan_ns) / 1e3, rel=1e-3)
