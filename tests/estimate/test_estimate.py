@@ -107,11 +107,14 @@ def test_memory_bound_decode_streams_the_weights():
 def test_validation_table(case):
     value, _ = project(case)
     error = value / case.published - 1
-    # docs/estimate.md states the rows outside the target and why; they must stay where the doc
-    # says (their recorded projection within 10%), every other row within the target.
-    documented_misses = {"llama-3.3-70b-decode": 0.25}
+    # docs/estimate.md states the rows outside the target and why (their error as recorded
+    # there); they must stay where the doc says, within 10 points; every other row within target.
+    documented_misses = {"llama-3.3-70b-decode": -0.51, "llama-3.1-70b-train": -0.33}
     key = case.model + "-" + case.workload
-    assert abs(error) <= TARGET or key in documented_misses, (case.name, value, case.published)
+    if key in documented_misses:
+        assert abs(error - documented_misses[key]) <= 0.10, (case.name, value, case.published)
+    else:
+        assert abs(error) <= TARGET, (case.name, value, case.published)
 
 
 def test_cli_tiny_model_end_to_end(tmp_path, capsys):

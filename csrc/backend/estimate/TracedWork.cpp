@@ -164,11 +164,17 @@ TracedWork traced_work(const c10::OperatorHandle& op, const torch::jit::Stack& a
     result.source = WorkSource::kKernel;
   } else if (name == "aten::_grouped_mm") {
     // MoE experts: rows of `self` [S, K] grouped by expert against mat2 [E, K, N] (offs say where
-    // each group ends). Each row meets one expert: 2 S K N FLOPs; every expert's weights are read.
+    // each group ends). Each row meets one expert: 2 S K N FLOPs. At most min(E, S) experts have
+    // rows, and only their weights are read (batch-1 decode reads top-k experts, not all E).
     const at::Tensor& rows = arg(0);
     const at::Tensor& weights = arg(1);
     Cost cost(Engine::kTensor);
-    read_all_inputs(cost, schema, arguments);
+    cost.reads(rows);
+    if (rows.dim() == 2 && weights.dim() == 3 && weights.size(0) > 0) {
+      const int64_t experts = std::min<int64_t>(weights.size(0), rows.size(0));
+      const uint64_t per_expert = bytes_of_elements(weights) / static_cast<uint64_t>(weights.size(0));
+      cost.read_bytes(static_cast<uint64_t>(experts) * per_expert);
+    }
     if (rows.dim() == 2 && weights.dim() == 3) {
       const int64_t s_rows = rows.size(0), k = rows.size(1), n = weights.size(2);
       cost.ops(static_cast<uint64_t>(2 * s_rows * k * n));
