@@ -153,3 +153,21 @@ def test_bad_input_names_the_fix():
         Layout.parse("tp=8,xx=2")
     with pytest.raises(ValueError, match="unknown model"):
         estimate("no-such-model")
+
+
+def test_cli_user_script(tmp_path, capsys):
+    # A user's script runs on neuron as it is; its ops are projected as one step of one rank.
+    script = tmp_path / "step.py"
+    script.write_text(
+        "import torch\n"
+        "x = torch.randn(128, 256, device='neuron')\n"
+        "w = torch.randn(256, 64, device='neuron', requires_grad=True)\n"
+        "(x @ w).relu().sum().backward()\n"
+    )
+    assert main(["--script", str(script), "--tokens", "128", "--compare", "p5.48xlarge",
+                 "--out-dir", str(tmp_path / "out")]) == 0
+    result = json.loads((tmp_path / "out" / "estimate.json").read_text())
+    trn2 = result["targets"][0]["projection"]
+    # Forward x @ w and backward grad @ x^T-style products: 2 matmuls of 2*128*256*64 FLOPs each.
+    assert trn2["useful_flops_per_step"] == 2 * (2 * 128 * 256 * 64)
+    assert trn2["tokens_per_step"] == 128
