@@ -79,7 +79,7 @@ class CollectiveTransport {
  public:
   // Rank 0 creates the segment `name` and then calls `created` (where it publishes the name);
   // the others join it once rank 0 has published the name. Both return when every rank has
-  // mapped the segment, which is then unlinked.
+  // mapped the segment.
   static std::unique_ptr<CollectiveTransport> create(
       const std::string& name, int size, const TransportOptions& options,
       const std::function<void()>& created = {});

@@ -1,5 +1,6 @@
 #include "runtime/transport/ShmSegment.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -34,28 +35,59 @@ char* map(int fd, size_t bytes, const std::string& name) {
 }
 }  // namespace
 
+// The segment is an anonymous memory file (memfd): it has no name in /dev/shm at all, so nothing
+// can be left behind, even if its creator is killed before the others have mapped it. The others
+// reach it through the creator's /proc/<pid>/fd entry (same user), found by its label.
 ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
-  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) fail("shm_open(create)", name, errno);
+  const std::string label = name.substr(name.find_first_not_of('/'));
+  const int fd = ::memfd_create(label.c_str(), MFD_CLOEXEC);
+  if (fd < 0) fail("memfd_create", name, errno);
   if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     const int err = errno;
     ::close(fd);
-    ::shm_unlink(name.c_str());
     fail("ftruncate", name, err);
   }
+  // The descriptor stays open while the segment lives: joiners open it through /proc.
   char* data = nullptr;
-  try {
-    data = map(fd, bytes, name);
-  } catch (...) {
-    ::shm_unlink(name.c_str());
-    throw;
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    const int err = errno;
+    ::close(fd);
+    fail("mmap", name, err);
   }
-  return ShmSegment(name, data, bytes);
+  data = static_cast<char*>(p);
+  ShmSegment segment(name, data, bytes);
+  segment.fd_ = fd;
+  return segment;
 }
 
 ShmSegment ShmSegment::open(const std::string& name) {
-  const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
-  if (fd < 0) fail("shm_open", name, errno);
+  // The creator's pid is part of the name (unique_name): look for its memfd of that label.
+  const std::string label = name.substr(name.find_first_not_of('/'));
+  const auto dash = label.rfind('-');
+  const auto pid_dash = dash == std::string::npos ? std::string::npos : label.rfind('-', dash - 1);
+  if (pid_dash == std::string::npos) fail("open (a name without the creator's pid)", name, EINVAL);
+  const std::string pid = label.substr(pid_dash + 1, dash - pid_dash - 1);
+  const std::string dir = "/proc/" + pid + "/fd";
+  const std::string wanted = "/memfd:" + label;
+  DIR* fds = ::opendir(dir.c_str());
+  if (fds == nullptr) fail("open " + dir + " (is the creating rank still alive?)", name, errno);
+  std::string path;
+  while (dirent* entry = ::readdir(fds)) {
+    const std::string candidate = dir + "/" + entry->d_name;
+    char target[512];
+    const ssize_t n = ::readlink(candidate.c_str(), target, sizeof(target) - 1);
+    if (n <= 0) continue;
+    target[n] = '\0';
+    if (std::string(target).rfind(wanted, 0) == 0) {
+      path = candidate;
+      break;
+    }
+  }
+  ::closedir(fds);
+  if (path.empty()) fail("find the creator's segment", name, ENOENT);
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) fail("open " + path, name, errno);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
@@ -66,7 +98,10 @@ ShmSegment ShmSegment::open(const std::string& name) {
   return ShmSegment(name, map(fd, bytes, name), bytes);
 }
 
-void ShmSegment::unlink(const std::string& name) { ::shm_unlink(name.c_str()); }
+void ShmSegment::unlink(const std::string&) {
+  // Nothing to remove: the segment never had a name (memfd). Kept so that callers can say where
+  // the name would stop being needed.
+}
 
 std::string ShmSegment::unique_name(const std::string& prefix) {
   std::random_device device;
@@ -81,20 +116,24 @@ std::string ShmSegment::unique_name(const std::string& prefix) {
 ShmSegment::ShmSegment(ShmSegment&& other) noexcept
     : name_(std::move(other.name_)),
       data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)) {}
+      size_(std::exchange(other.size_, 0)),
+      fd_(std::exchange(other.fd_, -1)) {}
 
 ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
   if (this != &other) {
     if (data_ != nullptr) ::munmap(data_, size_);
     name_ = std::move(other.name_);
+    if (fd_ >= 0) ::close(fd_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    fd_ = std::exchange(other.fd_, -1);
   }
   return *this;
 }
 
 ShmSegment::~ShmSegment() {
   if (data_ != nullptr) ::munmap(data_, size_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 }  // namespace nrtsim::transport

@@ -1,8 +1,9 @@
-// A POSIX shared-memory segment (/dev/shm) mapped into this process: the memory of the simulated
-// NeuronLink between the processes of one host. RAII: the mapping goes with the object. The name
-// is unlinked by whoever calls unlink(), as soon as every process has mapped it, so that nothing
-// outlives the job even when a process is killed (the kernel frees an unlinked segment when its
-// last mapping goes).
+// A shared-memory segment mapped into this process: the memory of the simulated NeuronLink
+// between the processes of one host. RAII: the mapping goes with the object. It is an anonymous
+// memory file (memfd) that other processes of the same user open through its creator's
+// /proc/<pid>/fd entry, so it has no name in /dev/shm that could outlive the job: the kernel frees
+// it when its last mapping and descriptor go, whatever way the processes end (SIGKILL included,
+// even during the rendezvous).
 #pragma once
 
 #include <cstddef>
@@ -13,13 +14,13 @@ namespace nrtsim::transport {
 class ShmSegment {
  public:
   ShmSegment() = default;
-  // Creates `name` (which must not exist yet) with `bytes` zero bytes and maps it.
+  // Creates a segment labelled `name` (from unique_name) with `bytes` zero bytes and maps it.
   static ShmSegment create(const std::string& name, size_t bytes);
-  // Maps the existing segment `name` whole.
+  // Maps the segment `name` whole, while its creator (named in it) is alive.
   static ShmSegment open(const std::string& name);
-  // Removes the name; existing mappings stay valid. Missing names are not an error.
+  // Where a named segment would be removed; a memfd has no name, so nothing is left to do.
   static void unlink(const std::string& name);
-  // A name no other job will use: prefix, process id and random bits.
+  // A name no other job will use: prefix, creator's process id and random bits.
   static std::string unique_name(const std::string& prefix);
 
   ShmSegment(ShmSegment&& other) noexcept;
@@ -38,6 +39,7 @@ class ShmSegment {
   std::string name_;
   char* data_ = nullptr;
   size_t size_ = 0;
+  int fd_ = -1;  // the creator keeps the memfd open for the joiners
 };
 
 }  // namespace nrtsim::transport
