@@ -200,3 +200,21 @@ def test_one_stream_runs_in_order_on_the_simulated_clock():
     end.record()
     assert rows["aten::mm"]["launches"] == 3
     assert start.elapsed_time(end) == pytest.approx(rows["aten::mm"]["sim_ns"] / 1e6, rel=1e-9)
+
+
+def test_bf16_attention_backward_runs_at_the_bf16_rate():
+    # The backward reads the forward's float32 logsumexp; that must not make a bf16 backward's
+    # matmuls count at the float32 rate. Same shapes in float32 and bfloat16, both compute-bound:
+    # the float32 one is the data file's FP32 slowdown slower (launch cost aside).
+    times = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        q, k, v = (torch.randn(1, 4, 512, 64, dtype=dtype, device=DEV, requires_grad=True)
+                   for _ in range(3))
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        grad = torch.ones_like(out)
+        rows = trace_of(lambda: out.backward(grad))
+        times[dtype] = rows["aten::_scaled_dot_product_fused_attention_overrideable_backward"]["sim_ns"]
+    spec, _ = engine_model()
+    launch = spec["kernel_launch_ns"]
+    ratio = (times[torch.float32] - launch) / (times[torch.bfloat16] - launch)
+    assert ratio == pytest.approx(spec["tensor_fp32_slowdown"], rel=1e-6)
