@@ -10,12 +10,10 @@
 
 namespace torch_neuronx {
 
+// Serves the functional forms: the output is always fresh (out= and in-place forms keep
+// HostMath.h's path).
 class HbmTensorIterator final : public at::TensorIteratorBase {
  public:
-  // An iterator writing into `out` (in-place and out= forms); without it, into a fresh tensor.
-  HbmTensorIterator() = default;
-  explicit HbmTensorIterator(const at::Tensor& out) : out_(out) {}
-
   const at::Tensor& maybe_get_output(int64_t output_idx) override;
   void set_output_raw_strided(int64_t output_idx, c10::IntArrayRef sizes,
                               c10::IntArrayRef strides, c10::TensorOptions options) override;
