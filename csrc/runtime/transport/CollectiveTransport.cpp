@@ -1,16 +1,21 @@
 #include "runtime/transport/CollectiveTransport.h"
 
 #include <linux/futex.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <thread>
 
+#include "runtime/Env.h"
 #include "runtime/Error.h"
 
 namespace nrtsim::transport {
@@ -38,6 +43,9 @@ constexpr size_t kMessageHeader = 16;  // tag, payload bytes
 // Up to this size a reduction is done whole by every rank (one barrier); above it the ranks
 // split the work (two barriers, 1/N of the reads each).
 constexpr size_t kDirectReduceBytes = 64 << 10;
+// Single-copy reductions move peers' data through scratch blocks that stay in this core's cache
+// between the copy and the reduction: the blocks of all ranks together take about this much.
+constexpr size_t kReduceCacheBudget = 1u << 20;
 
 size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
@@ -68,6 +76,15 @@ struct alignas(128) RankControl {
   std::atomic<int32_t> pid;
   std::atomic<uint32_t> doorbell;  // bumped when a peer wrote to, or read from, a ring of ours
   Descriptor desc[2];              // by collective sequence parity
+  // Single-copy negotiation: a word of this rank's memory that peers read to test access, what
+  // this rank found (0 not yet, 1 every peer reachable, 2 not wanted, 3 a peer unreachable, with
+  // the peer and errno) and the smallest message it would move that way.
+  uint64_t probe_address;
+  uint64_t probe_value;
+  std::atomic<uint32_t> single_copy;
+  int32_t single_copy_peer;
+  int32_t single_copy_errno;
+  uint64_t single_copy_min_bytes;
 };
 
 struct alignas(128) Ring {
@@ -239,10 +256,28 @@ CollectiveTransport::CollectiveTransport(ShmSegment segment, int rank, int size,
       sends_(size),
       recvs_(size) {
   layout_ = new Layout(segment_.data(), size, options_.slot_bytes, options_.channel_bytes);
-  layout_->controls[rank_].pid.store(static_cast<int32_t>(::getpid()), std::memory_order_release);
+  RankControl& me = layout_->controls[rank_];
+  if (const auto v = env::get("NRTSIM_COLLECTIVE_SINGLE_COPY")) {
+    options_.single_copy = env::parse_int("NRTSIM_COLLECTIVE_SINGLE_COPY", *v) != 0;
+  }
+  if (const auto v = env::get("NRTSIM_COLLECTIVE_SINGLE_COPY_BYTES")) {
+    options_.single_copy_min_bytes = env::parse_bytes("NRTSIM_COLLECTIVE_SINGLE_COPY_BYTES", *v);
+  }
+  if (options_.single_copy && size_ > 1) {
+    // Under Yama's ptrace_scope=1 only a process's ancestors may read its memory, and ranks are
+    // siblings; this lets any process of the same user do so (nothing else changes: the kernel
+    // still demands the same user). Fails harmlessly where there is no Yama.
+    ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    probe_token_ = std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1;
+    me.probe_address = reinterpret_cast<uint64_t>(&probe_token_);
+    me.probe_value = probe_token_;
+  }
+  me.single_copy_min_bytes = options_.single_copy_min_bytes;
+  me.pid.store(static_cast<int32_t>(::getpid()), std::memory_order_release);
   try {
     if (mapped) mapped();
     wait_until_all_mapped();
+    negotiate_single_copy();
   } catch (...) {
     delete layout_;
     throw;
@@ -280,6 +315,195 @@ void CollectiveTransport::wait_until_all_mapped() {
   // Everyone has it mapped: the name is no longer needed, and without it nothing can outlive
   // the job, whatever way its processes end.
   ShmSegment::unlink(segment_.name());
+}
+
+void CollectiveTransport::negotiate_single_copy() {
+  RankControl* controls = layout_->controls;
+  RankControl& me = controls[rank_];
+  uint32_t verdict = options_.single_copy ? 1 : 2;
+  for (int k = 0; k < size_ && verdict == 1; ++k) {
+    if (k == rank_ || controls[k].probe_address == 0) continue;  // 0: the peer does not want it
+    // Read the peer's token, and write it back unchanged: both directions need the same
+    // permission, but a seccomp filter could allow one and not the other.
+    uint64_t got = 0;
+    const pid_t pid = controls[k].pid.load(std::memory_order_acquire);
+    iovec local{&got, sizeof(got)};
+    iovec remote{reinterpret_cast<void*>(controls[k].probe_address), sizeof(got)};
+    ssize_t n = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    int err = n < 0 ? errno : 0;
+    if (n == static_cast<ssize_t>(sizeof(got)) && got == controls[k].probe_value) {
+      n = ::process_vm_writev(pid, &local, 1, &remote, 1, 0);
+      err = n < 0 ? errno : 0;
+    }
+    if (n != static_cast<ssize_t>(sizeof(got)) || got != controls[k].probe_value) {
+      verdict = 3;
+      me.single_copy_peer = k;
+      me.single_copy_errno = err;  // 0: the read worked but saw another word (another pid space)
+    }
+  }
+  me.single_copy.store(verdict, std::memory_order_release);
+  sync();
+  // Every rank must take the same path for the same message, so the group agrees on one answer.
+  single_copy_ = true;
+  single_copy_status_ = "on";
+  for (int r = 0; r < size_; ++r) {
+    const RankControl& c = controls[r];
+    options_.single_copy_min_bytes =
+        std::max<size_t>(options_.single_copy_min_bytes, c.single_copy_min_bytes);
+    const uint32_t v = c.single_copy.load(std::memory_order_acquire);
+    if (v == 1 || !single_copy_) continue;
+    single_copy_ = false;
+    if (v == 2) {
+      single_copy_status_ = "off: disabled on rank " + std::to_string(r) +
+                            " (TransportOptions::single_copy or NRTSIM_COLLECTIVE_SINGLE_COPY=0)";
+    } else {
+      single_copy_status_ =
+          "off: rank " + std::to_string(r) + " cannot reach the memory of rank " +
+          std::to_string(c.single_copy_peer) + " with process_vm_readv/writev (" +
+          (c.single_copy_errno ? std::strerror(c.single_copy_errno)
+                               : "it read another word: are the ranks in different pid "
+                                 "namespaces?") +
+          "); collectives use the shared-memory slots";
+    }
+  }
+  if (size_ == 1) {
+    single_copy_ = false;
+    single_copy_status_ = "off: a group of one rank moves nothing";
+  }
+}
+
+void CollectiveTransport::publish(const void* const* addresses, int n) {
+  auto* table = reinterpret_cast<uint64_t*>(my_half());
+  for (int i = 0; i < n; ++i) table[i] = reinterpret_cast<uint64_t>(addresses[i]);
+}
+
+uint64_t CollectiveTransport::published(int peer, int index) const {
+  return reinterpret_cast<const uint64_t*>(half_of(peer))[index];
+}
+
+void CollectiveTransport::peer_read(int peer, uint64_t remote, void* local, size_t bytes) {
+  peer_copy(false, peer, remote, static_cast<char*>(local), bytes);
+}
+
+void CollectiveTransport::peer_write(int peer, uint64_t remote, const void* local, size_t bytes) {
+  peer_copy(true, peer, remote, const_cast<char*>(static_cast<const char*>(local)), bytes);
+}
+
+void CollectiveTransport::peer_copy(bool write, int peer, uint64_t remote, char* local,
+                                    size_t bytes) {
+  const pid_t pid = layout_->controls[peer].pid.load(std::memory_order_acquire);
+  size_t done = 0;
+  while (done < bytes) {
+    // The kernel may move less than asked (it caps one call near 2 GiB): continue from there.
+    iovec l{local + done, bytes - done};
+    iovec r{reinterpret_cast<void*>(remote + done), bytes - done};
+    const ssize_t n = write ? ::process_vm_writev(pid, &l, 1, &r, 1, 0)
+                            : ::process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    const int err = n < 0 ? errno : EFAULT;
+    if (err == EINTR) continue;
+    const char* what = op_kind_name(current_op_);
+    // A peer that gave up (abort, timeout) may have released its buffer: report why it gave up.
+    if (aborted()) check_health(what, std::chrono::steady_clock::now(), {});
+    std::string reason;
+    if (err == ESRCH || process_ended(pid)) {
+      reason = "rank " + std::to_string(peer) + " (pid " + std::to_string(pid) +
+               ") exited while the group still needed it during " + what;
+    } else {
+      reason = "rank " + std::to_string(rank_) + " could not " + (write ? "write" : "read") +
+               " " + std::to_string(bytes - done) + " bytes " + (write ? "to" : "from") +
+               " rank " + std::to_string(peer) + "'s buffer during " + what + " (" +
+               std::strerror(err) +
+               "; was the buffer freed or resized while the collective ran?)";
+    }
+    abort(reason);
+    fail(std::string(what) + " on rank " + std::to_string(rank_) + " failed: " + reason);
+  }
+}
+
+void CollectiveTransport::reduce_from_peers(char* dst, const char* own, const uint64_t* remote,
+                                            size_t count, DType dtype, ReduceOp op,
+                                            const uint64_t* push_to) {
+  const size_t esz = dtype_size(dtype);
+  const size_t block_bytes =
+      std::clamp<size_t>(kReduceCacheBudget / (size_ + 1) / kPage * kPage, 16 << 10, 256 << 10);
+  const size_t block = std::max<size_t>(1, block_bytes / esz);
+  scratch_.resize((size_ + 1) * block * esz);
+  char* out_block = scratch_.data() + size_ * block * esz;
+  std::vector<const void*> srcs(size_);
+  for (size_t off = 0; off < count; off += block) {
+    const size_t c = std::min(block, count - off);
+    for (int k = 0; k < size_; ++k) {
+      if (k == rank_) {
+        srcs[k] = own + off * esz;
+      } else {
+        char* s = scratch_.data() + k * block * esz;
+        peer_read(k, remote[k] + off * esz, s, c * esz);
+        srcs[k] = s;
+      }
+    }
+    char* out = dst ? dst + off * esz : out_block;
+    transport::reduce(out, srcs.data(), size_, c, dtype, op);
+    for (int k = 0; k < size_; ++k) {
+      if (k != rank_ && push_to[k] != 0) peer_write(k, push_to[k] + off * esz, out, c * esz);
+    }
+  }
+}
+
+void CollectiveTransport::reduce_single_copy(char* data, size_t count, DType dtype, ReduceOp op,
+                                             int root) {
+  const size_t esz = dtype_size(dtype);
+  const void* mine[1] = {data};
+  publish(mine, 1);
+  sync();
+  // Rank r reduces chunk r of every rank's buffer, in rank order, and writes the result where it
+  // belongs: for allreduce into its own buffer and every peer's (nobody else touches chunk r of
+  // any buffer meanwhile, so this needs no barrier between reading and writing); for reduce into
+  // the root's buffer only, leaving the others' data as it was.
+  const size_t lo = count * rank_ / size_, hi = count * (rank_ + 1) / size_;
+  std::vector<uint64_t> remote(size_), push(size_, 0);
+  for (int k = 0; k < size_; ++k) {
+    remote[k] = published(k, 0) + lo * esz;
+    if (root < 0 || k == root) push[k] = remote[k];
+  }
+  const bool keep = root < 0 || root == rank_;
+  reduce_from_peers(keep ? data + lo * esz : nullptr, data + lo * esz, remote.data(), hi - lo,
+                    dtype, op, push.data());
+  sync();  // every chunk is everywhere; no peer touches this rank's buffer any more
+  next_step();
+}
+
+void CollectiveTransport::gather_single_copy(const char* in, void* const* outs, size_t bytes,
+                                             int root) {
+  const void* mine[1] = {in};
+  publish(mine, 1);
+  sync();
+  if (root < 0 || root == rank_) {
+    for (int k = 0; k < size_; ++k) {
+      if (k != rank_) {
+        peer_read(k, published(k, 0), outs[k], bytes);
+      } else if (outs[k] != in) {
+        std::memcpy(outs[k], in, bytes);
+      }
+    }
+  }
+  sync();  // nobody reads this rank's input any more
+  next_step();
+}
+
+void CollectiveTransport::reduce_scatter_single_copy(const void* const* ins, char* out,
+                                                     size_t count, DType dtype, ReduceOp op) {
+  publish(ins, size_);
+  sync();
+  std::vector<uint64_t> remote(size_), push(size_, 0);
+  for (int k = 0; k < size_; ++k) remote[k] = published(k, rank_);
+  reduce_from_peers(out, static_cast<const char*>(ins[rank_]), remote.data(), count, dtype, op,
+                    push.data());
+  sync();  // nobody reads this rank's inputs any more
+  next_step();
 }
 
 char* CollectiveTransport::half_of(int r) const {
@@ -437,6 +661,15 @@ void CollectiveTransport::barrier() {
 void CollectiveTransport::broadcast(void* data, size_t bytes, int root) {
   begin(OpKind::kBroadcast, DType::kOpaque1, bytes, root, 0);
   char* p = static_cast<char*>(data);
+  if (use_single_copy(bytes)) {
+    const void* mine[1] = {data};
+    publish(mine, 1);
+    sync();
+    if (rank_ != root) peer_read(root, published(root, 0), p, bytes);
+    sync();  // nobody reads the root's buffer any more
+    next_step();
+    return;
+  }
   size_t off = 0;
   do {
     const size_t c = std::min(half_bytes(), bytes - off);
@@ -457,8 +690,9 @@ void CollectiveTransport::reduce(void* data, size_t count, DType dtype, ReduceOp
   begin(root < 0 ? OpKind::kAllreduce : OpKind::kReduce, dtype, count, root,
         static_cast<uint64_t>(op));
   const size_t esz = dtype_size(dtype);
-  const size_t chunk = half_bytes() / esz;
   char* p = static_cast<char*>(data);
+  if (use_single_copy(count * esz)) return reduce_single_copy(p, count, dtype, op, root);
+  const size_t chunk = half_bytes() / esz;
   std::vector<const void*> srcs(size_);
   size_t off = 0;
   do {
@@ -499,6 +733,7 @@ void CollectiveTransport::allgather(const void* in, void* const* outs, size_t by
 void CollectiveTransport::gather(const void* in, void* const* outs, size_t bytes, int root) {
   begin(root < 0 ? OpKind::kAllgather : OpKind::kGather, DType::kOpaque1, bytes, root, 0);
   const char* src = static_cast<const char*>(in);
+  if (use_single_copy(bytes * size_)) return gather_single_copy(src, outs, bytes, root);
   size_t off = 0;
   do {
     const size_t c = std::min(half_bytes(), bytes - off);
@@ -538,6 +773,9 @@ void CollectiveTransport::reduce_scatter(const void* const* ins, void* out, size
   if (!reduce_supported(dtype, op)) transport::reduce(nullptr, nullptr, 0, 0, dtype, op);  // throws
   begin(OpKind::kReduceScatter, dtype, count, -1, static_cast<uint64_t>(op));
   const size_t esz = dtype_size(dtype);
+  if (use_single_copy(count * esz * size_)) {
+    return reduce_scatter_single_copy(ins, static_cast<char*>(out), count, dtype, op);
+  }
   const size_t stride = half_bytes() / size_ / 64 * 64;
   const size_t chunk = stride / esz;
   char* dst = static_cast<char*>(out);

@@ -12,6 +12,17 @@
 // by alternate steps, so a step's writes can only overwrite a half every rank has finished
 // reading two steps earlier, and one barrier per step suffices (two for reductions).
 //
+// Single copy: for messages of at least `single_copy_min_bytes`, ranks skip the slots and move
+// data straight between each other's buffers with Linux cross-memory attach
+// (process_vm_readv / process_vm_writev: one copy between two address spaces, no shared mapping;
+// device memory is ordinary host memory of each rank's process). Each collective then publishes
+// its buffers' addresses in the slot, meets once, moves the data, and meets once more so that no
+// rank returns (and lets its caller reuse the buffer) while a peer still reads or writes it.
+// Whether the kernel allows it (Yama ptrace_scope, seccomp in containers, different users) is
+// probed when the group starts; if any rank cannot reach any other, the whole group keeps the slot
+// path. Nothing of this is visible in the results: reductions combine in rank order either way,
+// so both paths give the same bits.
+//
 // Faults: every wait has the group's timeout, watches the other ranks' processes, and watches an
 // abort flag any rank may raise. A dead, hung or aborted peer becomes an Error naming the rank,
 // never a hang. Ranks that call different collectives, or the same one with different sizes or
@@ -39,6 +50,11 @@ struct TransportOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
   size_t slot_bytes = 8u << 20;     // per rank; half of it is one step's payload
   size_t channel_bytes = 1u << 20;  // per ordered pair of ranks, for send/recv
+  // Cross-memory attach for large messages when the kernel allows it (see above). The
+  // environment overrides both: NRTSIM_COLLECTIVE_SINGLE_COPY=0|1,
+  // NRTSIM_COLLECTIVE_SINGLE_COPY_BYTES=<bytes> (every rank must see the same values).
+  bool single_copy = true;
+  size_t single_copy_min_bytes = 256u << 10;  // of the op's whole buffer; below it, the slots
 };
 
 // What a rank is about to do: checked against every other rank's at the first barrier.
@@ -93,6 +109,9 @@ class CollectiveTransport {
   int size() const { return size_; }
   const TransportOptions& options() const { return options_; }
   void set_timeout(std::chrono::milliseconds timeout) { options_.timeout = timeout; }
+  // Whether the group moves large messages by cross-memory attach, and if not, why not.
+  bool single_copy() const { return single_copy_; }
+  const std::string& single_copy_status() const { return single_copy_status_; }
 
   void barrier();
   void broadcast(void* data, size_t bytes, int root);
@@ -128,6 +147,7 @@ class CollectiveTransport {
   CollectiveTransport(ShmSegment segment, int rank, int size, const TransportOptions& options,
                       const std::function<void()>& mapped = {});
   void wait_until_all_mapped();
+  void negotiate_single_copy();  // probes every peer, then the group agrees (one barrier)
 
   // The step machinery.
   void begin(OpKind kind, DType dtype, uint64_t count, int64_t root, uint64_t aux);
@@ -146,6 +166,28 @@ class CollectiveTransport {
                     const std::vector<int>& awaited);
   [[noreturn]] void fail(const std::string& message);
 
+  // Single copy. Whether this op takes that path (same answer on every rank whose descriptor
+  // matches); publishing `n` addresses in this rank's slot half, and reading a peer's table.
+  bool use_single_copy(size_t bytes) const {
+    return single_copy_ && size_ > 1 && bytes >= options_.single_copy_min_bytes;
+  }
+  void publish(const void* const* addresses, int n);
+  uint64_t published(int peer, int index) const;
+  // Moves `bytes` between local memory and `remote` in `peer`'s address space; a dead peer, an
+  // abort or an unreadable buffer becomes an Error naming the rank (the group is aborted).
+  void peer_read(int peer, uint64_t remote, void* local, size_t bytes);
+  void peer_write(int peer, uint64_t remote, const void* local, size_t bytes);
+  void peer_copy(bool write, int peer, uint64_t remote, char* local, size_t bytes);
+  // dst[0, count) = op over ranks k of (rank k's buffer at remote[k])[0, count), in rank order;
+  // `own` is this rank's part (local). After each cache-sized block is reduced, it is written
+  // to push_to[k] in every peer k whose push_to[k] is non-zero.
+  void reduce_from_peers(char* dst, const char* own, const uint64_t* remote, size_t count,
+                         DType dtype, ReduceOp op, const uint64_t* push_to);
+  void reduce_single_copy(char* data, size_t count, DType dtype, ReduceOp op, int root);
+  void gather_single_copy(const char* in, void* const* outs, size_t bytes, int root);
+  void reduce_scatter_single_copy(const void* const* ins, char* out, size_t count, DType dtype,
+                                  ReduceOp op);
+
   // Point to point.
   bool progress_locked();
   bool progress_one(P2pRequest& r);
@@ -161,6 +203,10 @@ class CollectiveTransport {
   bool check_pending_ = false;
   OpKind current_op_ = OpKind::kBarrier;
   std::chrono::steady_clock::time_point last_health_check_{};
+  bool single_copy_ = false;
+  std::string single_copy_status_ = "not negotiated";
+  uint64_t probe_token_ = 0;     // peers read (and write back) this word to test access
+  std::vector<char> scratch_;    // peers' blocks on their way into a reduction
 
   std::mutex p2p_mutex_;
   std::vector<std::deque<std::shared_ptr<P2pRequest>>> sends_;  // per peer, in order

@@ -2,7 +2,11 @@
 // every rank checks its results against values computed locally, and the parent collects the
 // children's verdicts through their exit codes.
 #include <gtest/gtest.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -52,8 +56,10 @@ std::unique_ptr<CollectiveTransport> connect(const std::string& name, int rank, 
 }
 
 // Runs body(rank, transport) in `size` processes; returns the exit codes of ranks 0..size-1.
+// `setup(rank)` runs in each child rank before it connects.
 std::vector<int> run_ranks(int size, const std::function<bool(int, CollectiveTransport&)>& body,
-                           TransportOptions o = small_options()) {
+                           TransportOptions o = small_options(),
+                           const std::function<void(int)>& setup = {}) {
   const std::string name = ShmSegment::unique_name("nrtsim-test");
   std::vector<pid_t> children;
   for (int r = 1; r < size; ++r) {
@@ -61,6 +67,7 @@ std::vector<int> run_ranks(int size, const std::function<bool(int, CollectiveTra
     if (pid == 0) {
       int code = 1;
       try {
+        if (setup) setup(r);
         auto t = connect(name, r, size, o);
         code = body(r, *t) ? 0 : 1;
       } catch (const std::exception& e) {
@@ -320,4 +327,188 @@ TEST(CollectiveTransport, SegmentIsUnlinkedOnceEveryRankHasMappedIt) {
   int status = 0;
   ::waitpid(child, &status, 0);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+namespace {
+
+// Every collective with a single-copy path, on buffers whose sizes do not divide by the group
+// size or the copy block; each result checked exactly against the same arithmetic done here
+// (reductions combine in rank order on both paths).
+bool single_copy_workload(int rank, CollectiveTransport& t) {
+  const int n = t.size();
+  const size_t count = 300'001;  // 1.2 MB of float: several cache blocks per rank's chunk
+  std::vector<float> data(count);
+  for (size_t i = 0; i < count; ++i) data[i] = value(rank, i);
+  t.allreduce(data.data(), count, DType::kFloat32, ReduceOp::kSum);
+  for (size_t i = 0; i < count; ++i) {
+    float expected = value(0, i);
+    for (int r = 1; r < n; ++r) expected += value(r, i);
+    REQUIRE(data[i] == expected);
+  }
+  // bf16 sums round once, the same on every rank: compare every rank's bits with rank 0's.
+  std::vector<uint16_t> bf(70'001, static_cast<uint16_t>(0x3f80 + rank));
+  t.allreduce(bf.data(), bf.size(), DType::kBFloat16, ReduceOp::kSum);
+  std::vector<uint16_t> bf0(bf);
+  t.broadcast(bf0.data(), bf0.size() * 2, 0);
+  REQUIRE(bf0 == bf);
+  // reduce: only the root's buffer changes.
+  std::vector<int64_t> ints(100'003);
+  for (size_t i = 0; i < ints.size(); ++i) ints[i] = static_cast<int64_t>(i % 5) + rank;
+  t.reduce(ints.data(), ints.size(), DType::kInt64, ReduceOp::kMax, 1);
+  for (size_t i = 0; i < ints.size(); i += 7) {
+    REQUIRE(ints[i] == static_cast<int64_t>(i % 5) + (rank == 1 ? n - 1 : rank));
+  }
+  // broadcast from the last rank.
+  std::vector<uint8_t> bytes(1'000'003, 0);
+  if (rank == n - 1) std::iota(bytes.begin(), bytes.end(), 0);
+  t.broadcast(bytes.data(), bytes.size(), n - 1);
+  for (size_t i = 0; i < bytes.size(); i += 13) REQUIRE(bytes[i] == static_cast<uint8_t>(i));
+  // all_gather in place (the input is this rank's part of the output, as FSDP calls it).
+  const size_t part = 70'003;
+  std::vector<int32_t> gathered(part * n, -1);
+  for (size_t i = 0; i < part; ++i) gathered[rank * part + i] = rank * 1'000'000 + int32_t(i);
+  std::vector<void*> outs(n);
+  for (int r = 0; r < n; ++r) outs[r] = gathered.data() + r * part;
+  t.allgather(outs[rank], outs.data(), part * 4);
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < part; i += 11) REQUIRE(gathered[r * part + i] == r * 1'000'000 + int32_t(i));
+  }
+  // gather to rank 0 only.
+  std::vector<int32_t> mine(part, rank + 5), at_root(part * n, -1);
+  for (int r = 0; r < n; ++r) outs[r] = at_root.data() + r * part;
+  t.gather(mine.data(), outs.data(), part * 4, 0);
+  REQUIRE(at_root[part * n - 1] == (rank == 0 ? n - 1 + 5 : -1));
+  // reduce_scatter, the output aliasing this rank's input part.
+  std::vector<double> in(part * n);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = rank * 0.25 + static_cast<double>(i % 1000);
+  std::vector<const void*> ins(n);
+  for (int r = 0; r < n; ++r) ins[r] = in.data() + r * part;
+  double* out = in.data() + rank * part;
+  t.reduce_scatter(ins.data(), out, part, DType::kFloat64, ReduceOp::kSum);
+  for (size_t i = 0; i < part; i += 17) {
+    double expected = 0;
+    for (int r = 0; r < n; ++r) expected += r * 0.25 + static_cast<double>((rank * part + i) % 1000);
+    REQUIRE(out[i] == expected);
+  }
+  t.barrier();
+  return true;
+}
+
+}  // namespace
+
+TEST(CollectiveTransport, SingleCopyPathGivesExactResults) {
+  auto o = small_options();
+  o.single_copy_min_bytes = 0;  // every message, even the bf16 broadcast of one rank's bits
+  const auto codes = run_ranks(
+      3,
+      [](int rank, CollectiveTransport& t) {
+        if (!t.single_copy()) {
+          std::fprintf(stderr, "rank %d: %s\n", rank, t.single_copy_status().c_str());
+          return false;
+        }
+        return single_copy_workload(rank, t);
+      },
+      o);
+  EXPECT_EQ(codes, std::vector<int>({0, 0, 0}));
+}
+
+TEST(CollectiveTransport, SlotPathGivesTheSameResultsWhenSingleCopyIsOff) {
+  auto o = small_options();
+  o.single_copy_min_bytes = 0;
+  // One rank opting out turns it off for the group (every rank must take the same path).
+  const auto codes = run_ranks(
+      4,
+      [](int, CollectiveTransport& t) {
+        REQUIRE(!t.single_copy());
+        REQUIRE(t.single_copy_status().find("disabled on rank 2") != std::string::npos);
+        return single_copy_workload(t.rank(), t);
+      },
+      o, [](int rank) {
+        if (rank == 2) ::setenv("NRTSIM_COLLECTIVE_SINGLE_COPY", "0", 1);
+      });
+  EXPECT_EQ(codes, std::vector<int>({0, 0, 0, 0}));
+}
+
+TEST(CollectiveTransport, SingleCopyFallsBackWhenTheKernelRefusesIt) {
+  auto o = small_options();
+  o.single_copy_min_bytes = 0;
+  // A container's seccomp profile that refuses cross-memory attach, in rank 1 only: nobody can
+  // tell until it tries, so every rank probes and the group falls back to the slots.
+  const auto codes = run_ranks(
+      3,
+      [](int, CollectiveTransport& t) {
+        REQUIRE(!t.single_copy());
+        REQUIRE(t.single_copy_status().find("rank 1 cannot reach the memory of rank 0") !=
+                std::string::npos);
+        REQUIRE(t.single_copy_status().find("not permitted") != std::string::npos);
+        return single_copy_workload(t.rank(), t);
+      },
+      o, [](int rank) {
+        if (rank != 1) return;
+        sock_filter filter[] = {
+            BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+            BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 0, 1),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        };
+        sock_fprog prog{static_cast<unsigned short>(sizeof(filter) / sizeof(filter[0])), filter};
+        if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+            ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
+          std::perror("seccomp");
+          ::_exit(3);
+        }
+      });
+  EXPECT_EQ(codes, std::vector<int>({0, 0, 0}));
+}
+
+TEST(CollectiveTransport, SingleCopyMismatchAndDeadPeerFailClearly) {
+  auto o = small_options();
+  o.single_copy_min_bytes = 0;
+  o.timeout = std::chrono::milliseconds(20'000);
+  const auto mismatch = run_ranks(
+      3,
+      [](int rank, CollectiveTransport& t) {
+        std::vector<float> v(rank == 1 ? 80'000 : 100'000, 1.0f);
+        try {
+          t.allreduce(v.data(), v.size(), DType::kFloat32, ReduceOp::kSum);
+        } catch (const nrtsim::Error& e) {
+          REQUIRE(std::string(e.what()).find("rank 1: allreduce of 80000 float32") !=
+                  std::string::npos);
+          float x = static_cast<float>(rank);
+          t.allreduce(&x, 1, DType::kFloat32, ReduceOp::kMax);
+          return x == 2.0f;
+        }
+        return false;
+      },
+      o);
+  EXPECT_EQ(mismatch, std::vector<int>({0, 0, 0}));
+
+  // Rank 2 dies in the middle of a large allreduce: the others are reading its buffer, writing
+  // into it, or waiting for it at a barrier; whichever, they fail naming it, well within the
+  // timeout.
+  const auto start = std::chrono::steady_clock::now();
+  const auto dead = run_ranks(
+      3,
+      [](int rank, CollectiveTransport& t) {
+        std::vector<float> v(16u << 20, 1.0f);  // 64 MiB: the copies take a while
+        if (rank == 2) {
+          std::thread([] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            ::_exit(0);
+          }).detach();
+        }
+        try {
+          for (int i = 0; i < 20; ++i) t.allreduce(v.data(), v.size(), DType::kFloat32, ReduceOp::kSum);
+        } catch (const nrtsim::Error& e) {
+          const std::string m = e.what();
+          if (m.find("rank 2") != std::string::npos && m.find("exited") != std::string::npos) {
+            return true;
+          }
+          std::fprintf(stderr, "rank %d: unexpected error: %s\n", rank, m.c_str());
+        }
+        return false;
+      },
+      o);
+  EXPECT_EQ(dead, std::vector<int>({0, 0, 0}));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
 }
