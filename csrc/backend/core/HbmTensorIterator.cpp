@@ -1,8 +1,6 @@
 #include "backend/core/HbmTensorIterator.h"
 
-#include <ATen/EmptyTensor.h>
-
-#include "backend/core/CachingAllocator.h"
+#include "backend/core/EmptyTensor.h"
 
 namespace torch_neuronx {
 
@@ -16,12 +14,8 @@ void HbmTensorIterator::set_output_raw_strided(int64_t output_idx, c10::IntArray
                                                c10::TensorOptions options) {
   TORCH_INTERNAL_ASSERT(output_idx == 0 && !out_.defined(),
                         "HbmTensorIterator serves single-output functional ops");
-  constexpr c10::DispatchKeySet kNeuronKeys(c10::DispatchKey::PrivateUse1);
-  out_ = strides.empty()
-             ? at::detail::empty_generic(sizes, &caching_allocator(), kNeuronKeys,
-                                         options.dtype().toScalarType(), std::nullopt)
-             : at::detail::empty_strided_generic(sizes, strides, &caching_allocator(),
-                                                 kNeuronKeys, options.dtype().toScalarType());
+  const auto dtype = options.dtype().toScalarType();
+  out_ = strides.empty() ? empty_neuron(sizes, dtype) : empty_strided_neuron(sizes, strides, dtype);
   at::TensorIteratorBase::set_output_raw_strided(output_idx, sizes, strides, options);
 }
 

@@ -1,15 +1,12 @@
 // Allocation ops: empty and empty_strided, the two through which every neuron tensor is born.
-#include <ATen/EmptyTensor.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
-#include "backend/core/CachingAllocator.h"
+#include "backend/core/EmptyTensor.h"
 
 namespace torch_neuronx {
 namespace {
-
-constexpr c10::DispatchKeySet kNeuronKeys(c10::DispatchKey::PrivateUse1);
 
 c10::Device target_device(std::optional<c10::Device> device) {
   return device.value_or(c10::Device(c10::DeviceType::PrivateUse1));
@@ -32,8 +29,7 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
   TORCH_CHECK(!pin_memory.value_or(false), "pin_memory=True only applies to CPU tensors");
   check_memory_format(memory_format);
   const c10::DeviceGuard guard(target_device(device));
-  return at::detail::empty_generic(size, &caching_allocator(), kNeuronKeys,
-                                   c10::dtype_or_default(dtype), memory_format);
+  return empty_neuron(size, c10::dtype_or_default(dtype), memory_format);
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
@@ -43,8 +39,7 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
               "neuron tensors must use the strided layout, got ", *layout);
   TORCH_CHECK(!pin_memory.value_or(false), "pin_memory=True only applies to CPU tensors");
   const c10::DeviceGuard guard(target_device(device));
-  return at::detail::empty_strided_generic(size, stride, &caching_allocator(), kNeuronKeys,
-                                           c10::dtype_or_default(dtype));
+  return empty_strided_neuron(size, stride, c10::dtype_or_default(dtype));
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
