@@ -95,6 +95,27 @@ def loss_fn(logits, targets):
     return F.cross_entropy(logits.float().reshape(-1, VOCAB), targets.reshape(-1))
 
 
+def train_single_process(steps, optimizer=torch.optim.SGD, lr=0.1, global_batch=4):
+    """The run every parallel layout is checked against: one process, CPU, float32, the same
+    global batches. Returns the losses and the final parameters."""
+    model = make_model()
+    opt = optimizer(model.parameters(), lr=lr)
+    losses = []
+    for step in range(steps):
+        x, y = batch(step, global_batch)
+        loss = loss_fn(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, {k: v.detach() for k, v in model.state_dict().items()}
+
+
+def full_cpu(t):
+    """A parameter as one float32 CPU tensor, gathered first if it is a DTensor shard."""
+    return (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().cpu().float()
+
+
 def tp_plan(sequence_parallel=True):
     """torchtitan's Llama plan: attention/FFN inputs column-wise, outputs row-wise; with sequence
     parallelism the norms and the residual stream stay sharded on the sequence dimension."""

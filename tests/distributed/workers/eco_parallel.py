@@ -27,21 +27,10 @@ LOSS_RTOL, PARAM_ATOL = 1e-5, 1e-5
 
 
 def reference(steps, optimizer, lr, batch=GLOBAL_BATCH):
-    model = tl.make_model()
-    opt = optimizer(model.parameters(), lr=lr)
-    losses = []
-    for step in range(steps):
-        x, y = tl.batch(step, batch)
-        loss = tl.loss_fn(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses, {k: v.detach() for k, v in model.state_dict().items()}
+    return tl.train_single_process(steps, optimizer, lr, batch)
 
 
-def full(t):
-    return (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().cpu().float()
+full = tl.full_cpu
 
 
 def compare_losses(got, want, what):

@@ -22,21 +22,10 @@ STEPS, LR, GLOBAL_BATCH = 3, 0.1, 4
 
 def reference():
     """Losses and final parameters of plain single-process SGD on the global batches."""
-    model = tl.make_model()
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
-    losses = []
-    for step in range(STEPS):
-        x, y = tl.batch(step, GLOBAL_BATCH)
-        loss = tl.loss_fn(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses, {k: v.detach() for k, v in model.state_dict().items()}
+    return tl.train_single_process(STEPS, torch.optim.SGD, LR, GLOBAL_BATCH)
 
 
-def full(t):
-    return (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().cpu().float()
+full = tl.full_cpu
 
 
 def compare(losses, state, ref, loss_rtol, param_atol, what):
