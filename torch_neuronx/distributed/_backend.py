@@ -71,7 +71,7 @@ def link_model(neuroncore: str, lnc: int) -> dict:
 
 
 def _apply_link_model() -> None:
-    # The group's ranks are processes of one host: their cores talk over NeuronLink.
+    # The cores of one host talk over NeuronLink, hosts over EFA.
     from torch_neuronx import _C
 
     if not _C._is_initialized() and torch.neuron.device_count() == 0:
@@ -80,7 +80,51 @@ def _apply_link_model() -> None:
 
     model = core_model()
     link = link_model(model["neuroncore"], int(model["lnc"]))
-    _C._distributed._set_link_model(link["bytes_per_ns"], link["latency_ns"])
+    _C._distributed._set_link_model(link["bytes_per_ns"], link["latency_ns"], link["efa_bytes_per_ns"])
+
+
+def _address_towards(host: str, port: int) -> str:
+    """This machine's address on the route to `host`: the interface the other hosts reach us on
+    (a UDP connect sends nothing; it only asks the kernel for the route)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.connect((host, port or 9))
+        return s.getsockname()[0]
+
+
+def gloo_devices():
+    """The Gloo transport devices of the inter-host leg: GLOO_SOCKET_IFNAME's interfaces when set
+    (as for backend "gloo"), else the address on the route to MASTER_ADDR (where torchrun's
+    store runs, so on the network that joins the hosts), else Gloo's default (the hostname's
+    address)."""
+    from torch.distributed import ProcessGroupGloo
+
+    names = os.environ.get("GLOO_SOCKET_IFNAME", "")
+    if names:
+        return [ProcessGroupGloo.create_device(interface=name) for name in names.split(",") if name]
+    master = os.environ.get("MASTER_ADDR")
+    if master:
+        try:
+            address = _address_towards(master, int(os.environ.get("MASTER_PORT", "0") or 0))
+        except OSError as e:
+            raise RuntimeError(
+                f"neuron process group: no route from this host to MASTER_ADDR={master} ({e}); "
+                "set GLOO_SOCKET_IFNAME to the interface that reaches the other hosts"
+            ) from None
+        return [ProcessGroupGloo.create_device(hostname=address)]
+    return [ProcessGroupGloo.create_default_device()]
+
+
+def _create_gloo(store, rank: int, size: int, timeout: timedelta):
+    """The Gloo group of a neuron group's inter-host leg (called from C++, see HostSpan.h)."""
+    from torch.distributed import ProcessGroupGloo
+
+    options = ProcessGroupGloo._Options()
+    options._timeout = timeout
+    options._devices = gloo_devices()
+    return ProcessGroupGloo(store, rank, size, options)
 
 
 def _create_backend(store, rank: int, size: int, timeout: timedelta):
@@ -117,6 +161,9 @@ def register() -> None:
         return
     if BACKEND_NAME in dist.Backend.backend_list:
         return
+    from torch_neuronx import _C
+
+    _C._distributed._set_gloo_factory(_create_gloo)
     ProcessGroupNeuron.perform_nocolor_split = _perform_nocolor_split
     ProcessGroupNeuron.options = property(_options)
     # "cpu" too: CPU tensors on a neuron group (what compiled programs hand to functional

@@ -63,7 +63,24 @@ void init_distributed_bindings(py::module& m) {
       .def("_abort_transport", &ProcessGroupNeuron::abort,
            py::call_guard<py::gil_scoped_release>());
   sub.def("_set_link_model", &ProcessGroupNeuron::set_link_model, py::arg("bytes_per_ns"),
-          py::arg("latency_ns"));
+          py::arg("latency_ns"), py::arg("efa_bytes_per_ns") = 0.0);
+  // The Gloo groups of a group that spans hosts are built by `factory(store, rank, size,
+  // timeout)` in Python (torch's binding of ProcessGroupGloo: its C++ header needs Gloo's, which
+  // the wheel does not ship). Called from C++ (group creation, split) without the GIL held.
+  sub.def("_set_gloo_factory", [](py::object factory) {
+    // Kept for the life of the process: it may be called until exit.
+    auto* held = new py::object(std::move(factory));
+    set_gloo_factory([held](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                            std::chrono::milliseconds timeout) {
+      py::gil_scoped_acquire gil;
+      py::object group = (*held)(store, rank, size, timeout);
+      auto* backend = group.cast<c10d::Backend*>();
+      if (backend == nullptr) {
+        throw std::runtime_error("neuron process group: the Gloo factory returned no backend");
+      }
+      return c10::intrusive_ptr<c10d::Backend>::reclaim_copy(backend);
+    });
+  });
   (void)backend;
 }
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 
 #include "backend/core/HostView.h"
@@ -25,6 +26,7 @@ namespace {
 
 std::atomic<double> g_link_bytes_per_ns{0};
 std::atomic<double> g_link_latency_ns{0};
+std::atomic<double> g_efa_bytes_per_ns{0};
 
 [[noreturn]] void dist_error(const std::string& message) {
   C10_THROW_ERROR(DistBackendError, message);
@@ -117,6 +119,8 @@ at::Tensor host(const at::Tensor& t) { return t.is_cpu() ? t : host_view(t); }
 
 void* ptr(const at::Tensor& t) { return t.data_ptr(); }
 size_t nbytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
+// A flat CPU byte view of a contiguous tensor: what Gloo moves between hosts, any element type.
+at::Tensor host_bytes(const at::Tensor& t) { return host(t).reshape({-1}).view(at::kByte); }
 
 void check_dense(const at::Tensor& t, const char* op) {
   if (t.layout() != at::kStrided) {
@@ -257,11 +261,52 @@ class CoalescedWork : public c10d::Work {
   std::vector<c10::intrusive_ptr<c10d::Work>> works_;
 };
 
-std::string host_name() {
-  char name[256] = {};
-  ::gethostname(name, sizeof(name) - 1);
-  return name;
-}
+// A send or receive with a rank on another host: a Gloo work on the group's flat Gloo group.
+class GlooP2pWork : public c10d::Work {
+ public:
+  GlooP2pWork(c10::intrusive_ptr<ProcessGroupNeuron> group, c10::intrusive_ptr<c10d::Work> work,
+              Staged staged, bool is_send, int peer)
+      : c10d::Work(group->getRank(), is_send ? c10d::OpType::SEND : c10d::OpType::RECV),
+        group_(std::move(group)),
+        work_(std::move(work)),
+        staged_(std::move(staged)),
+        is_send_(is_send),
+        peer_(peer) {
+    future_ = c10::make_intrusive<c10::ivalue::Future>(
+        c10::ListType::create(c10::TensorType::get()), devices_of({staged_.original}));
+  }
+  bool isCompleted() override {
+    if (!finished_ && work_->isCompleted()) wait(std::chrono::milliseconds(0));
+    return finished_;
+  }
+  bool isSuccess() const override { return finished_; }
+  bool wait(std::chrono::milliseconds) override {
+    if (!finished_) {
+      HostSpan* span = group_->span();
+      if (span == nullptr) {
+        dist_error("neuron process group: a send/recv waited on after shutdown() or abort()");
+      }
+      span->wait(work_, is_send_ ? "send" : "recv");
+      unstage(staged_);
+      finished_ = true;
+      future_->markCompleted(c10::IValue(std::vector<at::Tensor>{staged_.original}));
+    }
+    return true;
+  }
+  void synchronize() override {}
+  int sourceRank() const override { return peer_; }
+  std::vector<at::Tensor> result() override { return {staged_.original}; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  c10::intrusive_ptr<ProcessGroupNeuron> group_;
+  c10::intrusive_ptr<c10d::Work> work_;
+  Staged staged_;
+  bool is_send_;
+  int peer_;
+  bool finished_ = false;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
 
 size_t env_bytes(const char* variable, size_t fallback) {
   if (auto value = nrtsim::env::get(variable)) {
@@ -280,33 +325,54 @@ ProcessGroupNeuron::ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& st
   topts.slot_bytes = env_bytes("NRTSIM_COLLECTIVE_SLOT_BYTES", topts.slot_bytes);
   topts.channel_bytes = env_bytes("NRTSIM_P2P_RING_BYTES", topts.channel_bytes);
   store_->setTimeout(options_->timeout);
-  // The transport is shared memory: every rank of the group must be on this host. Ranks on other
-  // hosts would wait for a segment they can never map, so say so at once.
-  const std::string me = host_name();
+  // Which rank is on which host (see HostSpan.h for what counts as one). The shared-memory
+  // transport connects the ranks of one host; a group on several hosts adds the Gloo leg.
+  const std::string me = host_identity();
+  const std::string shown = host_display_name();
   store_->set("nrtsim/host/" + std::to_string(rank), std::vector<uint8_t>(me.begin(), me.end()));
+  store_->set("nrtsim/hostname/" + std::to_string(rank),
+              std::vector<uint8_t>(shown.begin(), shown.end()));
+  HostLayout layout;
+  layout.rank = rank;
+  std::vector<std::string> ids;
   for (int r = 0; r < size; ++r) {
-    if (r == rank) continue;
-    const auto other = store_->get("nrtsim/host/" + std::to_string(r));
-    if (std::string(other.begin(), other.end()) != me) {
-      dist_error("neuron process group: rank " + std::to_string(r) + " runs on host '" +
-                 std::string(other.begin(), other.end()) + "' and rank " + std::to_string(rank) +
-                 " on '" + me +
-                 "'; the neuron backend's transport is the shared memory of one host. For groups "
-                 "that span hosts use backend 'gloo' (or 'cpu:gloo,neuron:gloo')");
+    std::string id = me;
+    if (r != rank) {
+      const auto other = store_->get("nrtsim/host/" + std::to_string(r));
+      id.assign(other.begin(), other.end());
     }
+    auto known = std::find(ids.begin(), ids.end(), id);
+    if (known == ids.end()) {
+      ids.push_back(id);
+      layout.ranks_of.emplace_back();
+      const auto name = store_->get("nrtsim/hostname/" + std::to_string(r));
+      layout.names.emplace_back(name.begin(), name.end());
+      known = ids.end() - 1;
+    }
+    const int host = static_cast<int>(known - ids.begin());
+    layout.host_of.push_back(host);
+    layout.ranks_of[host].push_back(r);
   }
+  layout.host = layout.host_of[rank];
+  layout.local_rank = layout.local_index(rank);
+  const int local_rank = layout.local_rank;
+  const int local_size = layout.local_size();
+  const std::string key = "nrtsim/segment/" + std::to_string(layout.host);
   transport_call([&] {
-    if (rank == 0) {
+    if (local_rank == 0) {
       const std::string name = tp::ShmSegment::unique_name("nrtsim-c10d");
-      transport_ = tp::CollectiveTransport::create(name, size, topts, [&] {
-        store_->set("nrtsim/segment", std::vector<uint8_t>(name.begin(), name.end()));
+      transport_ = tp::CollectiveTransport::create(name, local_size, topts, [&] {
+        store_->set(key, std::vector<uint8_t>(name.begin(), name.end()));
       });
     } else {
-      const auto name = store_->get("nrtsim/segment");
-      transport_ = tp::CollectiveTransport::join(std::string(name.begin(), name.end()), rank, size,
-                                                 topts);
+      const auto name = store_->get(key);
+      transport_ = tp::CollectiveTransport::join(std::string(name.begin(), name.end()),
+                                                 local_rank, local_size, topts);
     }
   });
+  if (layout.hosts() > 1) {
+    span_ = std::make_unique<HostSpan>(store_, std::move(layout), *transport_, options_->timeout);
+  }
 }
 
 ProcessGroupNeuron::~ProcessGroupNeuron() = default;
@@ -321,18 +387,39 @@ tp::CollectiveTransport& ProcessGroupNeuron::transport() {
 void ProcessGroupNeuron::setTimeout(std::chrono::milliseconds timeout) {
   options_->timeout = timeout;
   transport().set_timeout(timeout);
+  if (span_) span_->set_timeout(timeout);
 }
 
-void ProcessGroupNeuron::set_link_model(double bytes_per_ns, double latency_ns) {
+void ProcessGroupNeuron::set_link_model(double bytes_per_ns, double latency_ns,
+                                        double efa_bytes_per_ns) {
   g_link_bytes_per_ns.store(bytes_per_ns);
   g_link_latency_ns.store(latency_ns);
+  g_efa_bytes_per_ns.store(efa_bytes_per_ns);
+}
+
+int ProcessGroupNeuron::local_size() const {
+  return span_ ? span_->layout().local_size() : size_;
+}
+
+uint64_t ProcessGroupNeuron::efa_share(uint64_t host_bytes) const {
+  // The host's EFA bandwidth is shared by its cores (the data file's figure is per core), and
+  // the hierarchical algorithm spreads the inter-host leg over them.
+  return span_ ? host_bytes / static_cast<uint64_t>(local_size()) : 0;
 }
 
 void ProcessGroupNeuron::abort() {
-  if (transport_) transport_->abort("abort() was called on rank " + std::to_string(rank_));
+  const std::string reason = "abort() was called on rank " + std::to_string(rank_);
+  if (span_) {
+    span_->abort(reason);
+  } else if (transport_) {
+    transport_->abort(reason);
+  }
 }
 
-void ProcessGroupNeuron::shutdown() { transport_.reset(); }
+void ProcessGroupNeuron::shutdown() {
+  span_.reset();
+  transport_.reset();
+}
 
 void ProcessGroupNeuron::startCoalescing() {
   coalescing_ = true;
@@ -354,7 +441,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::run(const char* op, c10d::OpT
                                                        const std::vector<at::Tensor>& tensors,
                                                        uint64_t sent, uint64_t received,
                                                        std::vector<at::Tensor> outputs,
-                                                       Body&& body) {
+                                                       Body&& body, uint64_t efa) {
   auto& t = transport();
   std::lock_guard<std::mutex> serial(collective_mutex_);
   std::optional<c10::Device> device;
@@ -372,12 +459,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::run(const char* op, c10d::OpT
   } else {
     // One launch record: the bytes this core sends and receives over the link.
     nrtsim::Work work;
-    work[nrtsim::Engine::kDma].bytes_read = sent;
-    work[nrtsim::Engine::kDma].bytes_written = received;
+    work[nrtsim::Engine::kDma].bytes_read = sent + efa;
+    work[nrtsim::Engine::kDma].bytes_written = received + efa;
     if (const double bandwidth = g_link_bytes_per_ns.load(); bandwidth > 0) {
       // The link is full duplex: the larger direction sets the time; the DMA queues drive it.
+      // A hierarchical collective's inter-host leg follows its host leg, over EFA.
+      const double efa_bandwidth = g_efa_bytes_per_ns.load();
       const double ns = g_link_latency_ns.load() +
-                        static_cast<double>(std::max(sent, received)) / bandwidth;
+                        static_cast<double>(std::max(sent, received)) / bandwidth +
+                        (efa > 0 && efa_bandwidth > 0 ? static_cast<double>(efa) / efa_bandwidth
+                                                      : 0.0);
       work.has_timeline = true;
       work.timeline_busy_ns[nrtsim::index_of(nrtsim::Engine::kDma)] = ns;
       work.timeline_ns = ns;
@@ -398,9 +489,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Ten
   Staged s = stage(tensors[0], "broadcast");
   const int root = static_cast<int>(opts.rootRank);
   const uint64_t bytes = nbytes(s.work);
-  auto work = run("c10d::broadcast", c10d::OpType::BROADCAST, {s.work}, root == rank_ ? bytes : 0,
-                  root == rank_ ? 0 : bytes, tensors,
-                  [&](tp::CollectiveTransport& t) { t.broadcast(ptr(s.work), bytes, root); });
+  auto work = run(
+      "c10d::broadcast", c10d::OpType::BROADCAST, {s.work}, root == rank_ ? bytes : 0,
+      root == rank_ ? 0 : bytes, tensors,
+      [&](tp::CollectiveTransport& t) {
+        if (span_) {
+          at::Tensor h = host(s.work);
+          span_->broadcast(h, root);
+        } else {
+          t.broadcast(ptr(s.work), bytes, root);
+        }
+      },
+      efa_share(bytes));
   unstage(s);
   return work;
 }
@@ -411,14 +511,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Ten
   Staged s = stage(tensors[0], "allreduce");
   const tp::DType dtype = dtype_of(s.work, "allreduce");
   const tp::ReduceOp op = reduce_op_of(opts.reduceOp, s.work, "allreduce");
-  // A ring allreduce sends and receives 2 (N-1)/N of the buffer on each rank.
-  const uint64_t moved = size_ > 1 ? 2 * (size_ - 1) * nbytes(s.work) / size_ : 0;
-  auto work = run("c10d::allreduce", c10d::OpType::ALLREDUCE, {s.work}, moved, moved, tensors,
-                  [&](tp::CollectiveTransport& t) {
-                    t.allreduce(ptr(s.work), s.work.numel(), dtype, op);
-                    at::Tensor h = host(s.work);
-                    finish_reduction(opts.reduceOp, h, size_);
-                  });
+  // A ring allreduce sends and receives 2 (N-1)/N of the buffer on each rank; across hosts, the
+  // ranks of a host do that among themselves and each host's 2 (H-1)/H crosses to the others.
+  const int n = local_size();
+  const uint64_t moved = n > 1 ? 2 * (n - 1) * nbytes(s.work) / n : 0;
+  const int hosts = span_ ? span_->layout().hosts() : 1;
+  auto work = run(
+      "c10d::allreduce", c10d::OpType::ALLREDUCE, {s.work}, moved, moved, tensors,
+      [&](tp::CollectiveTransport& t) {
+        at::Tensor h = host(s.work);
+        if (span_) {
+          span_->allreduce(h, dtype, op);
+        } else {
+          t.allreduce(ptr(s.work), s.work.numel(), dtype, op);
+        }
+        finish_reduction(opts.reduceOp, h, size_);
+      },
+      efa_share(2 * (hosts - 1) * nbytes(s.work) / hosts));
   unstage(s);
   return work;
 }
@@ -426,23 +535,33 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Ten
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   std::vector<Staged> staged;
-  uint64_t moved = 0;
+  uint64_t moved = 0, efa = 0;
+  const int n = local_size();
+  const int hosts = span_ ? span_->layout().hosts() : 1;
   for (auto& x : tensors) {
     staged.push_back(stage(x, "allreduce_coalesced"));
     reduce_op_of(opts.reduceOp, x, "allreduce_coalesced");
-    moved += size_ > 1 ? 2 * (size_ - 1) * nbytes(x) / size_ : 0;
+    moved += n > 1 ? 2 * (n - 1) * nbytes(x) / n : 0;
+    efa += efa_share(2 * (hosts - 1) * nbytes(x) / hosts);
   }
   std::vector<at::Tensor> works;
   for (auto& s : staged) works.push_back(s.work);
-  auto work = run("c10d::allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, works, moved,
-                  moved, tensors, [&](tp::CollectiveTransport& t) {
-                    for (auto& s : staged) {
-                      t.allreduce(ptr(s.work), s.work.numel(), dtype_of(s.work, "allreduce"),
-                                  reduce_op_of(opts.reduceOp, s.work, "allreduce"));
-                      at::Tensor h = host(s.work);
-                      finish_reduction(opts.reduceOp, h, size_);
-                    }
-                  });
+  auto work = run(
+      "c10d::allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, works, moved, moved, tensors,
+      [&](tp::CollectiveTransport& t) {
+        for (auto& s : staged) {
+          const tp::DType dtype = dtype_of(s.work, "allreduce");
+          const tp::ReduceOp op = reduce_op_of(opts.reduceOp, s.work, "allreduce");
+          at::Tensor h = host(s.work);
+          if (span_) {
+            span_->allreduce(h, dtype, op);
+          } else {
+            t.allreduce(ptr(s.work), s.work.numel(), dtype, op);
+          }
+          finish_reduction(opts.reduceOp, h, size_);
+        }
+      },
+      efa);
   for (auto& s : staged) unstage(s);
   return work;
 }
@@ -455,14 +574,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(std::vector<at::Tensor
   const tp::ReduceOp op = reduce_op_of(opts.reduceOp, s.work, "reduce");
   const int root = static_cast<int>(opts.rootRank);
   const uint64_t bytes = nbytes(s.work);
-  auto work = run("c10d::reduce", c10d::OpType::REDUCE, {s.work}, rank_ == root ? 0 : bytes,
-                  rank_ == root ? bytes : 0, tensors, [&](tp::CollectiveTransport& t) {
-                    t.reduce(ptr(s.work), s.work.numel(), dtype, op, root);
-                    if (rank_ == root) {
-                      at::Tensor h = host(s.work);
-                      finish_reduction(opts.reduceOp, h, size_);
-                    }
-                  });
+  auto work = run(
+      "c10d::reduce", c10d::OpType::REDUCE, {s.work}, rank_ == root ? 0 : bytes,
+      rank_ == root ? bytes : 0, tensors,
+      [&](tp::CollectiveTransport& t) {
+        at::Tensor h = host(s.work);
+        if (span_) {
+          span_->reduce(h, dtype, op, root);
+        } else {
+          t.reduce(ptr(s.work), s.work.numel(), dtype, op, root);
+        }
+        if (rank_ == root) finish_reduction(opts.reduceOp, h, size_);
+      },
+      efa_share(bytes));
   unstage(s);
   return work;
 }
@@ -496,9 +620,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(
     ptrs.push_back(ptr(s.work));
   }
   const uint64_t bytes = nbytes(in.work);
-  auto work = run("c10d::allgather", c10d::OpType::ALLGATHER, all, bytes * (size_ - 1),
-                  bytes * (size_ - 1), outs,
-                  [&](tp::CollectiveTransport& t) { t.allgather(ptr(in.work), ptrs.data(), bytes); });
+  const uint64_t moved = bytes * (local_size() - 1);
+  auto work = run(
+      "c10d::allgather", c10d::OpType::ALLGATHER, all, moved, moved, outs,
+      [&](tp::CollectiveTransport& t) {
+        if (!span_) return t.allgather(ptr(in.work), ptrs.data(), bytes);
+        // Gathered into one buffer in rank order, then copied to the output list.
+        at::Tensor flat = at::empty({static_cast<int64_t>(bytes * size_)}, at::kByte);
+        span_->allgather(host(in.work), flat);
+        for (int r = 0; r < size_; ++r) {
+          if (bytes > 0) std::memcpy(ptrs[r], static_cast<char*>(flat.data_ptr()) + r * bytes, bytes);
+        }
+      },
+      efa_share(bytes * (size_ - local_size())));
   for (auto& s : staged) unstage(s);
   return work;
 }
@@ -517,9 +651,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_allgather_base(
   const uint64_t bytes = nbytes(in.work);
   std::vector<void*> ptrs;
   for (int r = 0; r < size_; ++r) ptrs.push_back(static_cast<char*>(ptr(out.work)) + r * bytes);
-  auto work = run("c10d::all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE,
-                  {in.work, out.work}, bytes * (size_ - 1), bytes * (size_ - 1), {output},
-                  [&](tp::CollectiveTransport& t) { t.allgather(ptr(in.work), ptrs.data(), bytes); });
+  const uint64_t moved = bytes * (local_size() - 1);
+  auto work = run(
+      "c10d::all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE, {in.work, out.work}, moved,
+      moved, {output},
+      [&](tp::CollectiveTransport& t) {
+        if (!span_) return t.allgather(ptr(in.work), ptrs.data(), bytes);
+        at::Tensor h = host(out.work);
+        span_->allgather(host(in.work), h);
+      },
+      efa_share(bytes * (size_ - local_size())));
   unstage(out);
   return work;
 }
@@ -580,10 +721,27 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(
     }
   }
   const uint64_t bytes = nbytes(in.work);
-  auto work = run("c10d::gather", c10d::OpType::GATHER, all, rank_ == root ? 0 : bytes,
-                  rank_ == root ? bytes * (size_ - 1) : 0,
-                  rank_ == root ? outputs[0] : std::vector<at::Tensor>{},
-                  [&](tp::CollectiveTransport& t) { t.gather(ptr(in.work), ptrs.data(), bytes, root); });
+  // Across hosts: the flat Gloo group over all ranks (bytes from other hosts cross EFA).
+  const bool remote_root = span_ && !span_->layout().local(root);
+  const uint64_t remote = span_ ? (rank_ == root ? bytes * (size_ - local_size()) : remote_root ? bytes : 0) : 0;
+  auto work = run(
+      "c10d::gather", c10d::OpType::GATHER, all, rank_ == root ? 0 : bytes - (remote_root ? bytes : 0),
+      rank_ == root ? bytes * (size_ - 1) - remote : 0,
+      rank_ == root ? outputs[0] : std::vector<at::Tensor>{},
+      [&](tp::CollectiveTransport& t) {
+        if (!span_) return t.gather(ptr(in.work), ptrs.data(), bytes, root);
+        std::vector<at::Tensor> ins{host_bytes(in.work)};
+        std::vector<std::vector<at::Tensor>> outs;
+        if (rank_ == root) {
+          outs.emplace_back();
+          for (auto& o : staged) outs[0].push_back(host_bytes(o.work));
+        }
+        c10d::GatherOptions options;
+        options.rootRank = root;
+        options.timeout = options_->timeout;
+        span_->wait(span_->flat().gather(outs, ins, options), "gather");
+      },
+      remote);
   for (auto& s : staged) unstage(s);
   return work;
 }
@@ -612,9 +770,26 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(
     }
   }
   const uint64_t bytes = nbytes(out.work);
-  auto work = run("c10d::scatter", c10d::OpType::SCATTER, all,
-                  rank_ == root ? bytes * (size_ - 1) : 0, rank_ == root ? 0 : bytes, outputs,
-                  [&](tp::CollectiveTransport& t) { t.scatter(ptrs.data(), ptr(out.work), bytes, root); });
+  const bool remote_root = span_ && !span_->layout().local(root);
+  const uint64_t remote = span_ ? (rank_ == root ? bytes * (size_ - local_size()) : remote_root ? bytes : 0) : 0;
+  auto work = run(
+      "c10d::scatter", c10d::OpType::SCATTER, all,
+      rank_ == root ? bytes * (size_ - 1) - remote : 0,
+      rank_ == root ? 0 : bytes - (remote_root ? bytes : 0), outputs,
+      [&](tp::CollectiveTransport& t) {
+        if (!span_) return t.scatter(ptrs.data(), ptr(out.work), bytes, root);
+        std::vector<at::Tensor> outs{host_bytes(out.work)};
+        std::vector<std::vector<at::Tensor>> ins;
+        if (rank_ == root) {
+          ins.emplace_back();
+          for (auto& i : staged) ins[0].push_back(host_bytes(i.work));
+        }
+        c10d::ScatterOptions options;
+        options.rootRank = root;
+        options.timeout = options_->timeout;
+        span_->wait(span_->flat().scatter(outs, ins, options), "scatter");
+      },
+      remote);
   unstage(out);
   return work;
 }
@@ -644,13 +819,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(
     ptrs.push_back(ptr(staged.back().work));
     all.push_back(staged.back().work);
   }
-  const uint64_t moved = nbytes(out.work) * (size_ - 1);
-  auto work = run("c10d::reduce_scatter", c10d::OpType::REDUCE_SCATTER, all, moved, moved, outputs,
-                  [&](tp::CollectiveTransport& t) {
-                    t.reduce_scatter(ptrs.data(), ptr(out.work), out.work.numel(), dtype, op);
-                    at::Tensor h = host(out.work);
-                    finish_reduction(opts.reduceOp, h, size_);
-                  });
+  const uint64_t moved = nbytes(out.work) * (local_size() - 1);
+  auto work = run(
+      "c10d::reduce_scatter", c10d::OpType::REDUCE_SCATTER, all, moved, moved, outputs,
+      [&](tp::CollectiveTransport& t) {
+        at::Tensor h = host(out.work);
+        if (span_) {
+          std::vector<at::Tensor> parts;
+          for (auto& x : staged) parts.push_back(host(x.work).reshape({-1}));
+          span_->reduce_scatter(at::cat(parts), h, dtype, op);
+        } else {
+          t.reduce_scatter(ptrs.data(), ptr(out.work), out.work.numel(), dtype, op);
+        }
+        finish_reduction(opts.reduceOp, h, size_);
+      },
+      efa_share(nbytes(out.work) * (size_ - local_size())));
   unstage(out);
   return work;
 }
@@ -671,13 +854,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(
   const uint64_t bytes = nbytes(out.work);
   std::vector<const void*> ptrs;
   for (int r = 0; r < size_; ++r) ptrs.push_back(static_cast<char*>(ptr(in.work)) + r * bytes);
-  const uint64_t moved = bytes * (size_ - 1);
-  auto work = run("c10d::reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE,
-                  {in.work, out.work}, moved, moved, {output}, [&](tp::CollectiveTransport& t) {
-                    t.reduce_scatter(ptrs.data(), ptr(out.work), out.work.numel(), dtype, op);
-                    at::Tensor h = host(out.work);
-                    finish_reduction(opts.reduceOp, h, size_);
-                  });
+  const uint64_t moved = bytes * (local_size() - 1);
+  auto work = run(
+      "c10d::reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE, {in.work, out.work},
+      moved, moved, {output},
+      [&](tp::CollectiveTransport& t) {
+        at::Tensor h = host(out.work);
+        if (span_) {
+          span_->reduce_scatter(host(in.work), h, dtype, op);
+        } else {
+          t.reduce_scatter(ptrs.data(), ptr(out.work), out.work.numel(), dtype, op);
+        }
+        finish_reduction(opts.reduceOp, h, size_);
+      },
+      efa_share(bytes * (size_ - local_size())));
   unstage(out);
   return work;
 }
@@ -730,21 +920,35 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(
   std::vector<const void*> ins;
   std::vector<void*> outs;
   size_t at_in = 0, at_out = 0;
-  uint64_t sent = 0, received = 0;
+  uint64_t sent = 0, received = 0, remote_sent = 0, remote_received = 0;
   for (int r = 0; r < size_; ++r) {
     ins.push_back(static_cast<char*>(ptr(in.work)) + at_in);
     outs.push_back(static_cast<char*>(ptr(out.work)) + at_out);
     at_in += send[r];
     at_out += recv[r];
-    if (r != rank_) {
+    if (span_ && !span_->layout().local(r)) {
+      remote_sent += send[r];
+      remote_received += recv[r];
+    } else if (r != rank_) {
       sent += send[r];
       received += recv[r];
     }
   }
-  auto work = run("c10d::all_to_all_single", c10d::OpType::ALLTOALL_BASE, {in.work, out.work},
-                  sent, received, {output}, [&](tp::CollectiveTransport& t) {
-                    t.alltoall(ins.data(), send.data(), outs.data(), recv.data());
-                  });
+  auto work = run(
+      "c10d::all_to_all_single", c10d::OpType::ALLTOALL_BASE, {in.work, out.work}, sent,
+      received, {output},
+      [&](tp::CollectiveTransport& t) {
+        if (!span_) return t.alltoall(ins.data(), send.data(), outs.data(), recv.data());
+        at::Tensor o = host_bytes(out.work);
+        std::vector<int64_t> send_splits(send.begin(), send.end());
+        std::vector<int64_t> recv_splits(recv.begin(), recv.end());
+        c10d::AllToAllOptions options;
+        options.timeout = options_->timeout;
+        at::Tensor i = host_bytes(in.work);
+        span_->wait(span_->flat().alltoall_base(o, i, recv_splits, send_splits, options),
+                    "all_to_all_single");
+      },
+      std::max(remote_sent, remote_received));
   unstage(out);
   return work;
 }
@@ -779,17 +983,49 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(std::vector<at::Tens
       received += recv.back();
     }
   }
-  auto work = run("c10d::all_to_all", c10d::OpType::ALLTOALL, all, sent, received, outputs,
-                  [&](tp::CollectiveTransport& t) {
-                    t.alltoall(in_ptrs.data(), send.data(), out_ptrs.data(), recv.data());
-                  });
+  uint64_t remote = 0;
+  if (span_) {
+    for (int r = 0; r < size_; ++r) {
+      if (span_->layout().local(r)) continue;
+      sent -= send[r];
+      received -= recv[r];
+      remote = std::max(remote, static_cast<uint64_t>(std::max(send[r], recv[r])));
+    }
+  }
+  auto work = run(
+      "c10d::all_to_all", c10d::OpType::ALLTOALL, all, sent, received, outputs,
+      [&](tp::CollectiveTransport& t) {
+        if (!span_) return t.alltoall(in_ptrs.data(), send.data(), out_ptrs.data(), recv.data());
+        // One all_to_all_single over the concatenated bytes on the flat Gloo group.
+        std::vector<at::Tensor> parts;
+        for (auto& i : ins) parts.push_back(host_bytes(i.work));
+        at::Tensor in_flat = at::cat(parts);
+        size_t total = 0;
+        for (size_t b : recv) total += b;
+        at::Tensor out_flat = at::empty({static_cast<int64_t>(total)}, at::kByte);
+        std::vector<int64_t> send_splits(send.begin(), send.end());
+        std::vector<int64_t> recv_splits(recv.begin(), recv.end());
+        c10d::AllToAllOptions options;
+        options.timeout = options_->timeout;
+        span_->wait(span_->flat().alltoall_base(out_flat, in_flat, recv_splits, send_splits,
+                                                options),
+                    "all_to_all");
+        size_t at = 0;
+        for (int r = 0; r < size_; ++r) {
+          if (recv[r] > 0) {
+            std::memcpy(out_ptrs[r], static_cast<char*>(out_flat.data_ptr()) + at, recv[r]);
+          }
+          at += recv[r];
+        }
+      },
+      remote);
   for (auto& s : outs) unstage(s);
   return work;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(const c10d::BarrierOptions&) {
   return run("c10d::barrier", c10d::OpType::BARRIER, {}, 0, 0, {},
-             [&](tp::CollectiveTransport& t) { t.barrier(); });
+             [&](tp::CollectiveTransport& t) { span_ ? span_->barrier() : t.barrier(); });
 }
 
 void ProcessGroupNeuron::monitoredBarrier(const c10d::BarrierOptions& opts, bool) {
@@ -804,10 +1040,31 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::post_p2p(at::Tensor& tensor, 
   Staged s = stage(tensor, is_send ? "send" : "recv");
   dtype_of(s.work, is_send ? "send" : "recv");
   const uint64_t bytes = nbytes(s.work);
+  if (peer < 0 || peer >= size_) {
+    dist_error(std::string("neuron process group: ") + (is_send ? "send to" : "recv from") +
+               " rank " + std::to_string(peer) + ", outside the group of " +
+               std::to_string(size_) + " ranks");
+  }
+  if (span_ && !span_->layout().local(peer)) {
+    // A rank on another host: Gloo's send/recv on the group's flat Gloo group.
+    c10::intrusive_ptr<c10d::Work> gloo;
+    auto post = [&](tp::CollectiveTransport&) {
+      std::vector<at::Tensor> buffer{host_bytes(s.work)};
+      gloo = is_send ? span_->flat().send(buffer, peer, tag) : span_->flat().recv(buffer, peer, tag);
+    };
+    run(is_send ? "c10d::send" : "c10d::recv", is_send ? c10d::OpType::SEND : c10d::OpType::RECV,
+        {s.work}, 0, 0, {}, post, bytes);
+    if (coalescing_) coalesced_.pop_back();  // the GlooP2pWork below stands for it
+    return collect(c10::make_intrusive<GlooP2pWork>(
+        c10::intrusive_ptr<ProcessGroupNeuron>::reclaim_copy(this), std::move(gloo), std::move(s),
+        is_send, peer));
+  }
+  // The transport numbers the ranks of this host only.
+  const int local_peer = span_ ? span_->layout().local_index(peer) : peer;
   std::shared_ptr<tp::P2pRequest> request;
   auto post = [&](tp::CollectiveTransport& t) {
-    request = is_send ? t.post_send(peer, static_cast<uint64_t>(tag), ptr(s.work), bytes)
-                      : t.post_recv(peer, static_cast<uint64_t>(tag), ptr(s.work), bytes);
+    request = is_send ? t.post_send(local_peer, static_cast<uint64_t>(tag), ptr(s.work), bytes)
+                      : t.post_recv(local_peer, static_cast<uint64_t>(tag), ptr(s.work), bytes);
   };
   run(is_send ? "c10d::send" : "c10d::recv", is_send ? c10d::OpType::SEND : c10d::OpType::RECV,
       {s.work}, is_send ? bytes : 0, is_send ? 0 : bytes, {}, post);

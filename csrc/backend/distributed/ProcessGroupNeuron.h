@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/distributed/HostSpan.h"
 #include "runtime/transport/CollectiveTransport.h"
 
 namespace torch_neuronx::distributed {
@@ -103,26 +104,37 @@ class ProcessGroupNeuron : public c10d::Backend {
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return sequence_; }
 
-  // The modelled link a collective's bytes cross (per logical core, full duplex): its bandwidth
-  // and a fixed latency per collective. Set per process from torch_neuronx/data/neuron_links.ini;
-  // while unset (bandwidth 0) a collective's bytes are charged as HBM traffic.
-  static void set_link_model(double bytes_per_ns, double latency_ns);
+  // The modelled links a collective's bytes cross (per logical core, full duplex): NeuronLink
+  // within a host, EFA between hosts, and a fixed latency per collective. Set per process from
+  // torch_neuronx/data/neuron_links.ini; while unset (bandwidth 0) a collective's bytes are
+  // charged as HBM traffic.
+  static void set_link_model(double bytes_per_ns, double latency_ns, double efa_bytes_per_ns = 0);
+
+  // The hierarchical part of a group whose ranks are on several hosts; null within one host.
+  HostSpan* span() { return span_.get(); }
 
   nrtsim::transport::CollectiveTransport& transport();
 
  private:
-  // Runs `body` as one collective launch (on the tensors' device) and returns its Work.
+  // Runs `body` as one collective launch (on the tensors' device) and returns its Work. `sent`
+  // and `received` are this core's bytes over NeuronLink, `efa` its bytes (each way) between
+  // hosts.
   template <class Body>
   c10::intrusive_ptr<c10d::Work> run(const char* op, c10d::OpType type,
                                      const std::vector<at::Tensor>& tensors, uint64_t sent,
                                      uint64_t received, std::vector<at::Tensor> outputs,
-                                     Body&& body);
+                                     Body&& body, uint64_t efa = 0);
+  // This core's share of what crosses hosts when `host_bytes` leave (or enter) each host.
+  uint64_t efa_share(uint64_t host_bytes) const;
+  // The group size within this rank's host (the whole group without a span).
+  int local_size() const;
   c10::intrusive_ptr<c10d::Work> collect(c10::intrusive_ptr<c10d::Work> work);
   c10::intrusive_ptr<c10d::Work> post_p2p(at::Tensor& tensor, int peer, int tag, bool send);
 
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<Options> options_;
-  std::unique_ptr<nrtsim::transport::CollectiveTransport> transport_;
+  std::unique_ptr<nrtsim::transport::CollectiveTransport> transport_;  // this host's ranks
+  std::unique_ptr<HostSpan> span_;
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
   uint64_t sequence_ = 0;

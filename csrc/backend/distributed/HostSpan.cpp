@@ -1,0 +1,345 @@
+#include "backend/distributed/HostSpan.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <unistd.h>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+
+#include "runtime/Env.h"
+
+namespace torch_neuronx::distributed {
+
+namespace tp = nrtsim::transport;
+
+namespace {
+
+[[noreturn]] void span_error(const std::string& message) {
+  C10_THROW_ERROR(DistBackendError, "neuron process group: " + message);
+}
+
+std::mutex g_factory_mutex;
+GlooFactory g_factory;
+
+std::string first_line(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+std::string link_target(const char* path) {
+  char buffer[256] = {};
+  const ssize_t n = ::readlink(path, buffer, sizeof(buffer) - 1);
+  return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : std::string("?");
+}
+
+// A flat byte view of a contiguous tensor: Gloo moves bytes of any element type this way.
+at::Tensor bytes_of(const at::Tensor& t) { return t.reshape({-1}).view(at::kByte); }
+
+char* bytes_ptr(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
+size_t nbytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
+
+// Element types and reductions Gloo's allreduce implements with the transport's semantics; the
+// others (16-bit and unsigned integers, bool) go through an all-gather of the hosts' partial
+// results, reduced by every leader in host order.
+bool gloo_reduces(const at::Tensor& t, tp::ReduceOp op) {
+  switch (t.scalar_type()) {
+    case at::kFloat:
+    case at::kDouble:
+    case at::kHalf:
+    case at::kBFloat16:
+      return op != tp::ReduceOp::kBand && op != tp::ReduceOp::kBor && op != tp::ReduceOp::kBxor;
+    case at::kChar:
+    case at::kByte:
+    case at::kInt:
+    case at::kLong:
+      return true;
+    case at::kComplexFloat:
+    case at::kComplexDouble:
+      return op == tp::ReduceOp::kSum;  // as real pairs
+    default:
+      return false;
+  }
+}
+
+c10d::ReduceOp c10d_op(tp::ReduceOp op) {
+  switch (op) {
+    case tp::ReduceOp::kSum: return c10d::ReduceOp::SUM;
+    case tp::ReduceOp::kProduct: return c10d::ReduceOp::PRODUCT;
+    case tp::ReduceOp::kMin: return c10d::ReduceOp::MIN;
+    case tp::ReduceOp::kMax: return c10d::ReduceOp::MAX;
+    case tp::ReduceOp::kBand: return c10d::ReduceOp::BAND;
+    case tp::ReduceOp::kBor: return c10d::ReduceOp::BOR;
+    case tp::ReduceOp::kBxor: return c10d::ReduceOp::BXOR;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+}  // namespace
+
+std::string host_identity() {
+  if (auto id = nrtsim::env::get("NRTSIM_HOST_ID"); id && !id->empty()) return "id:" + *id;
+  // One kernel boot, one network namespace, one PID namespace: processes that can open each
+  // other's /proc/<pid>/fd (the transport's segment) and reach each other's loopback.
+  return first_line("/proc/sys/kernel/random/boot_id") + "/" + link_target("/proc/self/ns/net") +
+         "/" + link_target("/proc/self/ns/pid");
+}
+
+std::string host_display_name() {
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  std::string shown = name;
+  if (auto id = nrtsim::env::get("NRTSIM_HOST_ID"); id && !id->empty()) {
+    shown += " (NRTSIM_HOST_ID=" + *id + ")";
+  } else {
+    shown += " (" + link_target("/proc/self/ns/net") + ")";
+  }
+  return shown;
+}
+
+int HostLayout::local_index(int r) const {
+  const auto& ranks = ranks_of[host_of[r]];
+  return static_cast<int>(std::find(ranks.begin(), ranks.end(), r) - ranks.begin());
+}
+
+void set_gloo_factory(GlooFactory factory) {
+  std::lock_guard<std::mutex> lock(g_factory_mutex);
+  g_factory = std::move(factory);
+}
+
+HostSpan::HostSpan(const c10::intrusive_ptr<c10d::Store>& store, HostLayout layout,
+                   tp::CollectiveTransport& local, std::chrono::milliseconds timeout)
+    : layout_(std::move(layout)), local_(local), timeout_(timeout) {
+  GlooFactory factory;
+  {
+    std::lock_guard<std::mutex> lock(g_factory_mutex);
+    factory = g_factory;
+  }
+  if (!factory) {
+    span_error("the group spans " + std::to_string(layout_.hosts()) +
+               " hosts, and its inter-host leg (Gloo) is created by torch_neuronx's Python layer, "
+               "which has not installed it: import torch_neuronx before creating the group");
+  }
+  // The leaders first (only they take part), then every rank's flat group: the two
+  // rendezvous are under different prefixes of the group's store.
+  if (layout_.leader()) {
+    leaders_ = factory(c10::make_intrusive<c10d::PrefixStore>("nrtsim-gloo/leaders", store),
+                       layout_.host, layout_.hosts(), timeout);
+  }
+  flat_ = factory(c10::make_intrusive<c10d::PrefixStore>("nrtsim-gloo/all", store), layout_.rank,
+                  static_cast<int>(layout_.host_of.size()), timeout);
+}
+
+HostSpan::~HostSpan() = default;
+
+void HostSpan::set_timeout(std::chrono::milliseconds timeout) {
+  timeout_ = timeout;
+  if (leaders_) leaders_->setTimeout(timeout);
+  if (flat_) flat_->setTimeout(timeout);
+}
+
+void HostSpan::abort(const std::string& reason) {
+  if (failure_.empty()) failure_ = reason;
+  try {
+    local_.abort("rank " + std::to_string(layout_.rank) + ": " + reason);
+  } catch (...) {
+  }
+  // Closing the Gloo connections makes the other hosts' pending and later exchanges with this
+  // rank fail at once instead of at their timeout.
+  leaders_.reset();
+  flat_.reset();
+}
+
+void HostSpan::check_usable() {
+  if (!failure_.empty()) span_error("the group was aborted: " + failure_);
+}
+
+c10d::Backend& HostSpan::leaders() {
+  check_usable();
+  if (!leaders_) span_error("internal: the inter-host group is used on a rank that is no leader");
+  return *leaders_;
+}
+
+c10d::Backend& HostSpan::flat() {
+  check_usable();
+  if (!flat_) span_error("the group's inter-host connections are closed");
+  return *flat_;
+}
+
+void HostSpan::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    const std::string reason = std::string(what) + " between hosts failed (Gloo): " + e.what();
+    abort(reason);
+    span_error(reason);
+  }
+}
+
+template <class Fn>
+void HostSpan::guarded(const char* what, Fn&& fn) {
+  check_usable();
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    // Whatever failed (a dead or late peer on this host, a mismatch, the Gloo leg), the ranks on
+    // the other hosts may be waiting for this one: abort so that they fail now too.
+    abort(std::string(what) + " failed on rank " + std::to_string(layout_.rank) + ": " +
+          e.what());
+    throw;
+  }
+}
+
+void HostSpan::allreduce_leaders(at::Tensor& x, tp::DType dtype, tp::ReduceOp op) {
+  if (layout_.hosts() < 2 || x.numel() == 0) return;
+  if (gloo_reduces(x, op)) {
+    at::Tensor flat = x.reshape({-1});
+    if (flat.is_complex()) flat = at::view_as_real(flat);
+    std::vector<at::Tensor> tensors{flat};
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d_op(op);
+    options.timeout = timeout_;
+    wait(leaders().allreduce(tensors, options), "allreduce");
+    return;
+  }
+  // Every leader gets every host's partial and combines them in host order: the same bits on
+  // every host, for element types Gloo does not reduce.
+  std::vector<at::Tensor> in{bytes_of(x)};
+  std::vector<std::vector<at::Tensor>> parts(1);
+  for (int h = 0; h < layout_.hosts(); ++h) parts[0].push_back(at::empty_like(in[0]));
+  wait(leaders().allgather(parts, in, c10d::AllgatherOptions{}), "allreduce");
+  std::vector<const void*> srcs;
+  for (const auto& p : parts[0]) srcs.push_back(p.data_ptr());
+  tp::reduce(x.data_ptr(), srcs.data(), layout_.hosts(), static_cast<size_t>(x.numel()), dtype,
+             op);
+}
+
+void HostSpan::allreduce(at::Tensor& x, tp::DType dtype, tp::ReduceOp op) {
+  guarded("allreduce", [&] {
+    const size_t count = static_cast<size_t>(x.numel());
+    if (layout_.local_size() > 1) local_.reduce(x.data_ptr(), count, dtype, op, 0);
+    if (layout_.leader()) allreduce_leaders(x, dtype, op);
+    if (layout_.local_size() > 1) local_.broadcast(x.data_ptr(), nbytes(x), 0);
+  });
+}
+
+void HostSpan::reduce(at::Tensor& x, tp::DType dtype, tp::ReduceOp op, int root) {
+  guarded("reduce", [&] {
+    // The transport reduces into its root's buffer only: the leader works on a copy, so that
+    // its own tensor stays as it was unless it is the root.
+    at::Tensor acc = layout_.leader() ? x.clone() : x;
+    const size_t count = static_cast<size_t>(x.numel());
+    if (layout_.local_size() > 1) local_.reduce(acc.data_ptr(), count, dtype, op, 0);
+    if (layout_.leader()) allreduce_leaders(acc, dtype, op);
+    if (layout_.host_of[root] != layout_.host) return;
+    if (layout_.local_index(root) == 0) {
+      if (layout_.rank == root) x.copy_(acc);
+      return;
+    }
+    at::Tensor result = layout_.leader() ? acc : at::empty_like(x);
+    local_.broadcast(result.data_ptr(), nbytes(x), 0);
+    if (layout_.rank == root) x.copy_(result);
+  });
+}
+
+void HostSpan::broadcast(at::Tensor& x, int root) {
+  guarded("broadcast", [&] {
+    const int root_host = layout_.host_of[root];
+    const size_t bytes = nbytes(x);
+    if (layout_.host == root_host && layout_.local_size() > 1) {
+      local_.broadcast(x.data_ptr(), bytes, layout_.local_index(root));
+    }
+    if (bytes == 0) return;
+    if (layout_.leader()) {
+      std::vector<at::Tensor> tensors{bytes_of(x)};
+      c10d::BroadcastOptions options;
+      options.rootRank = root_host;
+      options.timeout = timeout_;
+      wait(leaders().broadcast(tensors, options), "broadcast");
+    }
+    if (layout_.host != root_host && layout_.local_size() > 1) {
+      local_.broadcast(x.data_ptr(), bytes, 0);
+    }
+  });
+}
+
+void HostSpan::allgather(const at::Tensor& in, at::Tensor& out) {
+  guarded("allgather", [&] {
+    const size_t bytes = nbytes(in);
+    const auto& mine = layout_.ranks_of[layout_.host];
+    char* o = bytes_ptr(out);
+    // 1. This host's pieces to its leader, straight into their places in the output.
+    std::vector<void*> outs;
+    for (int r : mine) outs.push_back(o + r * bytes);
+    if (layout_.local_size() > 1) {
+      local_.gather(in.data_ptr(), outs.data(), bytes, 0);
+    } else if (bytes > 0) {
+      std::memcpy(o + layout_.rank * bytes, in.data_ptr(), bytes);
+    }
+    // 2. Leaders exchange their hosts' blocks (padded to the largest host: Gloo's allgather
+    // takes equal sizes) and unpack them into group rank order.
+    if (layout_.leader() && bytes > 0) {
+      size_t most = 0;
+      for (const auto& ranks : layout_.ranks_of) most = std::max(most, ranks.size());
+      at::Tensor block = at::empty({static_cast<int64_t>(most * bytes)}, at::kByte);
+      for (size_t j = 0; j < mine.size(); ++j) {
+        std::memcpy(bytes_ptr(block) + j * bytes, o + mine[j] * bytes, bytes);
+      }
+      std::vector<at::Tensor> tensors{block};
+      std::vector<std::vector<at::Tensor>> blocks(1);
+      for (int h = 0; h < layout_.hosts(); ++h) blocks[0].push_back(at::empty_like(block));
+      wait(leaders().allgather(blocks, tensors, c10d::AllgatherOptions{}), "allgather");
+      for (int h = 0; h < layout_.hosts(); ++h) {
+        if (h == layout_.host) continue;
+        const auto& ranks = layout_.ranks_of[h];
+        for (size_t j = 0; j < ranks.size(); ++j) {
+          std::memcpy(o + ranks[j] * bytes, bytes_ptr(blocks[0][h]) + j * bytes, bytes);
+        }
+      }
+    }
+    // 3. Fan out within the host.
+    if (layout_.local_size() > 1) local_.broadcast(o, nbytes(out), 0);
+  });
+}
+
+void HostSpan::reduce_scatter(const at::Tensor& in, at::Tensor& out, tp::DType dtype,
+                              tp::ReduceOp op) {
+  guarded("reduce_scatter", [&] {
+    const size_t bytes = nbytes(out);
+    // Reduce the whole input within the host onto the leader (a copy: the input stays as it
+    // was), across hosts between the leaders, then scatter each rank's share within the host.
+    at::Tensor acc = layout_.leader() ? in.clone() : in;
+    if (layout_.local_size() > 1) {
+      local_.reduce(acc.data_ptr(), static_cast<size_t>(acc.numel()), dtype, op, 0);
+    }
+    if (layout_.leader()) allreduce_leaders(acc, dtype, op);
+    const auto& mine = layout_.ranks_of[layout_.host];
+    if (layout_.local_size() > 1) {
+      std::vector<const void*> shares;
+      for (int r : mine) shares.push_back(bytes_ptr(acc) + r * bytes);
+      local_.scatter(shares.data(), out.data_ptr(), bytes, 0);
+    } else if (bytes > 0) {
+      std::memcpy(out.data_ptr(), bytes_ptr(acc) + layout_.rank * bytes, bytes);
+    }
+  });
+}
+
+void HostSpan::barrier() {
+  guarded("barrier", [&] {
+    if (layout_.local_size() > 1) local_.barrier();
+    if (layout_.leader()) {
+      c10d::BarrierOptions options;
+      options.timeout = timeout_;
+      wait(leaders().barrier(options), "barrier");
+    }
+    if (layout_.local_size() > 1) local_.barrier();
+  });
+}
+
+}  // namespace torch_neuronx::distributed
