@@ -54,7 +54,10 @@ struct TransportOptions {
   // environment overrides both: NRTSIM_COLLECTIVE_SINGLE_COPY=0|1,
   // NRTSIM_COLLECTIVE_SINGLE_COPY_BYTES=<bytes> (every rank must see the same values).
   bool single_copy = true;
-  size_t single_copy_min_bytes = 256u << 10;  // of the op's whole buffer; below it, the slots
+  // Of the op's whole buffer; below it, the slots. Measured (docs/benchmarks.md): the kernel
+  // spends ~0.4 us per 4 KiB page on cross-memory attach, so below a few MiB the slots, which
+  // stay in the last-level cache, win; with more ranks than cores they still break even at 16 MiB.
+  size_t single_copy_min_bytes = 16u << 20;
 };
 
 // What a rank is about to do: checked against every other rank's at the first barrier.
