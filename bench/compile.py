@@ -88,9 +88,17 @@ def decode_step(variant: str):
     token = torch.tensor([[7]], device=device)
     position = torch.tensor([SEQ], device=device)
 
+    calls = [0]
+
     def step():
-        # The same position every call: each step writes the same cache slot, so every call
-        # does the same work (a real decode loop advances `position`, same shapes).
+        # Every call does the same work: attention over the whole static cache (256 positions,
+        # masked). transformers' StaticCache writes at its own counter, which each call
+        # advances past the prompt (the `cache_position` argument does not choose the slot), so
+        # at most CACHE_LEN - SEQ calls fit; more would index past the cache.
+        calls[0] += 1
+        if calls[0] > CACHE_LEN - SEQ:
+            raise RuntimeError(f"decode_step: more than {CACHE_LEN - SEQ} calls overflow the "
+                               f"static cache; lower --repeats")
         with torch.no_grad():
             return run(input_ids=token, past_key_values=cache, cache_position=position,
                        use_cache=True).logits
