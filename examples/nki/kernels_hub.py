@@ -5,12 +5,14 @@ layer's.
 
     python examples/nki/kernels_hub.py
 
-transformers 5.23 marks LlamaRMSNorm with `@use_kernel_forward_from_hub("RMSNorm")` only when
-`kernels` >= 0.18.2 is installed; the newest `kernels` reachable here is 0.17.2, so this script
-applies the same decorator from `kernels` itself (what transformers does at import with a
-compatible version). Everything else is the stock `kernels` API.
+transformers 5.23 marks LlamaRMSNorm with its own `@use_kernel_forward_from_hub("RMSNorm")`, but
+only when the installed `kernels` is >= 0.18.2 and < 0.19.0 (requirements/test.txt pins 0.18.3);
+with any other version its decorator is a stub that leaves the class unmarked (docs/nki.md, "The
+kernels Hub path", has the lines). Then this script applies the same decorator from `kernels`
+itself, which is what transformers' decorator calls. Everything else is the stock `kernels` API.
 """
 
+import importlib.metadata
 import os
 import pathlib
 
@@ -28,8 +30,13 @@ REPO = pathlib.Path(__file__).resolve().parent / "hub" / "nki-rmsnorm"
 
 
 def main(dtype=torch.float32):
-    if not hasattr(modeling_llama.LlamaRMSNorm, "kernel_layer_name"):
+    by_transformers = getattr(modeling_llama.LlamaRMSNorm, "kernel_layer_name", None) == "RMSNorm"
+    if not by_transformers:
         use_kernel_forward_from_hub("RMSNorm")(modeling_llama.LlamaRMSNorm)
+    print("LlamaRMSNorm marked for the Hub by " +
+          ("transformers' own @use_kernel_forward_from_hub" if by_transformers else
+           "this script (kernels.use_kernel_forward_from_hub: transformers' gate rejected the "
+           "installed kernels " + importlib.metadata.version("kernels") + ")"))
     config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
                                       num_hidden_layers=2, num_attention_heads=4,
                                       num_key_value_heads=2, max_position_embeddings=64)
@@ -50,7 +57,8 @@ def main(dtype=torch.float32):
     norms = sum(isinstance(m, modeling_llama.LlamaRMSNorm) for m in model.modules())
     diff = (kernelized - stock).abs().max().item()
     print(f"kernelized {norms} LlamaRMSNorm layers -> {launches} NKI rms_norm_kernel launches per "
-          f"forward; max |logits - stock logits| = {diff:.3e} ({dtype})")
+          f"forward; max |logits - stock logits| = {diff:.3e} "
+          f"(max |stock logits| = {stock.abs().max().item():.3e}, {dtype})")
     return stock, kernelized, launches, norms
 
 

@@ -11,8 +11,16 @@ pytest.importorskip("transformers")
 
 CODE = r"""
 import os, sys, torch
+if os.environ.get("SIMULATE_INCOMPATIBLE_KERNELS"):
+    # What transformers does with a `kernels` outside its supported range (0.17.2, say): its
+    # hub-kernel decorators become stubs. Set before transformers imports its models.
+    import transformers.utils.import_utils as import_utils
+    import_utils.is_kernels_available = lambda *args, **kwargs: False
 sys.path.insert(0, os.environ["NKI_EXAMPLES_DIR"])
 import kernels_hub
+from transformers.models.llama import modeling_llama
+by_transformers = getattr(modeling_llama.LlamaRMSNorm, "kernel_layer_name", None) == "RMSNorm"
+assert by_transformers == (not os.environ.get("SIMULATE_INCOMPATIBLE_KERNELS")), by_transformers
 stock, kernelized, launches, norms = kernels_hub.main()
 assert norms == 5 and launches == norms, (norms, launches)
 # The swapped layer against the stock formula in float64: a sum of H squares, rsqrt and two
@@ -39,9 +47,18 @@ print("ok")
 """
 
 
-def test_kernelize_llama_with_local_nki_rmsnorm(python_subprocess):
+@pytest.mark.parametrize("decorator", ["transformers", "example"])
+def test_kernelize_llama_with_local_nki_rmsnorm(python_subprocess, decorator):
+    # "transformers": the pinned kernels is in transformers' range, so transformers' own
+    # @use_kernel_forward_from_hub marks LlamaRMSNorm at import. "example": with a kernels outside
+    # it transformers leaves the class unmarked and the example applies kernels' decorator itself.
     examples = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "nki")
-    result = python_subprocess(CODE, env={"HF_HUB_OFFLINE": "1", "NKI_EXAMPLES_DIR": examples},
-                               timeout=240)
+    env = {"HF_HUB_OFFLINE": "1", "NKI_EXAMPLES_DIR": examples}
+    if decorator == "example":
+        env["SIMULATE_INCOMPATIBLE_KERNELS"] = "1"
+    result = python_subprocess(CODE, env=env, timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ok" in result.stdout
+    marked_by = {"transformers": "transformers' own @use_kernel_forward_from_hub",
+                 "example": "this script (kernels.use_kernel_forward_from_hub"}[decorator]
+    assert "LlamaRMSNorm marked for the Hub by " + marked_by in result.stdout
