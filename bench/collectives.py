@@ -2,14 +2,23 @@
 
 Starts 4 ranks (one process per NeuronCore, as torchrun would) on this host. For all_reduce,
 all_gather_into_tensor and reduce_scatter_tensor from 4 KiB to 256 MiB, every rank times the same
-operation on neuron tensors over the neuron group and on CPU tensors of the same size and contents
-over a Gloo group; the slowest rank's time counts, the median of the repetitions is reported as
-bus bandwidth (NCCL-tests convention: size x 2(n-1)/n for all_reduce, size x (n-1)/n for the
-others, where size is the largest buffer). The limit is this host's memcpy bandwidth, measured
-here. Last, the TP x FSDP training step of the tiny Llama (TP=2 x FSDP=2) on neuron vs the same
-step on CPU with Gloo.
+operation, repetitions taking turns, on neuron tensors over two neuron groups — the default
+transport (NRTSIM_COLLECTIVE_SINGLE_COPY=auto: the shared-memory slots, and single copy by
+cross-memory attach from 16 MiB where the ranks do not outnumber the CPUs) and one held to single
+copy from 1 MiB (NRTSIM_COLLECTIVE_SINGLE_COPY=1, NRTSIM_COLLECTIVE_SINGLE_COPY_BYTES=1MiB) — and on
+CPU tensors of the same size and contents over a Gloo group; the slowest rank's time counts, the
+median of the repetitions is reported as bus bandwidth (NCCL-tests convention: size x 2(n-1)/n for
+all_reduce, size x (n-1)/n for the others, where size is the largest buffer).
 
-    python bench/collectives.py [--max-mib 256] [--reps 5] [--ranks 4]
+The limit is this host's memcpy bandwidth, measured here two ways: one thread alone (the usual
+figure), and the ranks all copying 256 MiB at once, one thread each (what the collectives really
+share when there are more ranks than cores); the latter's per-rank share is the fair reference for
+a bus bandwidth. An all_reduce must at least read and write every rank's whole buffer once, so a
+concurrent memcpy of the buffer on every rank is its floor, reported as a fraction.
+Last, the TP x FSDP training step of the tiny Llama (TP=2 x FSDP=2) on neuron vs the same step on
+CPU with Gloo.
+
+    python bench/collectives.py [--max-mib 256] [--reps 5] [--ranks 4] [--skip-step]
 """
 
 from __future__ import annotations
@@ -46,17 +55,18 @@ def launch(args) -> int:
     return max(p.wait() for p in procs)
 
 
-def memcpy_gbps(nbytes: int, reps: int) -> float:
+def memcpy_seconds(nbytes: int, reps: int) -> float:
+    """Median time of one single-thread copy of `nbytes` (buffers touched first)."""
     import torch
 
     src = torch.ones(nbytes, dtype=torch.uint8)
-    dst = torch.empty_like(src)
+    dst = torch.zeros_like(src)
     times = []
     for _ in range(reps):
         t = time.perf_counter()
         dst.copy_(src)
         times.append(time.perf_counter() - t)
-    return nbytes / statistics.median(times) / 1e9
+    return statistics.median(times)
 
 
 def worker(args) -> None:
@@ -69,6 +79,10 @@ def worker(args) -> None:
     # Both backends in one world: neuron tensors go to "neuron", CPU tensors to Gloo.
     dist.init_process_group("cpu:gloo,neuron:neuron")
     neuron = dist.new_group(backend="neuron")
+    # The transport reads its settings when the group is made: this one copies once from 1 MiB.
+    os.environ.update(NRTSIM_COLLECTIVE_SINGLE_COPY="1", NRTSIM_COLLECTIVE_SINGLE_COPY_BYTES="1MiB")
+    single = dist.new_group(backend="neuron")
+    del os.environ["NRTSIM_COLLECTIVE_SINGLE_COPY"], os.environ["NRTSIM_COLLECTIVE_SINGLE_COPY_BYTES"]
     gloo = dist.new_group(backend="gloo")
     dev = torch.device("neuron")
 
@@ -88,36 +102,87 @@ def worker(args) -> None:
             times.append(slowest(time.perf_counter() - t))
         return statistics.median(times)
 
+    def timed_in_turns(variants) -> dict:
+        """variants: name -> (fn, sync). Repetitions alternate between them, so that load from
+        other jobs falls on all alike."""
+        times = {name: [] for name in variants}
+        for fn, _ in variants.values():
+            fn()  # warm-up: first touch of buffers and shared memory
+        for _ in range(args.reps):
+            for name, (fn, sync) in variants.items():
+                dist.barrier(group=gloo)
+                t = time.perf_counter()
+                fn()
+                sync()
+                times[name].append(slowest(time.perf_counter() - t))
+        return {name: statistics.median(v) for name, v in times.items()}
+
+    def make(op, n, group, device):
+        if op == "all_reduce":
+            x = torch.ones(n, device=device)
+            return lambda: dist.all_reduce(x, group=group), 2 * (world - 1) / world
+        if op == "all_gather_into_tensor":
+            out = torch.empty(n, device=device)
+            inp = torch.ones(n // world, device=device)
+            return lambda: dist.all_gather_into_tensor(out, inp, group=group), (world - 1) / world
+        out = torch.empty(n // world, device=device)
+        inp = torch.ones(n, device=device)
+        return lambda: dist.reduce_scatter_tensor(out, inp, group=group), (world - 1) / world
+
+    # memcpy references: one thread alone (rank 0, the others waiting), then every rank at once.
+    big = args.max_mib << 20
+    dist.barrier(group=gloo)
+    alone = memcpy_seconds(big, args.reps) if rank == 0 else 0.0
+    dist.barrier(group=gloo)
+    concurrent = []
+    for _ in range(args.reps):
+        dist.barrier(group=gloo)
+        concurrent.append(slowest(memcpy_seconds(big, 1)))
+    concurrent = statistics.median(concurrent)
+
     rows = []
     size = 4 << 10
-    while size <= args.max_mib << 20:
+    while size <= big:
         n = size // 4
         for op in ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor"):
-            results = {}
-            for name, group, device in (("neuron", neuron, dev), ("gloo", gloo, torch.device("cpu"))):
-                if op == "all_reduce":
-                    x = torch.ones(n, device=device)
-                    fn = lambda x=x, g=group: dist.all_reduce(x, group=g)  # noqa: E731
-                    factor = 2 * (world - 1) / world
-                elif op == "all_gather_into_tensor":
-                    out = torch.empty(n, device=device)
-                    inp = torch.ones(n // world, device=device)
-                    fn = lambda o=out, i=inp, g=group: dist.all_gather_into_tensor(o, i, group=g)  # noqa: E731
-                    factor = (world - 1) / world
-                else:
-                    out = torch.empty(n // world, device=device)
-                    inp = torch.ones(n, device=device)
-                    fn = lambda o=out, i=inp, g=group: dist.reduce_scatter_tensor(o, i, group=g)  # noqa: E731
-                    factor = (world - 1) / world
+            variants, factor = {}, 1.0
+            for name, group, device in (("neuron", neuron, dev), ("single", single, dev),
+                                        ("gloo", gloo, torch.device("cpu"))):
+                fn, factor = make(op, n, group, device)
                 sync = torch.neuron.synchronize if device.type == "neuron" else (lambda: None)
-                t = timed(fn, sync)
-                results[name] = (t, size * factor / t / 1e9)
+                variants[name] = (fn, sync)
+            t = timed_in_turns(variants)
+            results = {name: (sec, size * factor / sec / 1e9) for name, sec in t.items()}
             rows.append((op, size, results))
             if rank == 0:
-                (tn, bn), (tg, bg) = results["neuron"], results["gloo"]
-                print(f"{op:24s} {size / 1024:>10.0f} KiB  neuron {tn * 1e6:9.1f} us {bn:7.2f} GB/s   "
-                      f"gloo {tg * 1e6:9.1f} us {bg:7.2f} GB/s   x{tg / tn:5.2f}", flush=True)
+                (tn, bn), (ts, bs), (tg, bg) = results["neuron"], results["single"], results["gloo"]
+                print(f"{op:24s} {size / 1024:>10.0f} KiB  neuron {tn * 1e6:9.1f} us {bn:6.2f} GB/s   "
+                      f"single-copy {ts * 1e6:9.1f} us {bs:6.2f} GB/s   gloo {tg * 1e6:9.1f} us {bg:6.2f} GB/s   "
+                      f"neuron x{tg / tn:5.2f} gloo, single-copy x{tg / ts:5.2f} gloo", flush=True)
+            del variants
         size *= 4
+
+    if rank == 0:
+        share = big / concurrent / 1e9
+        print(f"host memcpy bandwidth ({args.max_mib} MiB): 1 thread alone {big / alone / 1e9:.2f} GB/s; "
+              f"{world} ranks at once, 1 thread each: {world * share:.2f} GB/s in all, {share:.2f} GB/s per rank",
+              flush=True)
+        for op, size, results in rows:
+            if size != big:
+                continue
+            for name in ("neuron", "single"):
+                sec, bw = results[name]
+                line = (f"at {args.max_mib} MiB {op} ({name}): {bw:.2f} GB/s bus bandwidth = "
+                        f"{100 * bw / (big / alone / 1e9):.0f}% of 1-thread memcpy, {100 * bw / share:.0f}% of "
+                        f"the per-rank share of concurrent memcpy")
+                if op == "all_reduce":
+                    line += f"; {100 * concurrent / sec:.0f}% of the one-memcpy-per-rank floor"
+                print(line, flush=True)
+
+    if args.skip_step:
+        dist.barrier(group=gloo)
+        dist.destroy_process_group()
+        return
 
     # The TP x FSDP step of the tiny Llama: neuron group vs the same step on CPU with Gloo.
     from torch.distributed.device_mesh import init_device_mesh
@@ -151,7 +216,6 @@ def worker(args) -> None:
     if rank == 0:
         print(f"TP x FSDP tiny Llama step (TP=2 x FSDP=2): neuron {t_neuron * 1e3:.1f} ms, "
               f"CPU+Gloo {t_cpu * 1e3:.1f} ms, ratio {t_cpu / t_neuron:.2f}", flush=True)
-        print(f"host memcpy bandwidth (256 MiB, 1 thread): {memcpy_gbps(256 << 20, args.reps):.2f} GB/s", flush=True)
     dist.barrier(group=gloo)
     dist.destroy_process_group()
 
@@ -161,6 +225,7 @@ def main():
     parser.add_argument("--max-mib", type=int, default=256)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--skip-step", action="store_true", help="collectives only, no TP x FSDP step")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:

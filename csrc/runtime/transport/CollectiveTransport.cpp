@@ -1,6 +1,7 @@
 #include "runtime/transport/CollectiveTransport.h"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -78,13 +79,15 @@ struct alignas(128) RankControl {
   Descriptor desc[2];              // by collective sequence parity
   // Single-copy negotiation: a word of this rank's memory that peers read to test access, what
   // this rank found (0 not yet, 1 every peer reachable, 2 not wanted, 3 a peer unreachable, with
-  // the peer and errno) and the smallest message it would move that way.
+  // the peer and errno, 4 more ranks than its CPUs) and the smallest message it would move that
+  // way.
   uint64_t probe_address;
   uint64_t probe_value;
   std::atomic<uint32_t> single_copy;
   int32_t single_copy_peer;
   int32_t single_copy_errno;
   uint64_t single_copy_min_bytes;
+  int32_t cpus;
 };
 
 struct alignas(128) Ring {
@@ -257,13 +260,17 @@ CollectiveTransport::CollectiveTransport(ShmSegment segment, int rank, int size,
       recvs_(size) {
   layout_ = new Layout(segment_.data(), size, options_.slot_bytes, options_.channel_bytes);
   RankControl& me = layout_->controls[rank_];
+  using SingleCopy = TransportOptions::SingleCopy;
   if (const auto v = env::get("NRTSIM_COLLECTIVE_SINGLE_COPY")) {
-    options_.single_copy = env::parse_int("NRTSIM_COLLECTIVE_SINGLE_COPY", *v) != 0;
+    options_.single_copy =
+        *v == "auto" ? SingleCopy::kAuto
+        : env::parse_int("NRTSIM_COLLECTIVE_SINGLE_COPY", *v) != 0 ? SingleCopy::kOn
+                                                                   : SingleCopy::kOff;
   }
   if (const auto v = env::get("NRTSIM_COLLECTIVE_SINGLE_COPY_BYTES")) {
     options_.single_copy_min_bytes = env::parse_bytes("NRTSIM_COLLECTIVE_SINGLE_COPY_BYTES", *v);
   }
-  if (options_.single_copy && size_ > 1) {
+  if (options_.single_copy != SingleCopy::kOff && size_ > 1) {
     // Under Yama's ptrace_scope=1 only a process's ancestors may read its memory, and ranks are
     // siblings; this lets any process of the same user do so (nothing else changes: the kernel
     // still demands the same user). Fails harmlessly where there is no Yama.
@@ -320,7 +327,8 @@ void CollectiveTransport::wait_until_all_mapped() {
 void CollectiveTransport::negotiate_single_copy() {
   RankControl* controls = layout_->controls;
   RankControl& me = controls[rank_];
-  uint32_t verdict = options_.single_copy ? 1 : 2;
+  using SingleCopy = TransportOptions::SingleCopy;
+  uint32_t verdict = options_.single_copy == SingleCopy::kOff ? 2 : 1;
   for (int k = 0; k < size_ && verdict == 1; ++k) {
     if (k == rank_ || controls[k].probe_address == 0) continue;  // 0: the peer does not want it
     // Read the peer's token, and write it back unchanged: both directions need the same
@@ -341,6 +349,12 @@ void CollectiveTransport::negotiate_single_copy() {
       me.single_copy_errno = err;  // 0: the read worked but saw another word (another pid space)
     }
   }
+  cpu_set_t cpus;
+  me.cpus = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
+  if (verdict == 1 && options_.single_copy == SingleCopy::kAuto && me.cpus > 0 &&
+      size_ > me.cpus) {
+    verdict = 4;
+  }
   me.single_copy.store(verdict, std::memory_order_release);
   sync();
   // Every rank must take the same path for the same message, so the group agrees on one answer.
@@ -356,6 +370,12 @@ void CollectiveTransport::negotiate_single_copy() {
     if (v == 2) {
       single_copy_status_ = "off: disabled on rank " + std::to_string(r) +
                             " (TransportOptions::single_copy or NRTSIM_COLLECTIVE_SINGLE_COPY=0)";
+    } else if (v == 4) {
+      single_copy_status_ =
+          "off: the group's " + std::to_string(size_) + " ranks outnumber the " +
+          std::to_string(c.cpus) + " CPUs of rank " + std::to_string(r) +
+          ", where cross-memory attach costs as much CPU time as it saves; "
+          "NRTSIM_COLLECTIVE_SINGLE_COPY=1 uses it anyway";
     } else {
       single_copy_status_ =
           "off: rank " + std::to_string(r) + " cannot reach the memory of rank " +

@@ -50,13 +50,14 @@ struct TransportOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
   size_t slot_bytes = 8u << 20;     // per rank; half of it is one step's payload
   size_t channel_bytes = 1u << 20;  // per ordered pair of ranks, for send/recv
-  // Cross-memory attach for large messages when the kernel allows it (see above). The
-  // environment overrides both: NRTSIM_COLLECTIVE_SINGLE_COPY=0|1,
-  // NRTSIM_COLLECTIVE_SINGLE_COPY_BYTES=<bytes> (every rank must see the same values).
-  bool single_copy = true;
-  // Of the op's whole buffer; below it, the slots. Measured (docs/benchmarks.md): the kernel
-  // spends ~0.4 us per 4 KiB page on cross-memory attach, so below a few MiB the slots, which
-  // stay in the last-level cache, win; with more ranks than cores they still break even at 16 MiB.
+  // Cross-memory attach for large messages when the kernel allows it (see above). kAuto uses it
+  // unless the group has more ranks than this process may run on CPUs: then CPU time, not memory
+  // traffic, is the limit, and the kernel's work per page (pinning, ~0.4 us per 4 KiB page
+  // measured here) costs as much as the copy it saves. The environment overrides both fields:
+  // NRTSIM_COLLECTIVE_SINGLE_COPY=0|1|auto, NRTSIM_COLLECTIVE_SINGLE_COPY_BYTES=<bytes>. A rank
+  // that has it off turns it off for the group; the group takes the largest threshold.
+  enum class SingleCopy : uint8_t { kOff, kAuto, kOn };
+  SingleCopy single_copy = SingleCopy::kAuto;
   size_t single_copy_min_bytes = 16u << 20;
 };
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -398,6 +399,7 @@ bool single_copy_workload(int rank, CollectiveTransport& t) {
 
 TEST(CollectiveTransport, SingleCopyPathGivesExactResults) {
   auto o = small_options();
+  o.single_copy = TransportOptions::SingleCopy::kOn;  // also with more ranks than CPUs
   o.single_copy_min_bytes = 0;  // every message, even the bf16 broadcast of one rank's bits
   const auto codes = run_ranks(
       3,
@@ -414,6 +416,7 @@ TEST(CollectiveTransport, SingleCopyPathGivesExactResults) {
 
 TEST(CollectiveTransport, SlotPathGivesTheSameResultsWhenSingleCopyIsOff) {
   auto o = small_options();
+  o.single_copy = TransportOptions::SingleCopy::kOn;
   o.single_copy_min_bytes = 0;
   // One rank opting out turns it off for the group (every rank must take the same path).
   const auto codes = run_ranks(
@@ -431,6 +434,7 @@ TEST(CollectiveTransport, SlotPathGivesTheSameResultsWhenSingleCopyIsOff) {
 
 TEST(CollectiveTransport, SingleCopyFallsBackWhenTheKernelRefusesIt) {
   auto o = small_options();
+  o.single_copy = TransportOptions::SingleCopy::kOn;
   o.single_copy_min_bytes = 0;
   // A container's seccomp profile that refuses cross-memory attach, in rank 1 only: nobody can
   // tell until it tries, so every rank probes and the group falls back to the slots.
@@ -463,6 +467,7 @@ TEST(CollectiveTransport, SingleCopyFallsBackWhenTheKernelRefusesIt) {
 
 TEST(CollectiveTransport, SingleCopyMismatchAndDeadPeerFailClearly) {
   auto o = small_options();
+  o.single_copy = TransportOptions::SingleCopy::kOn;
   o.single_copy_min_bytes = 0;
   o.timeout = std::chrono::milliseconds(20'000);
   const auto mismatch = run_ranks(
@@ -511,4 +516,22 @@ TEST(CollectiveTransport, SingleCopyMismatchAndDeadPeerFailClearly) {
       o);
   EXPECT_EQ(dead, std::vector<int>({0, 0, 0}));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+}
+
+TEST(CollectiveTransport, AutoSingleCopyStaysOffWhenRanksOutnumberCpus) {
+  cpu_set_t cpus;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(cpus), &cpus), 0);
+  const int n = CPU_COUNT(&cpus);
+  const int ranks = std::min(n + 1, 8);  // 8: enough to tell, few processes
+  const auto codes = run_ranks(ranks, [n, ranks](int, CollectiveTransport& t) {
+    if (ranks > n) {
+      REQUIRE(!t.single_copy());
+      REQUIRE(t.single_copy_status().find("outnumber the " + std::to_string(n) + " CPUs") !=
+              std::string::npos);
+    } else {
+      REQUIRE(t.single_copy());  // a host with more than 7 CPUs: auto turns it on
+    }
+    return true;
+  });
+  EXPECT_EQ(codes, std::vector<int>(ranks, 0));
 }
