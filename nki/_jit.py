@@ -83,7 +83,9 @@ class KernelRun:
     """The modelled timing of a kernel's latest call: ``makespan_ns`` (first instruction start to
     last instruction end, without the launch's fixed cost), ``busy_ns`` and ``utilization`` per
     engine, ``matmul_flops``, ``tflops`` and ``mfu`` (against the Tensor engine's BF16 peak),
-    ``instructions`` per engine, ``dma_bytes``."""
+    ``instructions`` per engine, ``dma_bytes``, and ``engine_spans_ns``: per engine used, the
+    (start, end) of its first and last instruction from the start of the timeline, which the
+    profiler draws on that engine's track."""
 
     def __init__(self, timeline, printed=()):
         self.makespan_ns = timeline["makespan_ns"]
@@ -92,6 +94,9 @@ class KernelRun:
         self.matmul_flops = timeline["matmul_flops"]
         self.dma_bytes = timeline["dma_bytes"]
         self.peak_flops_per_ns = timeline["tensor_peak_flops_per_ns"]
+        self.engine_spans_ns = {
+            e: (timeline["engine_begin_ns"][e], timeline["engine_end_ns"][e])
+            for e, n in self.instructions.items() if n}
         span = self.makespan_ns or 1.0
         self.utilization = {e: b / span for e, b in self.busy_ns.items()}
         self.tflops = self.matmul_flops / span / 1e3

@@ -49,6 +49,11 @@ struct Work {
   bool has_timeline = false;
   std::array<double, kEngineCount> timeline_busy_ns{};
   double timeline_ns = 0;
+  // An NKI kernel also sets, per engine, when its first instruction starts and its last one ends,
+  // from the start of its timeline (the launch's fixed cost comes before it): the profiler shows
+  // the kernel on each engine's track over that span. 0 and 0 for an unused engine.
+  std::array<double, kEngineCount> timeline_begin_ns{};
+  std::array<double, kEngineCount> timeline_end_ns{};
 
   EngineWork& operator[](Engine e) { return engines[index_of(e)]; }
   const EngineWork& operator[](Engine e) const { return engines[index_of(e)]; }

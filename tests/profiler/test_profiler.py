@@ -329,3 +329,58 @@ def test_neuron_profiler_bad_input(tmp_path):
         with NeuronProfiler(NeuronConfig(profile_output_dir=str(tmp_path), modes=[ProfileMode.CPU_UTIL])):
             pass
     assert any("CPU_UTIL" in str(w.message) for w in caught)
+
+
+def engine_spans_in(events):
+    return {ev["args"]["engine_span"]: ev for ev in events
+            if ev.get("cat") == "gpu_user_annotation" and "engine_span" in ev.get("args", {})}
+
+
+def test_single_engine_kernels_get_no_engine_spans(operands, tmp_path):
+    # Kernels run on their main engine only: one device event each, nothing on other tracks.
+    _, _, a, b = operands
+    with profile(activities=ACTIVITIES) as prof:
+        torch.relu(torch.mm(a, b))
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    events = load_trace(path)["traceEvents"]
+    assert [ev for ev in events if ev.get("cat") == "gpu_user_annotation"] == []
+    assert [e for e in prof.events() if e.is_user_annotation] == []
+    threads = {ev["args"]["name"] for ev in events if ev.get("ph") == "M" and ev["name"] == "thread_name"
+               and ev["pid"] == a.device.index}
+    assert threads == {"tensor engine", "vector engine"}
+
+
+def test_compiled_program_shows_on_each_engine_it_uses(tmp_path):
+    # A compiled program's record carries the summed work of its ops; the clock models every engine
+    # starting after the launch cost, busy for its work's time. The profiler draws exactly that.
+    def step(x, w):
+        return torch.relu(x @ w).exp() * 2
+
+    compiled = torch.compile(step, backend="neuron")
+    x_cpu, w_cpu = torch.randn(32, 16), torch.randn(16, 8)
+    x, w = x_cpu.to("neuron"), w_cpu.to("neuron")
+    torch.testing.assert_close(compiled(x, w).cpu(), step(x_cpu, w_cpu))
+    with profile(activities=ACTIVITIES) as prof:
+        compiled(x, w)
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    events = load_trace(path)["traceEvents"]
+    (program,) = [ev for ev in events if ev.get("cat") == "kernel" and ev["args"]["kind"] == "program"]
+    busy = {k: float(v) for k, v in program["args"]["engine_busy_ns"].items()}
+    assert {"tensor", "vector", "scalar"} <= set(busy)
+    spans = engine_spans_in(events)
+    assert set(spans) == set(busy)
+    longest = max(busy.values())
+    start = float(program["args"]["sim_end_ns"]) - longest
+    for engine, ev in spans.items():
+        args = ev["args"]
+        assert ev["name"] == f"{program['name']} ({engine} engine)"
+        assert float(args["busy_ns"]) == pytest.approx(busy[engine], rel=1e-12)
+        assert float(args["utilization"]) == pytest.approx(busy[engine] / longest, rel=1e-12)
+        assert float(args["sim_begin_ns"]) == pytest.approx(start, abs=1e-6)
+        assert float(args["sim_end_ns"]) - float(args["sim_begin_ns"]) == pytest.approx(busy[engine], rel=1e-9)
+    # Counted once: the device events PyTorch sums are the program's alone.
+    counted = [e for e in prof.events() if e.device_type == DeviceType.PrivateUse1 and not e.is_user_annotation]
+    assert sum(e.self_device_time_total for e in counted) * 1000 == pytest.approx(
+        float(program["args"]["sim_duration_ns"]), abs=1.0)

@@ -144,15 +144,19 @@ nrtsim::CoreSpec spec_named(const std::string& chip) {
 
 py::dict timeline_dict(const nrtsim::nki::Timeline& t, const nrtsim::CoreSpec& spec,
                        bool per_instruction) {
-  py::dict busy, count;
+  py::dict busy, count, begin, end;
   for (nrtsim::Engine e : nrtsim::kAllEngines) {
     busy[nrtsim::engine_name(e)] = t.busy_ns[nrtsim::index_of(e)];
     count[nrtsim::engine_name(e)] = t.instruction_count[nrtsim::index_of(e)];
+    begin[nrtsim::engine_name(e)] = t.engine_begin_ns[nrtsim::index_of(e)];
+    end[nrtsim::engine_name(e)] = t.engine_end_ns[nrtsim::index_of(e)];
   }
   py::dict d;
   d["makespan_ns"] = t.makespan_ns;
   d["busy_ns"] = busy;
   d["instructions"] = count;
+  d["engine_begin_ns"] = begin;
+  d["engine_end_ns"] = end;
   d["matmul_flops"] = t.matmul_flops;
   d["dma_bytes"] = t.dma_bytes;
   // One physical core's BF16 peak: a multiply-accumulate is 2 FLOPs, GHz is cycles per ns.
@@ -216,6 +220,8 @@ class NkiExecutable {
     work.has_timeline = true;
     work.timeline_busy_ns = t.busy_ns;
     work.timeline_ns = t.makespan_ns;
+    work.timeline_begin_ns = t.engine_begin_ns;
+    work.timeline_end_ns = t.engine_end_ns;
     std::vector<std::string> printed;
     launch_on(index, op_, LaunchKind::kNkiKernel, work, [&] {
       const SingleThreadedMath one_thread;

@@ -6,7 +6,9 @@
 
 #include <c10/util/ApproximateClock.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <map>
 #include <sstream>
 #include <tuple>
@@ -101,6 +103,53 @@ std::string busy_json(const std::array<double, nrtsim::kEngineCount>& busy) {
   }
   out << '}';
   return out.str();
+}
+
+// Where one engine was busy during a launch that occupies several engines at once, on the device's
+// simulated clock.
+struct EngineSpan {
+  nrtsim::Engine engine = nrtsim::Engine::kDma;
+  double sim_begin_ns = 0;
+  double sim_end_ns = 0;
+  double busy_ns = 0;
+  double utilization = 0;  // busy time over the launch's time on the engines (without its fixed cost)
+};
+
+// An NKI kernel's spans come from its instruction timeline: on each engine it used, from its first
+// instruction's start to its last one's end (the timeline begins after the launch's fixed cost,
+// so it ends with the launch). A compiled program has no instruction timeline; the clock's model
+// of it (EngineModel.h: every engine starts after the launch cost and is busy for its work's time,
+// the busiest one ending the launch) gives its spans. Other launches run on their main engine
+// only and get none.
+std::vector<EngineSpan> engine_spans(const DeviceEvent& e) {
+  std::vector<EngineSpan> spans;
+  const auto& busy = e.engine_busy_ns;
+  if (e.kind == nrtsim::LaunchKind::kNkiKernel && e.work.has_timeline) {
+    const double origin = e.sim_end_ns - e.work.timeline_ns;
+    const double makespan = e.work.timeline_ns > 0 ? e.work.timeline_ns : 1.0;
+    for (nrtsim::Engine engine : nrtsim::kAllEngines) {
+      const size_t i = nrtsim::index_of(engine);
+      if (busy[i] <= 0) continue;
+      spans.push_back({engine, origin + e.work.timeline_begin_ns[i],
+                       origin + e.work.timeline_end_ns[i], busy[i], busy[i] / makespan});
+    }
+  } else if (e.kind == nrtsim::LaunchKind::kProgram) {
+    const double longest = *std::max_element(busy.begin(), busy.end());
+    if (longest <= 0) return spans;
+    const double origin = e.sim_end_ns - longest;
+    for (nrtsim::Engine engine : nrtsim::kAllEngines) {
+      const size_t i = nrtsim::index_of(engine);
+      if (busy[i] <= 0) continue;
+      spans.push_back({engine, origin, origin + busy[i], busy[i], busy[i] / longest});
+    }
+  }
+  return spans;
+}
+
+// The same offset onto the profiler's time base as the launch itself got (DeviceTimeline.h).
+TimelineSpan place_like(const DeviceEvent& e, double sim_begin_ns, double sim_end_ns) {
+  const int64_t offset = e.placed.begin_ns - std::llround(e.sim_begin_ns);
+  return {offset + std::llround(sim_begin_ns), offset + std::llround(sim_end_ns)};
 }
 
 int32_t kineto_id(uint64_t correlation_id) {
@@ -248,6 +297,42 @@ void NeuronProfilerSession::add_device_activity(
   logger.handleActivity(act);
 }
 
+void NeuronProfilerSession::add_engine_spans(const DeviceEvent& e,
+                                             libkineto::ActivityLogger& logger) {
+  // GPU user annotations, not kernels: PyTorch sums every device event linked to a CPU op into
+  // that op's device time, and adds every device event that is not a user annotation to the
+  // table's total, so the launch's own event stays the one that counts (once, with its modelled
+  // duration) and these only draw it on the other tracks. They are linked to nothing.
+  const std::string name = event_name(e);
+  for (const EngineSpan& span : engine_spans(e)) {
+    TimelineSpan placed = place_like(e, span.sim_begin_ns, span.sim_end_ns);
+    if (span.engine == e.engine) {
+      // On the launch's own track the span nests inside the launch's event. The Chrome trace
+      // writer widens every GPU user annotation by 1 ns on each side (Kineto's
+      // ChromeTraceLogger), which would push a span that ends with the launch 1 ns past it and
+      // break the nesting trace viewers need; so it is drawn 1 ns inside.
+      placed.begin_ns = std::max(placed.begin_ns, e.placed.begin_ns + 1);
+      placed.end_ns = std::max(placed.begin_ns, std::min(placed.end_ns, e.placed.end_ns - 1));
+    }
+    auto& act = add_activity(ActivityType::GPU_USER_ANNOTATION,
+                             name + " (" + nrtsim::engine_name(span.engine) + " engine)");
+    act.startTime = placed.begin_ns;
+    act.endTime = placed.end_ns;
+    act.device = e.device;
+    act.resource = track_of(e.stream, span.engine);
+    act.id = kineto_id(e.correlation_id);
+    act.addMetadataQuoted("engine_span", nrtsim::engine_name(span.engine));
+    act.addMetadataQuoted("op", e.op);
+    act.addMetadataQuoted("kind", nrtsim::launch_kind_name(e.kind));
+    act.addMetadata("busy_ns", span.busy_ns);
+    act.addMetadata("utilization", span.utilization);
+    act.addMetadata("sim_begin_ns", span.sim_begin_ns);
+    act.addMetadata("sim_end_ns", span.sim_end_ns);
+    act.addMetadata("correlation", e.correlation_id);
+    logger.handleActivity(act);
+  }
+}
+
 void NeuronProfilerSession::add_runtime_activity(
     const DeviceEvent& e, const libkineto::getLinkedActivityCallback& linked,
     libkineto::ActivityLogger& logger) {
@@ -280,13 +365,22 @@ void NeuronProfilerSession::add_user_annotations(
     int64_t end = 0;
   };
   std::map<std::tuple<uint64_t, int, int32_t>, Span> spans;
+  auto cover = [&](const DeviceEvent& e, int32_t track, const TimelineSpan& placed) {
+    auto [it, fresh] = spans.try_emplace({e.user_correlation_id, e.device, track},
+                                         Span{placed.begin_ns, placed.end_ns});
+    if (!fresh) {
+      it->second.begin = std::min(it->second.begin, placed.begin_ns);
+      it->second.end = std::max(it->second.end, placed.end_ns);
+    }
+  };
   for (const DeviceEvent& e : events_) {
     if (e.user_correlation_id == 0) continue;
-    auto [it, fresh] = spans.try_emplace({e.user_correlation_id, e.device, track_of(e.stream, e.engine)},
-                                         Span{e.placed.begin_ns, e.placed.end_ns});
-    if (!fresh) {
-      it->second.begin = std::min(it->second.begin, e.placed.begin_ns);
-      it->second.end = std::max(it->second.end, e.placed.end_ns);
+    cover(e, track_of(e.stream, e.engine), e.placed);
+    // The range also encloses the launch's spans on its other engines' tracks.
+    for (const EngineSpan& span : engine_spans(e)) {
+      if (span.engine != e.engine) {
+        cover(e, track_of(e.stream, span.engine), place_like(e, span.sim_begin_ns, span.sim_end_ns));
+      }
     }
   }
   for (const auto& [key, span] : spans) {
@@ -329,6 +423,7 @@ void NeuronProfilerSession::processTrace(libkineto::ActivityLogger& logger,
   buffer_->span.opCount = buffer_->gpuOpCount;
   for (const DeviceEvent& e : events_) {
     if (device_events_) add_device_activity(e, get_linked_activity, logger);
+    if (device_events_ && user_annotations_) add_engine_spans(e, logger);
     if (runtime_events_) add_runtime_activity(e, get_linked_activity, logger);
   }
   if (device_events_ && user_annotations_) add_user_annotations(get_linked_activity, logger);
@@ -358,7 +453,13 @@ std::vector<libkineto::ResourceInfo> NeuronProfilerSession::getResourceInfos() {
   std::lock_guard<std::mutex> lock(mutex_);
   std::set<std::pair<int, int32_t>> tracks;
   if (device_events_) {
-    for (const DeviceEvent& e : events_) tracks.emplace(e.device, track_of(e.stream, e.engine));
+    for (const DeviceEvent& e : events_) {
+      tracks.emplace(e.device, track_of(e.stream, e.engine));
+      if (!user_annotations_) continue;
+      for (const EngineSpan& span : engine_spans(e)) {
+        tracks.emplace(e.device, track_of(e.stream, span.engine));
+      }
+    }
   }
   std::vector<libkineto::ResourceInfo> infos;
   for (const auto& [device, track] : tracks) {

@@ -8,8 +8,13 @@
 //    linked to the CPU op whose correlation id the record carries;
 //  - one host-side runtime activity per record ("nrtsim::<kind>", on the launching thread, when
 //    PRIVATEUSE1_RUNTIME is requested), the start of the arrow to the device event;
+//  - for a launch that occupies several engines at once (an NKI kernel, from its instruction
+//    timeline; a compiled program, from the clock's model), one span per engine it used, on that
+//    engine's track, named "<op> (<engine> engine)", with the engine's busy time and utilisation.
+//    These are GPU user annotations linked to no CPU op, so PyTorch counts the launch's device
+//    time once, from its one device activity;
 //  - one span per record_function range and track ("GPU user annotation", when requested) around
-//    the device events launched inside the range.
+//    the device events (and engine spans) launched inside the range.
 // Kineto passes the correlation id of each CPU op it enters through push/popCorrelationId on the
 // op's thread; the session makes it the runtime's current correlation id there, which is how
 // records carry it.
@@ -85,6 +90,7 @@ class NeuronProfilerSession final : public libkineto::IActivityProfilerSession,
   void add_device_activity(const DeviceEvent& event,
                            const libkineto::getLinkedActivityCallback& linked,
                            libkineto::ActivityLogger& logger);
+  void add_engine_spans(const DeviceEvent& event, libkineto::ActivityLogger& logger);
   void add_runtime_activity(const DeviceEvent& event,
                             const libkineto::getLinkedActivityCallback& linked,
                             libkineto::ActivityLogger& logger);

@@ -112,8 +112,16 @@ Timeline schedule(const Program& p, const CoreSpec& spec) {
     const double ready = in.engine == Engine::kDma ? engine_end + kDmaLatencyNs : engine_end;
     engine_free[{in.program, index_of(in.engine)}] = engine_end;
     t.instructions[i] = {start, ready};
-    t.busy_ns[index_of(in.engine)] += cost;
-    t.instruction_count[index_of(in.engine)] += 1;
+    const size_t e = index_of(in.engine);
+    if (t.instruction_count[e] == 0) {
+      t.engine_begin_ns[e] = start;
+      t.engine_end_ns[e] = ready;
+    } else {
+      t.engine_begin_ns[e] = std::min(t.engine_begin_ns[e], start);
+      t.engine_end_ns[e] = std::max(t.engine_end_ns[e], ready);
+    }
+    t.busy_ns[e] += cost;
+    t.instruction_count[e] += 1;
     t.makespan_ns = std::max(t.makespan_ns, ready);
     if (in.op == Opcode::kMatmul) {
       t.matmul_flops += 2ull * static_cast<uint64_t>(in.a.shape[0]) *

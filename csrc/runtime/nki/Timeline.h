@@ -42,6 +42,11 @@ struct Timeline {
   uint64_t matmul_flops = 0;  // useful multiply-adds x 2 of the Tensor engine (no transposes)
   std::array<uint64_t, kEngineCount> instruction_count{};
   uint64_t dma_bytes = 0;
+  // Per engine, over all SPMD programs: when its first instruction starts and when its last one
+  // ends (for DMA: when the data is ready, as `instructions` has it); 0 and 0 for an unused
+  // engine. The profiler draws these as the kernel's span on each engine's track.
+  std::array<double, kEngineCount> engine_begin_ns{};
+  std::array<double, kEngineCount> engine_end_ns{};
 };
 
 // How long `in` occupies its engine on a core of `spec`.

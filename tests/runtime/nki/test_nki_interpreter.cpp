@@ -1,6 +1,7 @@
 // The NKI interpreter and timeline on hand-built programs: storage rounding, poisoned fresh
 // tiles, PSUM accumulation, bounds checks, and the per-engine timeline (costs from the shipped
 // engine model, overlap across engines, serialisation by dependencies).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -143,6 +144,33 @@ TEST(NkiTimeline, CostsOverlapAndDependencies) {
   q.instructions[1].a = view(1, {1, 512});
   const Timeline w = schedule(q, spec);
   EXPECT_DOUBLE_EQ(w.instructions[1].start_ns, w.instructions[0].end_ns);
+}
+
+TEST(NkiTimeline, EngineSpansAreFirstStartToLastEnd) {
+  // The per-engine spans the profiler draws: each used engine's first instruction start and last
+  // instruction end (for DMA, when its data is ready), over the instructions' own times.
+  const CoreSpec spec = load_engine_model(NRTSIM_SHIPPED_ENGINE_MODEL).at("Trainium2");
+  const Program p = matmul_program();
+  const Timeline t = schedule(p, spec);
+  for (Engine e : kAllEngines) {
+    double first = 0, last = 0;
+    bool used = false;
+    for (size_t i = 0; i < p.instructions.size(); ++i) {
+      if (p.instructions[i].engine != e) continue;
+      first = used ? std::min(first, t.instructions[i].start_ns) : t.instructions[i].start_ns;
+      last = used ? std::max(last, t.instructions[i].end_ns) : t.instructions[i].end_ns;
+      used = true;
+    }
+    EXPECT_EQ(used, t.instruction_count[index_of(e)] > 0);
+    EXPECT_DOUBLE_EQ(t.engine_begin_ns[index_of(e)], first);
+    EXPECT_DOUBLE_EQ(t.engine_end_ns[index_of(e)], last);
+  }
+  // The loads start the kernel, the store ends it; the matmuls lie between.
+  EXPECT_DOUBLE_EQ(t.engine_begin_ns[index_of(Engine::kDma)], 0.0);
+  EXPECT_DOUBLE_EQ(t.engine_end_ns[index_of(Engine::kDma)], t.makespan_ns);
+  EXPECT_GT(t.engine_begin_ns[index_of(Engine::kTensor)], 0.0);
+  EXPECT_LT(t.engine_end_ns[index_of(Engine::kTensor)], t.makespan_ns);
+  EXPECT_EQ(t.engine_end_ns[index_of(Engine::kGpSimd)], 0.0);
 }
 
 }  // namespace
