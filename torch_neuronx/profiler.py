@@ -261,6 +261,21 @@ class NeuronProfiler:
         for e in slices:
             if not self._keeps(e, device_counts):
                 dropped.add(id(e))
+        # A launch drawn on several engine tracks (an NKI kernel, a compiled program) has spans
+        # there that name its correlation and lie within its simulated interval: they go with it.
+        gone = defaultdict(list)
+        for e in slices:
+            args = e.get("args") or {}
+            if id(e) in dropped and e.get("cat") in _DEVICE_CATEGORIES and "engine_span" not in args:
+                gone[(e.get("pid"), args.get("correlation"))].append(
+                    (args.get("sim_begin_ns"), args.get("sim_end_ns")))
+        for e in slices:
+            args = e.get("args") or {}
+            if "engine_span" in args and id(e) not in dropped:
+                for begin, end in gone.get((e.get("pid"), args.get("correlation")), ()):
+                    if begin is not None and begin <= args.get("sim_begin_ns", -1) and args.get("sim_end_ns", 0) <= end:
+                        dropped.add(id(e))
+                        break
         dropped_anchors = {(e.get("pid"), e.get("tid"), e.get("ts")) for e in slices if id(e) in dropped}
         flows = [e for e in events if e.get("ph") in ("s", "f")]
         ends = defaultdict(set)

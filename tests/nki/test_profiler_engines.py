@@ -151,3 +151,20 @@ def test_key_averages_count_the_kernel_once(operands):
     assert sum(e.self_device_time_total for e in counted) == pytest.approx(duration_us, abs=1e-3)
     assert "Self NEURON time total: " in prof.key_averages().table()
 
+
+
+def test_neuron_profiler_event_cap_drops_engine_spans_with_their_kernel(operands, tmp_path):
+    from torch_neuronx.profiler import NeuronConfig, NeuronProfiler
+
+    a, b = operands
+    with NeuronProfiler(NeuronConfig(profile_output_dir=str(tmp_path), max_events_per_nc=1)) as p:
+        mm_exp(a, b)
+        mm_exp(a, b)
+    with open(p.trace_path) as f:
+        events = json.load(f)["traceEvents"]
+    kernels = [ev for ev in events if ev.get("cat") == "kernel" and ev["name"] == OP]
+    spans = [ev for ev in events if "engine_span" in (ev.get("args") or {})]
+    assert len(kernels) == 1  # the cap kept the first launch only
+    # ... and the engine spans of that launch, not the second one's.
+    assert sorted(ev["args"]["engine_span"] for ev in spans) == ["dma", "scalar", "tensor", "vector"]
+    assert {ev["args"]["correlation"] for ev in spans} == {kernels[0]["args"]["correlation"]}
