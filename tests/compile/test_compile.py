@@ -197,8 +197,13 @@ def test_profiler_and_simulated_clock_see_the_program():
         after = torch_neuronx.simulated_time(0)["now_ns"]
     assert after > before
     device_events = [e for e in prof.events() if e.device_type != torch.autograd.DeviceType.CPU]
-    # One device event: the program, none for the ops inside it.
+    # The profiler also draws the program's work on each engine it uses ("<name> (<engine>
+    # engine)" spans, annotations linked to no op); apart from them, one device event: the
+    # program, none for the ops inside it.
+    spans = [e for e in device_events if e.name.endswith(" engine)")]
+    device_events = [e for e in device_events if e not in spans]
     assert len(device_events) == 1, [e.name for e in device_events]
+    assert spans and all(e.name.startswith(device_events[0].name + " (") for e in spans)
     assert device_events[0].name.startswith("neuron::program/")
     assert device_events[0].name.endswith("_inference")
     assert device_events[0].device_time > 0
@@ -414,6 +419,30 @@ def test_random_op_in_a_training_graph_is_drawn_once():
         x.grad = None
     assert torch.equal(grads["compiled"], grads["eager"])  # d/dt (t * r) = r, the same r
     assert torch.equal(states["compiled"], states["eager"])
+
+
+def test_view_impossible_on_the_cpu_layout_becomes_a_reshape():
+    # A backward program gets the saved tensors in the layouts the forward program produced,
+    # which may differ from the traced ones (mamba2 in the causal-LM sweep): a view valid on the
+    # traced layout but not on the actual one must still compile, as a reshape, to the same
+    # values.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from torch_neuronx.dynamo.backend import _CpuFakeTensorProp
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    flat = graph.call_function(torch.ops.aten.view.default, (x, [24]))
+    graph.output((flat,))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    with FakeTensorMode() as mode:
+        transposed = torch.empty(6, 4).t()  # (4, 6), not viewable as (24,)
+    _CpuFakeTensorProp(gm, mode=mode).propagate_dont_convert_inputs(transposed)
+    assert flat.target is torch.ops.aten.reshape.default
+    assert flat.meta["val"].shape == (24,)
+    gm.recompile()  # as _graph_for_cpu does after propagating
+    real = torch.arange(24.).view(6, 4).t()
+    assert torch.equal(gm(real)[0], real.reshape(24))
 
 
 def test_autocast_inside_the_compiled_region():

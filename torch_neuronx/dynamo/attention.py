@@ -5,7 +5,8 @@ On neuron tensors ``scaled_dot_product_attention`` takes PyTorch's "overrideable
 flash attention on the device buffers. A program is CPU code over host views, and ATen's
 overrideable attention ops have no CPU kernel (their default raises), so this module gives them
 one: the same computation the eager neuron kernel runs (ATen's CPU flash attention, the
-gradient of a float mask as the eager kernel computes it). Graphs therefore keep the fused
+gradient of a float mask as the eager kernel computes it). The forward's is C++
+(csrc/backend/compiler/ProgramAttention.cpp, cheaper per call); the backward's is here. Graphs therefore keep the fused
 attention op, which Inductor calls as an external kernel, instead of the matmuls and softmax of
 the math backend: the same algorithm and rounding as eager neuron, and flash attention's speed
 on long sequences and the KV cache of a decode step.
@@ -21,43 +22,11 @@ import torch
 _library = None
 
 
-def _layout_like_query(query, shape):
-    """An empty tensor of `shape` in query's dimension order: the layout the op's meta kernel
-    gives the attention output, which compiled code is planned (and checked) against."""
-    if tuple(query.shape) == tuple(shape):
-        return torch.empty_like(query)
-    order = sorted(range(query.dim()), key=lambda i: query.stride(i), reverse=True)
-    strides = [0] * len(shape)
-    step = 1
-    for i in reversed(order):
-        strides[i] = step
-        step *= shape[i]
-    return torch.empty_strided(shape, strides, dtype=query.dtype)
-
-
 def _in_layout(result, like):
     """`result` in `like`'s layout (a copy only when the kernel chose another one)."""
     if result.stride() == like.stride():
         return result
     return like.copy_(result)
-
-
-def _forward(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False,
-             return_debug_mask=False, *, scale=None):
-    if dropout_p != 0.0:
-        raise RuntimeError(
-            f"neuron fused attention does not apply dropout (dropout_p={dropout_p}); "
-            f"scaled_dot_product_attention routes dropout to the math backend")
-    out, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        query, key, value, 0.0, is_causal, attn_mask=attn_bias, scale=scale)
-    # Outputs in the layouts of the op's meta kernel, which compiled code was planned with: the
-    # output in query's dimension order, a contiguous logsumexp (the CPU kernel's is (B, L, H)).
-    out = _in_layout(out, _layout_like_query(query, out.shape))
-    logsumexp = logsumexp.contiguous()
-    # Unused outputs as the meta kernel has them: no cumulative lengths or debug mask, 0-dim
-    # philox seed and offset (no dropout).
-    seed = torch.zeros((), dtype=torch.long)
-    return (out, logsumexp, None, None, query.size(2), key.size(2), seed, seed.clone(), None)
 
 
 def _mask_gradient(grad_out, query, key, value, mask, logsumexp, is_causal, scale):
@@ -106,11 +75,13 @@ def _backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logs
 
 
 def register() -> None:
-    """Give ATen's overrideable attention ops their CPU kernels (once per process)."""
+    """Give ATen's overrideable attention backward its CPU kernel (once per process)."""
     global _library
     if _library is not None:
         return
     library = torch.library.Library("aten", "IMPL")
-    library.impl("_scaled_dot_product_fused_attention_overrideable", _forward, "CPU")
+    # The forward's CPU kernel is C++ (csrc/backend/compiler/ProgramAttention.cpp, registered
+    # when torch_neuronx._C loads): a decode step calls it once per layer, and as a Python kernel
+    # its call cost more than the attention at that size.
     library.impl("_scaled_dot_product_fused_attention_overrideable_backward", _backward, "CPU")
     _library = library

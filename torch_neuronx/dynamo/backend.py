@@ -203,8 +203,28 @@ def _graph_for_cpu(gm: torch.fx.GraphModule, example_inputs, fake_mode, device: 
             if isinstance(x, torch.Tensor) and _is_neuron(x.device):
                 x = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cpu")
             cpu_inputs.append(x)
-    FakeTensorProp(cpu_gm, mode=fake_mode).propagate_dont_convert_inputs(*cpu_inputs)
+    _CpuFakeTensorProp(cpu_gm, mode=fake_mode).propagate_dont_convert_inputs(*cpu_inputs)
+    cpu_gm.recompile()
     return cpu_gm, cpu_inputs
+
+
+class _CpuFakeTensorProp(FakeTensorProp):
+    """Fake-tensor propagation of a program's CPU graph. The graph was traced with the layouts
+    eager neuron would produce, but a backward program receives the tensors its forward program
+    saved in the layouts Inductor chose for them (AOTAutograd compiles the backward with the
+    saved tensors' real strides), and a `view` valid on the traced layout can then be impossible:
+    such a view becomes a `reshape` (a view where possible, else a copy; the graph is functional,
+    so nothing writes through it), which is what Inductor's own view lowering does in that case.
+    Found by mamba2's chunked scan in the causal-LM sweep's compiled column."""
+
+    def run_node(self, node):
+        try:
+            return super().run_node(node)
+        except Exception:
+            if node.op != "call_function" or node.target is not torch.ops.aten.view.default:
+                raise
+        node.target = torch.ops.aten.reshape.default
+        return super().run_node(node)
 
 
 def _output_devices(gm: torch.fx.GraphModule) -> list:
