@@ -461,6 +461,7 @@ def _run_compiled(model, dtype, input_ids):
     torch.compile(backend="neuron", fullgraph=True), from the same initial weights as the eager
     runs; loss, logits and gradient norms to compare with eager neuron's."""
     res = {}
+    cpu_model = copy.deepcopy(model)  # to tell a graph break of the model's code from ours
     try:
         model = model.to(device="neuron", dtype=dtype)
         model.eval()
@@ -487,9 +488,30 @@ def _run_compiled(model, dtype, input_ids):
         # first two non-empty lines so the column shows the cause.
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
         res["error"] = f"{type(e).__name__}: {' '.join(lines[:2])}"[:300]
+        if isinstance(e, torch._dynamo.exc.Unsupported) and graph_breaks_without_neuron(
+                cpu_model.to(dtype=dtype), input_ids):
+            res["error"] = ("graph break in the model's code (also on the CPU with Dynamo alone, "
+                            "backend='eager'): " + res["error"])[:300]
     finally:
         torch._dynamo.reset()
     return res
+
+
+def graph_breaks_without_neuron(model, input_ids) -> bool:
+    """Whether `model`'s forward with labels breaks the graph under fullgraph=True on the CPU
+    with Dynamo alone (backend="eager"): a graph break that is a property of the model's code,
+    not of the neuron backend (or of any backend)."""
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(model.eval(), backend="eager", fullgraph=True)
+        compiled(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), labels=input_ids)
+        return False
+    except torch._dynamo.exc.Unsupported:
+        return True
+    except Exception:  # noqa: BLE001 - another failure says nothing about a graph break
+        return False
+    finally:
+        torch._dynamo.reset()
 
 
 def compare_compiled(comp, neu, dtype):

@@ -79,3 +79,27 @@ def test_compiled_column_reports_a_failure():
     comp = {"loss": 1.5, "logits": torch.zeros(1), "grad_norms": {}, "programs": 2, "seconds": 1}
     status, detail = hf_sweep.compare_compiled(comp, neu, torch.float32)
     assert status == "fail" and "loss diff" in detail
+
+
+def test_compiled_column_tells_the_models_graph_breaks_from_ours():
+    # A graph break that Dynamo alone hits on the CPU (here a logger call, as transformers'
+    # loss_function makes for GPT2LMHeadModel) is the model's code; a model that traces is not.
+    import logging
+
+    class Tiny(torch.nn.Module):
+        def __init__(self, log):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.log = log
+
+        def forward(self, input_ids, attention_mask=None, labels=None):
+            if self.log:
+                logging.getLogger("tiny").warning("logged inside forward")
+            return self.lin(input_ids.float())
+
+    ids = torch.ones(2, 4, dtype=torch.long)
+    assert hf_sweep.graph_breaks_without_neuron(Tiny(log=True), ids)
+    assert not hf_sweep.graph_breaks_without_neuron(Tiny(log=False), ids)
+    # And the sweep's record says so, naming Dynamo alone on the CPU.
+    res = hf_sweep._run_compiled(Tiny(log=True), torch.float32, ids)
+    assert "model's code" in res["error"] and "Dynamo alone" in res["error"], res
