@@ -75,7 +75,9 @@ def two_hosts():
     finally:
         # Deleting a namespace deletes the veth end in it, and with it the pair.
         for n in names:
-            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+            done = subprocess.run(["ip", "netns", "del", n], capture_output=True, text=True)
+            if done.returncode != 0:
+                print(f"ip netns del {n}: {done.stderr.strip()}")
 
 
 def _env(**extra):
@@ -158,9 +160,11 @@ def _plain_ranks(hosts, scenarios, namespaces=None, timeout=120, fault_timeout=N
 def test_three_simulated_hosts_interleaved_collectives():
     # Ranks 0 and 2 share a host, 1 and 3 are alone on theirs: unequal hosts (the leaders'
     # all-gather pads), interleaved ranks, one-rank hosts, a root that is no leader.
-    _, results = _plain_ranks([0, 1, 0, 2], ["collectives"])
+    # Then a size mismatch between hosts: every rank raises.
+    _, results = _plain_ranks([0, 1, 0, 2], ["collectives", "mismatch"])
     assert all(r.returncode == 0 for r in results), report(results)
-    assert all(f"rank {r.rank} two-host collectives ok" in r.output for r in results), report(results)
+    for marker in ("two-host collectives ok", "two-host mismatch ok"):
+        assert all(f"rank {r.rank} {marker}" in r.output for r in results), report(results)
 
 
 def _segments(pids):

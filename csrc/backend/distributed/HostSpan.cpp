@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "runtime/Env.h"
+#include "runtime/Error.h"
 
 namespace torch_neuronx::distributed {
 
@@ -187,17 +188,51 @@ void HostSpan::guarded(const char* what, Fn&& fn) {
   check_usable();
   try {
     fn();
+  } catch (const nrtsim::Error& e) {
+    // The host's transport failed (a dead or late peer on this host, a mismatch). The ranks on
+    // the other hosts may be waiting for this one: abort so that they fail now too. The
+    // transport numbers only this host's ranks: say which group ranks those are.
+    std::string ranks;
+    for (int r : layout_.ranks_of[layout_.host]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    const std::string message = std::string(e.what()) + " [ranks 0.." +
+                                std::to_string(layout_.local_size() - 1) + " of host '" +
+                                layout_.names[layout_.host] + "' are the group's ranks " + ranks + "]";
+    abort(std::string(what) + " failed on rank " + std::to_string(layout_.rank) + ": " + message);
+    span_error(message);
   } catch (const std::exception& e) {
-    // Whatever failed (a dead or late peer on this host, a mismatch, the Gloo leg), the ranks on
-    // the other hosts may be waiting for this one: abort so that they fail now too.
-    abort(std::string(what) + " failed on rank " + std::to_string(layout_.rank) + ": " +
-          e.what());
+    abort(std::string(what) + " failed on rank " + std::to_string(layout_.rank) + ": " + e.what());
     throw;
   }
 }
 
-void HostSpan::allreduce_leaders(at::Tensor& x, tp::DType dtype, tp::ReduceOp op) {
-  if (layout_.hosts() < 2 || x.numel() == 0) return;
+void HostSpan::agree(const char* what, int64_t dtype, int64_t count, int64_t extra) {
+  const int hosts = layout_.hosts();
+  // The name travels as a hash; the message names it from this leader's side.
+  const int64_t kind = static_cast<int64_t>(std::hash<std::string>{}(what) & 0x7fffffff);
+  at::Tensor mine = at::tensor({kind, dtype, count, extra}, at::kLong);
+  std::vector<at::Tensor> in{mine};
+  std::vector<std::vector<at::Tensor>> all(1);
+  for (int h = 0; h < hosts; ++h) all[0].push_back(at::empty_like(mine));
+  wait(leaders().allgather(all, in, c10d::AllgatherOptions{}), what);
+  bool same = true;
+  for (int h = 0; h < hosts; ++h) same = same && at::equal(all[0][h], mine);
+  if (same) return;
+  std::string calls;
+  for (int h = 0; h < hosts; ++h) {
+    const auto* d = all[0][h].data_ptr<int64_t>();
+    calls += "; host '" + layout_.names[h] + "' (ranks from " + std::to_string(layout_.ranks_of[h][0]) +
+             "): " + (d[0] == kind ? std::string(what) : std::string("another collective")) + " of " +
+             std::to_string(d[2]) + " elements of " +
+             std::string(c10::toString(static_cast<at::ScalarType>(d[1]))) + " (root/op " +
+             std::to_string(d[3]) + ")";
+  }
+  span_error(std::string("hosts called different collectives or sizes") + calls);
+}
+
+void HostSpan::allreduce_leaders(const char* what, at::Tensor& x, tp::DType dtype, tp::ReduceOp op) {
+  if (layout_.hosts() < 2) return;
+  agree(what, static_cast<int64_t>(x.scalar_type()), x.numel(), static_cast<int64_t>(op));
+  if (x.numel() == 0) return;
   if (gloo_reduces(x, op)) {
     at::Tensor flat = x.reshape({-1});
     if (flat.is_complex()) flat = at::view_as_real(flat);
@@ -224,7 +259,7 @@ void HostSpan::allreduce(at::Tensor& x, tp::DType dtype, tp::ReduceOp op) {
   guarded("allreduce", [&] {
     const size_t count = static_cast<size_t>(x.numel());
     if (layout_.local_size() > 1) local_.reduce(x.data_ptr(), count, dtype, op, 0);
-    if (layout_.leader()) allreduce_leaders(x, dtype, op);
+    if (layout_.leader()) allreduce_leaders("allreduce", x, dtype, op);
     if (layout_.local_size() > 1) local_.broadcast(x.data_ptr(), nbytes(x), 0);
   });
 }
@@ -236,7 +271,7 @@ void HostSpan::reduce(at::Tensor& x, tp::DType dtype, tp::ReduceOp op, int root)
     at::Tensor acc = layout_.leader() ? x.clone() : x;
     const size_t count = static_cast<size_t>(x.numel());
     if (layout_.local_size() > 1) local_.reduce(acc.data_ptr(), count, dtype, op, 0);
-    if (layout_.leader()) allreduce_leaders(acc, dtype, op);
+    if (layout_.leader()) allreduce_leaders("reduce", acc, dtype, op);
     if (layout_.host_of[root] != layout_.host) return;
     if (layout_.local_index(root) == 0) {
       if (layout_.rank == root) x.copy_(acc);
@@ -255,6 +290,7 @@ void HostSpan::broadcast(at::Tensor& x, int root) {
     if (layout_.host == root_host && layout_.local_size() > 1) {
       local_.broadcast(x.data_ptr(), bytes, layout_.local_index(root));
     }
+    if (layout_.leader()) agree("broadcast", static_cast<int64_t>(x.scalar_type()), x.numel(), root);
     if (bytes == 0) return;
     if (layout_.leader()) {
       std::vector<at::Tensor> tensors{bytes_of(x)};
@@ -284,6 +320,7 @@ void HostSpan::allgather(const at::Tensor& in, at::Tensor& out) {
     }
     // 2. Leaders exchange their hosts' blocks (padded to the largest host: Gloo's allgather
     // takes equal sizes) and unpack them into group rank order.
+    if (layout_.leader()) agree("allgather", static_cast<int64_t>(in.scalar_type()), in.numel(), 0);
     if (layout_.leader() && bytes > 0) {
       size_t most = 0;
       for (const auto& ranks : layout_.ranks_of) most = std::max(most, ranks.size());
@@ -318,7 +355,7 @@ void HostSpan::reduce_scatter(const at::Tensor& in, at::Tensor& out, tp::DType d
     if (layout_.local_size() > 1) {
       local_.reduce(acc.data_ptr(), static_cast<size_t>(acc.numel()), dtype, op, 0);
     }
-    if (layout_.leader()) allreduce_leaders(acc, dtype, op);
+    if (layout_.leader()) allreduce_leaders("reduce_scatter", acc, dtype, op);
     const auto& mine = layout_.ranks_of[layout_.host];
     if (layout_.local_size() > 1) {
       std::vector<const void*> shares;
@@ -334,6 +371,7 @@ void HostSpan::barrier() {
   guarded("barrier", [&] {
     if (layout_.local_size() > 1) local_.barrier();
     if (layout_.leader()) {
+      agree("barrier", 0, 0, 0);
       c10d::BarrierOptions options;
       options.timeout = timeout_;
       wait(leaders().barrier(options), "barrier");

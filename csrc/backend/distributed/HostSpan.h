@@ -89,8 +89,12 @@ class HostSpan {
  private:
   c10d::Backend& leaders();
   void check_usable();
-  void allreduce_leaders(at::Tensor& x, nrtsim::transport::DType dtype,
+  void allreduce_leaders(const char* what, at::Tensor& x, nrtsim::transport::DType dtype,
                          nrtsim::transport::ReduceOp op);
+  // Leaders only: every host's leader states what its host is about to do (the collective, its
+  // element type and size, root or reduce op); a difference fails with every host's call named.
+  // (Within a host, the transport checks the same.)
+  void agree(const char* what, int64_t dtype, int64_t count, int64_t extra);
   template <class Fn>
   void guarded(const char* what, Fn&& fn);
 

@@ -3,7 +3,7 @@ Gloo between host leaders), checked against expected values, then scenarios from
 
 Runs under torchrun in two network namespaces (test_two_hosts.py), or as plain processes told
 their host by NRTSIM_HOST_ID. argv[1:]: scenarios in order: collectives | records | ddp | fsdp2 |
-sigkill:<rank> (that rank kills itself in an allreduce; every other rank must raise within the
+mismatch (last) | sigkill:<rank> (that rank kills itself in an allreduce; every other rank must raise within the
 group's timeout; FAULT_TIMEOUT_S).
 
 Inputs are chosen so that every result is exact whatever the order of combination (values in
@@ -259,6 +259,28 @@ def sigkill(victim, timeout):
     raise AssertionError(f"rank {RANK}: no error after rank {victim} was killed")
 
 
+def mismatch():
+    """The last rank's host calls all_reduce with 5 elements, the others with 4: every rank raises,
+    naming the hosts' calls (a mismatch across hosts aborts the group: later calls fail at once)."""
+    x = torch.ones(4 + (RANK == WORLD - 1), device=DEV)
+    try:
+        dist.all_reduce(x)
+    except dist.DistBackendError as e:
+        message = str(e)
+        print(f"rank {RANK} mismatch raised: {message[:300]}", flush=True)
+        assert "different collectives or sizes" in message or "aborted" in message or "elements" in message, message
+    else:
+        raise AssertionError(f"rank {RANK}: a size mismatch across hosts did not raise")
+    try:
+        dist.all_reduce(torch.ones(4, device=DEV))
+    except dist.DistBackendError:
+        pass
+    else:
+        raise AssertionError(f"rank {RANK}: the group was still usable after the mismatch")
+    print(f"rank {RANK} two-host mismatch ok", flush=True)
+    os._exit(0)
+
+
 def main():
     timeout = timedelta(seconds=float(os.environ.get("FAULT_TIMEOUT_S", "60")))
     dist.init_process_group("neuron", device_id=torch.device("neuron", 0), timeout=timeout)
@@ -273,6 +295,8 @@ def main():
             import parallel
 
             parallel.run(scenario, parallel.reference())
+        elif scenario == "mismatch":
+            mismatch()
         elif scenario.startswith("sigkill:"):
             sigkill(int(scenario.split(":")[1]), timeout)
         else:
