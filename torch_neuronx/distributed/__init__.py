@@ -7,7 +7,8 @@ NeuronCore; under ``torchrun`` each process sees only its own core
 (``NEURON_RT_VISIBLE_CORES=$LOCAL_RANK``, as TorchNeuron sets it), so its device is ``neuron:0``.
 
 The collectives are native (``ProcessGroupNeuron`` in C++, over nrtsim's shared-memory transport:
-the simulated NeuronLink). See docs/distributed.md.
+the simulated NeuronLink); a group whose ranks are on several hosts adds Gloo between the host
+leaders (see ``gloo_devices`` for the interface it uses). See docs/distributed.md.
 """
 
 from torch_neuronx.distributed._backend import (  # noqa: F401
