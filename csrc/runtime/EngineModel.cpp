@@ -2,23 +2,15 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <vector>
 
 #include "runtime/Error.h"
+#include "runtime/IniFile.h"
 
 namespace nrtsim {
 
 namespace {
-
-std::string trim(const std::string& s) {
-  const auto begin = s.find_first_not_of(" \t\r");
-  if (begin == std::string::npos) return "";
-  const auto end = s.find_last_not_of(" \t\r");
-  return s.substr(begin, end - begin + 1);
-}
 
 // Every key a section must have, and where its value goes.
 struct Field {
@@ -57,52 +49,33 @@ std::string g_default_path;
 
 std::map<std::string, CoreSpec> parse_engine_model(const std::string& text,
                                                    const std::string& origin) {
-  std::map<std::string, CoreSpec> chips;
-  std::map<std::string, std::vector<std::string>> seen;
-  std::string section;
-  std::istringstream in(text);
-  std::string raw;
-  int line_no = 0;
-  while (std::getline(in, raw)) {
-    ++line_no;
-    const auto comment = raw.find_first_of("#;");
-    const std::string line = trim(comment == std::string::npos ? raw : raw.substr(0, comment));
-    if (line.empty()) continue;
-    if (line.front() == '[') {
-      if (line.back() != ']') bad(origin, line_no, "unclosed section header '" + line + "'");
-      section = trim(line.substr(1, line.size() - 2));
-      if (chips.count(section)) bad(origin, line_no, "section [" + section + "] appears twice");
-      chips[section];
-      continue;
-    }
-    const auto eq = line.find('=');
-    if (eq == std::string::npos) bad(origin, line_no, "expected 'key = value', got '" + line + "'");
-    if (section.empty()) bad(origin, line_no, "'" + line + "' comes before any [section]");
-    const std::string key = trim(line.substr(0, eq));
-    const std::string value = trim(line.substr(eq + 1));
-    CoreSpec& spec = chips[section];
-    seen[section].push_back(key);
-    if (key == "neuroncore") {
-      spec.neuroncore = value;
-      continue;
-    }
-    const Field* field = nullptr;
-    for (const auto& f : kFields) {
-      if (key == f.key) field = &f;
-    }
-    if (field == nullptr) bad(origin, line_no, "unknown key '" + key + "'");
-    char* end = nullptr;
-    const double number = std::strtod(value.c_str(), &end);
-    if (value.empty() || *end != '\0' || !(number >= 0)) {
-      bad(origin, line_no, key + " = '" + value + "' is not a non-negative number");
-    }
-    spec.*(field->number) = number;
+  std::vector<IniSection> sections;
+  try {
+    // Engine model files allow a comment after a value ("2.4  # GHz").
+    sections = parse_ini(text, IniSyntax{/*inline_comments=*/true});
+  } catch (const IniError& e) {
+    bad(origin, e.line(), e.what());
   }
-  for (const auto& [name, spec] : chips) {
-    const auto& keys = seen[name];
+  std::map<std::string, CoreSpec> chips;
+  for (const IniSection& section : sections) {
+    CoreSpec& spec = chips[section.name];
+    for (const auto& [key, value] : section.entries) {
+      if (key == "neuroncore") {
+        spec.neuroncore = value.text;
+        continue;
+      }
+      const Field* field = nullptr;
+      for (const auto& f : kFields) {
+        if (key == f.key) field = &f;
+      }
+      if (field == nullptr) bad(origin, value.line, "unknown key '" + key + "'");
+      const auto number = parse_non_negative(value.text);
+      if (!number) bad(origin, value.line, key + " = '" + value.text + "' is not a non-negative number");
+      spec.*(field->number) = *number;
+    }
     for (const auto& f : kFields) {
-      if (std::find(keys.begin(), keys.end(), f.key) == keys.end()) {
-        bad(origin, 0, "section [" + name + "] has no '" + f.key + "'");
+      if (section.find(f.key) == nullptr) {
+        bad(origin, 0, "section [" + section.name + "] has no '" + f.key + "'");
       }
     }
   }
@@ -110,11 +83,13 @@ std::map<std::string, CoreSpec> parse_engine_model(const std::string& text,
 }
 
 std::map<std::string, CoreSpec> load_engine_model(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) bad(path, 0, "cannot be read");
-  std::stringstream text;
-  text << file.rdbuf();
-  return parse_engine_model(text.str(), path);
+  std::string text;
+  try {
+    text = read_ini_file(path);
+  } catch (const IniError& e) {
+    bad(path, 0, e.what());
+  }
+  return parse_engine_model(text, path);
 }
 
 void set_default_engine_model_path(const std::string& path) {

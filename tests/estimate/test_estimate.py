@@ -109,7 +109,7 @@ def test_validation_table(case):
     error = value / case.published - 1
     # docs/estimate.md states the rows outside the target and why (their error as recorded
     # there); they must stay where the doc says, within 10 points; every other row within target.
-    documented_misses = {"llama-3.3-70b-decode": -0.51, "llama-3.1-70b-train": -0.33}
+    documented_misses = {"llama-3.1-405b-decode": -0.25, "llama-3.3-70b-decode": -0.57}
     key = case.model + "-" + case.workload
     if key in documented_misses:
         assert abs(error - documented_misses[key]) <= 0.10, (case.name, value, case.published)

@@ -52,30 +52,37 @@ def instances(data: str | None = None) -> dict:
 
 @dataclass(frozen=True)
 class Layout:
-    """A parallel layout: tensor (tp), pipeline (pp) and data (dp) parallel degrees; fsdp shards
-    parameters, gradients and optimizer state over the dp group; microbatches per step (and per
-    dp replica)."""
+    """A parallel layout: tensor (tp), context (cp: each rank holds 1/cp of every sequence),
+    pipeline (pp) and data (dp) parallel degrees; fsdp shards parameters, gradients and optimizer
+    state over the dp group; recompute (activation checkpointing) keeps each layer's input and
+    reruns its forward before its backward; microbatches per step (and per dp replica)."""
 
     tp: int = 1
     pp: int = 1
     dp: int = 1
     fsdp: bool = False
     microbatches: int = 1
+    cp: int = 1
+    recompute: bool = False
 
     @classmethod
     def parse(cls, text: str) -> "Layout":
-        """'tp=8,pp=2,dp=4,fsdp,mb=8' (any subset, any order)."""
+        """'tp=8,cp=2,pp=2,dp=4,fsdp,ac,mb=8' (any subset, any order; ac = activation
+        checkpointing)."""
         fields: dict = {}
         for part in filter(None, (p.strip() for p in text.split(","))):
             if part == "fsdp":
                 fields["fsdp"] = True
                 continue
+            if part in ("ac", "recompute"):
+                fields["recompute"] = True
+                continue
             key, _, value = part.partition("=")
             key = {"mb": "microbatches"}.get(key.strip(), key.strip())
-            if key not in ("tp", "pp", "dp", "microbatches") or not value.strip().isdigit():
+            if key not in ("tp", "cp", "pp", "dp", "microbatches") or not value.strip().isdigit():
                 raise ValueError(
-                    f"bad layout item {part!r} in {text!r}: use tp=N, pp=N, dp=N, mb=N and fsdp, "
-                    "comma-separated (e.g. 'tp=8,dp=4,fsdp')"
+                    f"bad layout item {part!r} in {text!r}: use tp=N, cp=N, pp=N, dp=N, mb=N, fsdp "
+                    "and ac, comma-separated (e.g. 'tp=8,dp=4,fsdp')"
                 )
             fields[key] = int(value)
         layout = cls(**fields)
@@ -83,22 +90,26 @@ class Layout:
         return layout
 
     def check(self) -> None:
-        for name in ("tp", "pp", "dp", "microbatches"):
+        for name in ("tp", "cp", "pp", "dp", "microbatches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"layout {name}={getattr(self, name)} must be at least 1")
 
     @property
     def ranks(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
 
     def __str__(self) -> str:
         parts = [f"tp{self.tp}"] if self.tp > 1 else []
+        if self.cp > 1:
+            parts.append(f"cp{self.cp}")
         if self.pp > 1:
             parts.append(f"pp{self.pp}")
         if self.dp > 1:
             parts.append(f"{'fsdp' if self.fsdp else 'dp'}{self.dp}")
         if self.microbatches > 1:
             parts.append(f"mb{self.microbatches}")
+        if self.recompute:
+            parts.append("ac")
         return " ".join(parts) or "1 rank"
 
 
@@ -165,7 +176,7 @@ def _gpu_layout(layout: Layout, workload: str, params: int, elem: int, gpu_memor
         need = params * elem / (0.9 * gpu_memory)
         tp = next((t for t in (1, 2, 4, 8) if t >= need), 8)
         pp = max(1, math.ceil(need / tp))
-        return replace(layout, tp=tp, pp=pp, fsdp=False, microbatches=1)
+        return replace(layout, tp=tp, pp=pp, cp=1, fsdp=False, microbatches=1)
     tp = min(layout.tp, 8)
     return replace(layout, tp=tp, pp=layout.pp * max(1, layout.tp // tp))
 
@@ -183,6 +194,7 @@ def estimate(
     context: int = 2048,
     dtype: torch.dtype = torch.bfloat16,
     compiled: bool = True,
+    fp8: bool = False,
     data: str | None = None,
     prices: dict | None = None,
 ) -> Estimate:
@@ -192,7 +204,9 @@ def estimate(
     positions) of ``model`` (a preset name, a config.json path, a dict, or a transformers config)
     on ``instance`` with ``layout``, and on each instance of ``compare`` with ``gpu_layout`` (by
     default the layout adapted to 8-GPU NVLink domains). ``compiled``: one program per phase (as
-    TorchNeuron's torch.compile and NxD run), else one launch per op (eager). ``prices``:
+    TorchNeuron's torch.compile and NxD run), else one launch per op (eager). ``fp8``: the
+    16-bit matmuls run at the FP8 Tensor-engine / tensor-core rate (FP8 training as Transformer
+    Engine does it: GEMM inputs cast to FP8, everything else as traced). ``prices``:
     {instance: USD per hour} overriding the data file's."""
     if workload not in ("train", "decode"):
         raise ValueError(f"workload={workload!r}: use 'train' or 'decode'")
@@ -220,19 +234,28 @@ def estimate(
             else:
                 target_layout = _gpu_layout(layout, workload, params, elem,
                                             info["hbm_bytes_per_device"])
-        key = (target_layout.tp, target_layout.pp)
+        key = (target_layout.tp, target_layout.pp, target_layout.cp)
         if key not in traces:
+            if workload == "train" and seq_len % target_layout.cp != 0:
+                raise ValueError(
+                    f"context parallelism cp={target_layout.cp} does not divide seq_len={seq_len}; "
+                    "choose a cp that does")
+            # A cp rank holds 1/cp of each sequence; the cost model widens its attention to the
+            # whole sequence's keys.
             traces[key] = trace_rank(
-                config, training=workload == "train", batch=batch, seq_len=seq_len, context=context,
-                tp=target_layout.tp, pp=target_layout.pp, dtype=dtype)
+                config, training=workload == "train", batch=batch,
+                seq_len=seq_len // target_layout.cp if workload == "train" else seq_len,
+                context=context, tp=target_layout.tp, pp=target_layout.pp, dtype=dtype)
         rank = traces[key]
         facts = dict(rank.facts, params=float(params))
         tokens = batch * seq_len if workload == "train" else batch
         projection = _C._estimate_project(
             rank.trace, facts,
-            dict(tp=target_layout.tp, pp=target_layout.pp, dp=target_layout.dp,
-                 fsdp=target_layout.fsdp, microbatches=target_layout.microbatches),
-            dict(training=workload == "train", tokens_per_microbatch=float(tokens), compiled=compiled),
+            dict(tp=target_layout.tp, cp=target_layout.cp, pp=target_layout.pp, dp=target_layout.dp,
+                 fsdp=target_layout.fsdp, recompute=target_layout.recompute,
+                 microbatches=target_layout.microbatches),
+            dict(training=workload == "train", tokens_per_microbatch=float(tokens), compiled=compiled,
+                 fp8=fp8),
             name, data_path, engine_path)
         if prices and name in prices:
             _reprice(projection, float(prices[name]))

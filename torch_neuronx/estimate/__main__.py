@@ -42,13 +42,15 @@ def main(argv=None) -> int:
     parser.add_argument("--instance", default="trn2.48xlarge")
     parser.add_argument("--compare", default="p5.48xlarge,p5en.48xlarge",
                         help="comma-separated instances to compare ('' for none)")
-    parser.add_argument("--layout", default="", help="e.g. 'tp=8,pp=2,dp=4,fsdp,mb=8'")
+    parser.add_argument("--layout", default="", help="e.g. 'tp=8,cp=2,pp=2,dp=4,fsdp,mb=8'")
     parser.add_argument("--gpu-layout", default=None, help="layout for the compared GPU instances")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--context", type=int, default=2048)
     parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16")
     parser.add_argument("--eager", action="store_true", help="one launch per op instead of compiled programs")
+    parser.add_argument("--fp8", action="store_true",
+                        help="16-bit matmuls at the FP8 rate (FP8 training of the GEMMs)")
     parser.add_argument("--price", action="append", metavar="INSTANCE=USD",
                         help="override an instance's hourly price")
     parser.add_argument("--data", default=None, help="estimate data file (default: the shipped estimate.ini)")
@@ -77,8 +79,8 @@ def main(argv=None) -> int:
                 layout=Layout.parse(args.layout), compare=compare,
                 gpu_layout=Layout.parse(args.gpu_layout) if args.gpu_layout is not None else None,
                 batch=args.batch, seq_len=args.seq_len, context=args.context,
-                dtype=getattr(torch, args.dtype), compiled=not args.eager, data=args.data,
-                prices=_parse_prices(args.price))
+                dtype=getattr(torch, args.dtype), compiled=not args.eager, fp8=args.fp8,
+                data=args.data, prices=_parse_prices(args.price))
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

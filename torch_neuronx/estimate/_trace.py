@@ -231,9 +231,20 @@ def trace_rank(config, *, training: bool, batch: int, seq_len: int, context: int
         activation_bytes=elem,
         kv_cache_bytes_per_rank=kv_cache_bytes,
         activation_bytes_per_rank=float(sum(saved.values())),
+        kv_width=float(_kv_width(rank_config)),
     )
     return RankTrace(trace=trace, facts=facts, ops=len(trace), sources=recorder.sources,
                      unmodelled=recorder.unmodelled, config=rank_config, notes=notes)
+
+
+def _kv_width(config) -> int:
+    """Key/value heads x head_dim of one (tp-sharded) rank: what context parallelism exchanges
+    per token and layer, for keys and for values."""
+    heads = getattr(config, "num_attention_heads", None)
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or (
+        getattr(config, "hidden_size", 0) // heads if heads else 0)
+    return int((kv_heads or 0) * (head_dim or 0))
 
 
 def count_params(config, dtype=torch.bfloat16) -> int:

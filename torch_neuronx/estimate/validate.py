@@ -27,6 +27,7 @@ class Case:
     metric: str        # "tpot_ms", "tokens_per_s" (whole cluster) or "mfu"
     published: float
     source: str
+    fp8: bool = False
 
 
 # Sources: shared/research/trainium_nki.md §3 (AWS Neuron docs, SDK 2.24–2.32).
@@ -43,6 +44,14 @@ CASES = [
     Case("Llama-3.1-70B pretraining, 32 x trn1.32xlarge, TP32 PP8 DP4, seq 8192, GBS 1024", "llama-3.1-70b",
          "train", "trn1.32xlarge", "tp=32,pp=8,dp=4,mb=256", 1, 8192, 1, "tokens_per_s", 7.94 * 8192,
          "Neuron training_data_decoder.csv (SDK 2.24): 7.94 seq/s"),
+    # Published H100 result (BF16). DGX-H100: 8 x H100 SXM per node, NVSwitch, InfiniBand. The
+    # table does not say whether activations are recomputed; without it the layout needs 286 GiB
+    # per GPU by this memory model (80 GB available), so the row recomputes (ac).
+    Case("Llama-3-70B pretraining BF16, 64 x H100 (8 DGX-H100), FSDP32 CP2 + recompute, seq 8192, GBS 128",
+         "llama-3.1-70b", "train", "dgx-h100", "cp=2,dp=32,fsdp,ac,mb=4", 1, 8192, 1, "tokens_per_s",
+         866.77 * 64,
+         "NeMo AutoModel performance summary (DGX-H100, BF16, TE + fsdp2_prefetch): 866.77 tok/s/GPU, "
+         "18.90 s per step, 389 model TFLOP/s/GPU"),
 ]
 
 
@@ -51,7 +60,7 @@ def project(case: Case):
 
     e = estimate(case.model, workload=case.workload, instance=case.instance,
                  layout=Layout.parse(case.layout), compare=(), batch=case.batch,
-                 seq_len=case.seq_len, context=case.context)
+                 seq_len=case.seq_len, context=case.context, fp8=case.fp8)
     p = e.targets[0].projection
     value = {"tpot_ms": p["step_s"] * 1e3, "tokens_per_s": p["tokens_per_s"], "mfu": p["mfu"]}[case.metric]
     return value, p

@@ -45,9 +45,22 @@ uint64_t convolution(const at::Tensor& input, const at::Tensor& weight, at::IntA
   return static_cast<uint64_t>(2 * elements * (weight.numel() / weight.size(0)));
 }
 
+uint64_t convolution_backward(const at::Tensor& input, const at::Tensor& weight,
+                              at::IntArrayRef padding, at::IntArrayRef stride,
+                              at::IntArrayRef dilation, bool transposed, bool grad_input,
+                              bool grad_weight) {
+  const uint64_t one_pass = convolution(input, weight, padding, stride, dilation, transposed);
+  return (grad_input ? one_pass : 0) + (grad_weight ? one_pass : 0);
+}
+
 uint64_t attention(const at::Tensor& q, const at::Tensor& k) {
   if (q.dim() != 4 || k.dim() != 4) return 0;
   return static_cast<uint64_t>(4 * q.size(0) * q.size(1) * q.size(2) * k.size(2) * q.size(3));
+}
+
+uint64_t attention_backward(const at::Tensor& q, const at::Tensor& k, bool mask_gradient) {
+  const uint64_t one_pass = attention(q, k);
+  return 2 * one_pass + one_pass / 2 + (mask_gradient ? one_pass : 0);
 }
 
 // LSTM forward: each of the 4 gates sums input and hidden pre-activations (1) and the two biases

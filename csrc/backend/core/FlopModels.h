@@ -25,8 +25,17 @@ uint64_t matmul(const at::Tensor& left, const at::Tensor& right);
 // element of its group.
 uint64_t convolution(const at::Tensor& input, const at::Tensor& weight, at::IntArrayRef padding,
                      at::IntArrayRef stride, at::IntArrayRef dilation, bool transposed);
+// The input gradient and the weight gradient of a convolution, each a convolution's worth of
+// multiply-adds, counted for the gradients requested.
+uint64_t convolution_backward(const at::Tensor& input, const at::Tensor& weight,
+                              at::IntArrayRef padding, at::IntArrayRef stride,
+                              at::IntArrayRef dilation, bool transposed, bool grad_input,
+                              bool grad_weight);
 // Attention over [B, H, L, E] tensors: QK^T and PV, 2 * 2 * B * H * Lq * Lk * E.
 uint64_t attention(const at::Tensor& q, const at::Tensor& k);
+// Its backward: the scores and the probabilities' gradient recomputed (QK^T, dO V^T: a forward's
+// worth) plus 1.5 passes for dQ, dK, dV; a float mask's gradient one pass more.
+uint64_t attention_backward(const at::Tensor& q, const at::Tensor& k, bool mask_gradient);
 
 // Recurrent cells (_thnn_fused_lstm_cell / _thnn_fused_gru_cell and their backward), per hidden
 // element (one (batch, unit) pair): additions and products on the Vector engine, sigmoid/tanh on

@@ -169,16 +169,20 @@ py::dict project_trace(const OpTrace& trace, const py::dict& facts_d, const py::
     facts.activation_bytes = get<int>(facts_d, "activation_bytes", 2);
     facts.kv_cache_bytes_per_rank = get<double>(facts_d, "kv_cache_bytes_per_rank", 0);
     facts.activation_bytes_per_rank = get<double>(facts_d, "activation_bytes_per_rank", 0);
+    facts.kv_width = get<double>(facts_d, "kv_width", 0);
     Layout layout;
     layout.tp = get<int>(layout_d, "tp", 1);
+    layout.cp = get<int>(layout_d, "cp", 1);
     layout.pp = get<int>(layout_d, "pp", 1);
     layout.dp = get<int>(layout_d, "dp", 1);
     layout.fsdp = get<bool>(layout_d, "fsdp", false);
+    layout.recompute = get<bool>(layout_d, "recompute", false);
     layout.microbatches = get<int>(layout_d, "microbatches", 1);
     Workload workload;
     workload.training = get<bool>(workload_d, "training", true);
     workload.tokens_per_microbatch = get<double>(workload_d, "tokens_per_microbatch", 0);
     workload.compiled = get<bool>(workload_d, "compiled", true);
+    workload.fp8 = get<bool>(workload_d, "fp8", false);
     return to_dict(project(trace.ops(), facts, layout, workload, data.instance(instance), data, chips));
   } catch (const nrtsim::Error& e) {
     throw py::value_error(e.what());

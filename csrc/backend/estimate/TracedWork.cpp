@@ -132,33 +132,40 @@ TracedWork traced_work(const c10::OperatorHandle& op, const torch::jit::Stack& a
     // The matmuls stream q, k, v: their dtype sets the Tensor engine's rate, not the float32
     // mask or statistics the kernel also reads.
     result.op.work.precision = precision_of(arg(0).scalar_type());
+    result.op.attention = true;
     result.source = WorkSource::kKernel;
   } else if (name == "aten::_scaled_dot_product_fused_attention_overrideable_backward") {
-    // As ops/Attention.cpp's fused_attention_backward: the forward recomputed plus 1.5 passes.
+    // As ops/Attention.cpp's fused_attention_backward, with the same FLOP model.
     Cost cost(Engine::kTensor);
     for (size_t i : {0, 1, 2, 3, 6, 7}) cost.reads(arg(i));
-    if (arguments.at(4).isTensor()) cost.reads(arg(4));
-    const uint64_t one_pass = flops::attention(arg(1), arg(2));
-    cost.ops(2 * one_pass + one_pass / 2);
+    const bool has_mask = arguments.at(4).isTensor() && arg(4).defined();
+    if (has_mask) cost.reads(arg(4));
+    const bool mask_gradient = has_mask && arguments.at(5).toBoolList().get(3);
+    cost.ops(flops::attention_backward(arg(1), arg(2), mask_gradient));
     for (const auto& t : outputs) cost.writes(t);
     result.op.work = cost.work();
     result.op.work.precision = precision_of(arg(1).scalar_type());  // q's dtype (logsumexp is fp32)
+    result.op.attention = true;
     result.source = WorkSource::kKernel;
   } else if (name == "aten::convolution_overrideable" ||
              name == "aten::convolution_backward_overrideable") {
-    // As ops/Convolution.cpp: one convolution's multiply-adds per pass (forward; input and
-    // weight gradients backward).
+    // As ops/Convolution.cpp, with the same FLOP models: one convolution forward; the requested
+    // input and weight gradients backward.
     const bool backward = name == "aten::convolution_backward_overrideable";
     const size_t in = backward ? 1 : 0;
-    const size_t first_int = backward ? 3 : 3;
-    const auto stride = arguments.at(first_int).toIntVector();
-    const auto padding = arguments.at(first_int + 1).toIntVector();
-    const auto dilation = arguments.at(first_int + 2).toIntVector();
-    const bool transposed = arguments.at(first_int + 3).toBool();
-    const uint64_t one_pass = flops::convolution(arg(in), arg(in + 1), padding, stride, dilation, transposed);
+    const auto stride = arguments.at(3).toIntVector();
+    const auto padding = arguments.at(4).toIntVector();
+    const auto dilation = arguments.at(5).toIntVector();
+    const bool transposed = arguments.at(6).toBool();
     Cost cost(Engine::kTensor);
     read_all_inputs(cost, schema, arguments);
-    cost.ops(backward ? 2 * one_pass : one_pass);
+    if (backward) {
+      const auto mask = arguments.at(9).toBoolList();
+      cost.ops(flops::convolution_backward(arg(in), arg(in + 1), padding, stride, dilation,
+                                           transposed, mask.get(0), mask.get(1)));
+    } else {
+      cost.ops(flops::convolution(arg(in), arg(in + 1), padding, stride, dilation, transposed));
+    }
     for (const auto& t : outputs) cost.writes(t);
     result.op.work = cost.work();
     result.source = WorkSource::kKernel;

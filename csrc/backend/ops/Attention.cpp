@@ -183,15 +183,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_attention_backw
   at::Tensor gq, gk, gv, gmask;
   Kernel kernel("aten::_scaled_dot_product_fused_attention_overrideable_backward", q.device(),
                 Engine::kTensor);
-  // Recomputing the scores and the probabilities' gradient (QK^T, dO V^T) is a forward's worth
-  // of multiply-adds, plus the backward's 1.5 passes.
-  const uint64_t one_pass = flops::attention(q, k);
   kernel.reads(grad_out).reads(q).reads(k).reads(v).reads(out);
   // The logsumexp is float32 whatever the inputs' dtype: its bytes count, but it must not make
   // the matmuls count at the float32 rate (a bf16 backward would be modelled 4x too slow).
   kernel.cost().read_bytes(bytes_in_memory(logsumexp));
   if (attn_bias.defined()) kernel.reads(attn_bias);
-  kernel.ops(2 * one_pass + one_pass / 2 + (want_mask_grad ? one_pass : 0));
+  kernel.ops(flops::attention_backward(q, k, want_mask_grad));
   kernel.run([&] {
     const std::optional<at::Tensor> mask =
         attn_bias.defined() ? mask_view(attn_bias) : std::nullopt;

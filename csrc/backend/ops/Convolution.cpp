@@ -40,11 +40,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
   const int64_t out_channels = transposed ? weight.size(1) * groups : weight.size(0);
   const std::vector<int64_t> bias_sizes{out_channels};
   at::Tensor grad_input, grad_weight, grad_bias;
-  // The input gradient and the weight gradient are each a convolution's worth of multiply-adds.
-  const uint64_t one_pass = flops::convolution(input, weight, padding, stride, dilation, transposed);
   Kernel kernel("aten::convolution_backward_overrideable", input.device(), Engine::kTensor);
   kernel.reads(grad_output).reads(input).reads(weight);
-  kernel.ops((output_mask[0] ? one_pass : 0) + (output_mask[1] ? one_pass : 0));
+  kernel.ops(flops::convolution_backward(input, weight, padding, stride, dilation, transposed,
+                                         output_mask[0], output_mask[1]));
   kernel.run([&] {
     auto [gi, gw, gb] = at::convolution_backward(
         host_view(grad_output), host_view(input), host_view(weight),

@@ -1,24 +1,15 @@
 #include "runtime/cost/CostData.h"
 
 #include <cstdio>
-#include <cstdlib>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <vector>
 
 #include "runtime/Error.h"
+#include "runtime/IniFile.h"
 
 namespace nrtsim::cost {
 
 namespace {
-
-std::string trim(const std::string& s) {
-  const auto begin = s.find_first_not_of(" \t\r");
-  if (begin == std::string::npos) return "";
-  const auto end = s.find_last_not_of(" \t\r");
-  return s.substr(begin, end - begin + 1);
-}
 
 [[noreturn]] void bad(const std::string& origin, int line, const std::string& what) {
   throw Error(ErrorCode::kConfiguration,
@@ -26,45 +17,39 @@ std::string trim(const std::string& s) {
                   what + " (fix the file, or unset TORCH_NEURONX_ESTIMATE_DATA to use the shipped one)");
 }
 
-// One [section] of the file: its keys, values and where each key was.
-struct Section {
-  std::string name;
-  int line = 0;
-  std::map<std::string, std::pair<std::string, int>> values;
-};
-
 class Reader {
  public:
-  Reader(const Section& s, const std::string& origin) : s_(s), origin_(origin) {}
+  Reader(const IniSection& s, const std::string& origin) : s_(s), origin_(origin) {}
 
   std::string text(const std::string& key) const {
-    auto it = s_.values.find(key);
-    if (it == s_.values.end()) bad(origin_, s_.line, "section [" + s_.name + "] has no '" + key + "'");
+    const IniValue* v = s_.find(key);
+    if (v == nullptr) bad(origin_, s_.line, "section [" + s_.name + "] has no '" + key + "'");
     used_.insert(key);
-    return it->second.first;
+    return v->text;
   }
   std::string text_or(const std::string& key, const std::string& fallback) const {
-    return s_.values.count(key) ? text(key) : fallback;
+    return s_.find(key) != nullptr ? text(key) : fallback;
+  }
+  // Keys added after the first release are optional, so an edited copy of an older file loads.
+  double number_or(const std::string& key, double fallback) const {
+    return s_.find(key) != nullptr ? number(key) : fallback;
   }
   double number(const std::string& key) const {
     const std::string value = text(key);
-    char* end = nullptr;
-    const double n = std::strtod(value.c_str(), &end);
-    if (value.empty() || *end != '\0' || !(n >= 0)) {
-      bad(origin_, s_.values.at(key).second, key + " = '" + value + "' is not a non-negative number");
-    }
-    return n;
+    const auto n = parse_non_negative(value);
+    if (!n) bad(origin_, line_of(key), key + " = '" + value + "' is not a non-negative number");
+    return *n;
   }
   // Every key was understood: a misspelt key must not silently keep a default.
   void check_all_used() const {
-    for (const auto& [key, value] : s_.values) {
-      if (!used_.count(key)) bad(origin_, value.second, "unknown key '" + key + "' in [" + s_.name + "]");
+    for (const auto& [key, value] : s_.entries) {
+      if (!used_.count(key)) bad(origin_, value.line, "unknown key '" + key + "' in [" + s_.name + "]");
     }
   }
-  int line_of(const std::string& key) const { return s_.values.at(key).second; }
+  int line_of(const std::string& key) const { return s_.find(key)->line; }
 
  private:
-  const Section& s_;
+  const IniSection& s_;
   const std::string& origin_;
   mutable std::set<std::string> used_;
 };
@@ -74,6 +59,9 @@ Efficiency read_efficiency(const Reader& r) {
   e.tensor = r.number("tensor");
   e.hbm = r.number("hbm");
   e.link = r.number("link");
+  e.op_latency_us = r.number_or("op_latency_us", 0);
+  e.op_latency_source = r.text_or("op_latency_source", "");
+  e.instruction_overhead_cycles = r.number_or("instruction_overhead_cycles", 0);
   e.tensor_source = r.text_or("tensor_source", "");
   e.hbm_source = r.text_or("hbm_source", "");
   e.link_source = r.text_or("link_source", "");
@@ -83,32 +71,12 @@ Efficiency read_efficiency(const Reader& r) {
 }  // namespace
 
 CostData parse_cost_data(const std::string& text, const std::string& origin) {
-  std::vector<Section> sections;
-  std::istringstream in(text);
-  std::string raw;
-  int line_no = 0;
-  while (std::getline(in, raw)) {
-    ++line_no;
-    const std::string stripped = trim(raw);
+  std::vector<IniSection> sections;
+  try {
     // Comments are whole lines: values (sources) may contain '#' or ';'.
-    if (stripped.empty() || stripped.front() == '#' || stripped.front() == ';') continue;
-    if (stripped.front() == '[') {
-      if (stripped.back() != ']') bad(origin, line_no, "unclosed section header '" + stripped + "'");
-      Section s;
-      s.name = trim(stripped.substr(1, stripped.size() - 2));
-      s.line = line_no;
-      for (const auto& other : sections) {
-        if (other.name == s.name) bad(origin, line_no, "section [" + s.name + "] appears twice");
-      }
-      sections.push_back(s);
-      continue;
-    }
-    const auto eq = stripped.find('=');
-    if (eq == std::string::npos) bad(origin, line_no, "expected 'key = value', got '" + stripped + "'");
-    if (sections.empty()) bad(origin, line_no, "'" + stripped + "' comes before any [section]");
-    const std::string key = trim(stripped.substr(0, eq));
-    if (sections.back().values.count(key)) bad(origin, line_no, "key '" + key + "' appears twice");
-    sections.back().values[key] = {trim(stripped.substr(eq + 1)), line_no};
+    sections = parse_ini(text);
+  } catch (const IniError& e) {
+    bad(origin, e.line(), e.what());
   }
 
   CostData data;
@@ -145,6 +113,8 @@ CostData parse_cost_data(const std::string& text, const std::string& origin) {
       l.name = key;
       l.gbytes_per_s = r.number("gbytes_per_s");
       l.hop_latency_us = r.number("hop_latency_us");
+      l.mesh_below_mbytes = r.number_or("mesh_below_mbytes", 0);
+      l.rdh_below_mbytes = r.number_or("rdh_below_mbytes", 0);
       l.source = r.text("source");
       data.links[key] = l;
     } else if (kind == "instance" && !key.empty()) {
@@ -189,11 +159,13 @@ CostData parse_cost_data(const std::string& text, const std::string& origin) {
 }
 
 CostData load_cost_data(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) bad(path, 0, "cannot be read");
-  std::stringstream text;
-  text << file.rdbuf();
-  return parse_cost_data(text.str(), path);
+  std::string text;
+  try {
+    text = read_ini_file(path);
+  } catch (const IniError& e) {
+    bad(path, 0, e.what());
+  }
+  return parse_cost_data(text, path);
 }
 
 namespace {

@@ -13,7 +13,14 @@ struct Efficiency {
   double tensor = 1;
   double hbm = 1;
   double link = 1;
-  std::string tensor_source, hbm_source, link_source;
+  // Fixed latency of one dependent step inside a compiled program: an op whose input is the
+  // previous op's output waits for its first tile to arrive (a DMA start on a NeuronCore, a
+  // kernel boundary on a GPU); also the trigger and completion of each collective.
+  double op_latency_us = 0;
+  // Static overhead of one engine instruction, in that engine's cycles: a small op that waits
+  // for the one before it pays it in full (0: none modelled).
+  double instruction_overhead_cycles = 0;
+  std::string tensor_source, hbm_source, link_source, op_latency_source;
 };
 
 struct GpuSpec {
@@ -33,6 +40,12 @@ struct LinkSpec {
   std::string name;
   double gbytes_per_s = 0;  // per device, per direction
   double hop_latency_us = 0;
+  // The runtime's algorithm by message size (Neuron's intra-node collectives): below
+  // mesh_below_mbytes a mesh (2 steps per reduce-scatter or all-gather, whatever the group
+  // size), below rdh_below_mbytes recursive doubling-halving (log2 steps), above a ring.
+  // 0: rings only.
+  double mesh_below_mbytes = 0;
+  double rdh_below_mbytes = 0;
   std::string source;
 };
 

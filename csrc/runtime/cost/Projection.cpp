@@ -57,14 +57,16 @@ RankModel::RankModel(const InstanceSpec& instance, const CostData& data,
   hbm_bytes_per_ns_ = core_.hbm_bytes_per_ns();
 }
 
-std::array<double, kEngineCount> RankModel::busy_ns(const TracedOp& op) const {
+std::array<double, kEngineCount> RankModel::busy_ns(const TracedOp& op, bool fp8) const {
   const Work& w = op.work;
   std::array<double, kEngineCount> busy{};
   const double tensor_ops = static_cast<double>(w[Engine::kTensor].ops);
   const double bytes = static_cast<double>(w.bytes_read() + w.bytes_written());
+  const Precision precision =
+      fp8 && tensor_ops > 0 && w.precision == Precision::kBf16 ? Precision::kFp8 : w.precision;
   if (gpu_) {
     busy[index_of(Engine::kTensor)] =
-        tensor_ops / (gpu_tensor_tflops(gpu_spec_, w.precision) * kTflopsToPerNs * eff_.tensor);
+        tensor_ops / (gpu_tensor_tflops(gpu_spec_, precision) * kTflopsToPerNs * eff_.tensor);
     for (Engine e : {Engine::kVector, Engine::kScalar, Engine::kGpSimd}) {
       busy[index_of(e)] = static_cast<double>(w[e].ops) / (gpu_spec_.vector_tflops * kTflopsToPerNs);
     }
@@ -75,7 +77,7 @@ std::array<double, kEngineCount> RankModel::busy_ns(const TracedOp& op) const {
   // The Tensor engine is occupied by whole tiles, not by the useful FLOPs alone.
   const double occupied = std::max(tensor_ops, static_cast<double>(op.tensor_tile_ops));
   busy[index_of(Engine::kTensor)] =
-      occupied / (core_.tensor_flops_per_ns(w.precision) * eff_.tensor);
+      occupied / (core_.tensor_flops_per_ns(precision) * eff_.tensor);
   busy[index_of(Engine::kDma)] /= eff_.hbm;
   return busy;
 }
@@ -83,6 +85,19 @@ std::array<double, kEngineCount> RankModel::busy_ns(const TracedOp& op) const {
 double RankModel::launch_ns(LaunchKind kind) const {
   if (gpu_) return kind == LaunchKind::kHostFallback ? 0 : gpu_spec_.kernel_launch_us * 1e3;
   return core_.fixed_cost_ns(kind);
+}
+
+double RankModel::instruction_overhead_ns(Engine engine) const {
+  if (gpu_ || eff_.instruction_overhead_cycles <= 0) return 0;
+  const CoreSpec& spec = core_.spec();
+  switch (engine) {
+    case Engine::kTensor: return eff_.instruction_overhead_cycles / spec.tensor_clock_ghz;
+    case Engine::kVector: return eff_.instruction_overhead_cycles / spec.vector_clock_ghz;
+    case Engine::kScalar: return eff_.instruction_overhead_cycles / spec.scalar_clock_ghz;
+    case Engine::kGpSimd: return eff_.instruction_overhead_cycles / spec.gpsimd_clock_ghz;
+    case Engine::kDma: return 0;  // descriptors are queued ahead, as the weight streams are
+  }
+  return 0;
 }
 
 double collective_ns(CollectiveKind kind, double bytes, int ranks, int stride,
@@ -98,14 +113,15 @@ double collective_ns(CollectiveKind kind, double bytes, int ranks, int stride,
   const LinkSpec& out = data.link(instance.scale_out);
   std::string used;
 
-  // Ring time for n members at per-member bandwidth bw (bytes/ns), hops steps of latency alpha.
-  auto ring = [&](double buffer, int n, double bw, double hops, double alpha) {
+  // Time for n members at per-member bandwidth bw (bytes/ns); `steps` algorithm steps of latency
+  // alpha per reduce-scatter or all-gather pass (an all-reduce is one of each).
+  auto ring = [&](double buffer, int n, double bw, double steps, double alpha) {
     if (n <= 1) return 0.0;
     const double share = static_cast<double>(n - 1) / n;
     switch (kind) {
-      case CollectiveKind::kAllReduce: return 2 * share * buffer / bw + 2 * hops * alpha;
+      case CollectiveKind::kAllReduce: return 2 * share * buffer / bw + 2 * steps * alpha;
       case CollectiveKind::kAllGather:
-      case CollectiveKind::kReduceScatter: return share * buffer / bw + hops * alpha;
+      case CollectiveKind::kReduceScatter: return share * buffer / bw + steps * alpha;
       case CollectiveKind::kSend: return buffer / bw + alpha;
     }
     return 0.0;
@@ -113,10 +129,10 @@ double collective_ns(CollectiveKind kind, double bytes, int ranks, int stride,
 
   double total = 0;
   if (g > 1) {
-    double bw = 0, hops = 0;
+    double bw = 0, steps = 0;
     if (rank.gpu()) {
       bw = up.gbytes_per_s * eff.link;
-      hops = g - 1;
+      steps = g - 1;
       used = up.name;
     } else {
       // Members per chip and chips; every rank of a chip takes part in a collective of its own
@@ -128,15 +144,29 @@ double collective_ns(CollectiveKind kind, double bytes, int ranks, int stride,
         // Inside one chip the data moves through HBM: each byte is read and written.
         bw = rank.hbm_bytes_per_ns() * eff.hbm / 2;
         used = "HBM (one chip)";
+        steps = c - 1;
       } else {
         bw = up.gbytes_per_s * eff.link / rpc;
         used = up.name;
+        // Neuron's runtime picks the algorithm by size: a mesh writes every chunk straight to
+        // its destination chip (routed through the torus) and finishes a pass in 2 steps (one
+        // inter-chip, one intra-chip); recursive doubling-halving takes one intra-chip step and
+        // log2(chips) inter-chip ones; rings step along each torus dimension.
+        const double mbytes = bytes / 1e6;
+        if (mbytes < up.mesh_below_mbytes) {
+          steps = 2;
+          used += " (mesh)";
+        } else if (mbytes < up.rdh_below_mbytes) {
+          steps = 1 + std::ceil(std::log2(static_cast<double>(m)));
+          used += " (rdh)";
+        } else {
+          const int ax = std::min(instance.torus_x, m);
+          const int ay = ceil_div(m, ax);
+          steps = (c - 1) + (ax - 1) + (ay - 1);
+        }
       }
-      const int ax = std::min(instance.torus_x, m);
-      const int ay = ceil_div(m, ax);
-      hops = (c - 1) + (ax - 1) + (ay - 1);
     }
-    total += ring(bytes, g, bw, hops, up.hop_latency_us * 1e3);
+    total += ring(bytes, g, bw, steps, up.hop_latency_us * 1e3);
   }
   if (k > 1) {
     // Every rank of an instance talks to other instances at once: the NICs are shared by all.
@@ -152,6 +182,9 @@ double collective_ns(CollectiveKind kind, double bytes, int ranks, int stride,
     total = bytes / bw + out.hop_latency_us * 1e3;
     used = out.name;
   }
+  // The compute engines trigger the collective (its own cores run it) and wait for its
+  // completion semaphore: one dependent-step latency.
+  total += eff.op_latency_us * 1e3;
   if (over != nullptr) *over = used;
   return total;
 }
@@ -176,14 +209,15 @@ const char* bound_of(const std::array<double, kEngineCount>& engines, double fix
 Projection project(const std::vector<TracedOp>& ops, const ModelFacts& facts, const Layout& layout,
                    const Workload& workload, const InstanceSpec& instance, const CostData& data,
                    const std::map<std::string, CoreSpec>& chips) {
-  if (layout.tp < 1 || layout.pp < 1 || layout.dp < 1 || layout.microbatches < 1) {
+  if (layout.tp < 1 || layout.cp < 1 || layout.pp < 1 || layout.dp < 1 || layout.microbatches < 1) {
     throw Error(ErrorCode::kInvalidArgument,
-                "layout tp, pp, dp and microbatches must all be at least 1");
+                "layout tp, cp, pp, dp and microbatches must all be at least 1");
   }
   if (workload.tokens_per_microbatch <= 0) {
     throw Error(ErrorCode::kInvalidArgument, "the workload has no tokens per micro-batch");
   }
   const RankModel rank(instance, data, chips);
+  const double op_latency = rank.efficiency().op_latency_us * 1e3;
   Projection p;
   p.instance = instance.name;
   p.accelerator = instance.accelerator;
@@ -200,9 +234,18 @@ Projection project(const std::vector<TracedOp>& ops, const ModelFacts& facts, co
   std::map<std::pair<std::string, std::string>, OpCost> by_op;
   std::vector<std::string> phase_order;
   std::map<std::string, PhaseCost> phases;
+  std::map<std::string, double> attention_ns;  // per phase: what context-parallel exchange hides behind
+  double backward_matmul_ns = 0;               // dX and dW matmuls of the backward
   double useful_flops = 0;
-  for (const TracedOp& op : ops) {
-    auto busy = rank.busy_ns(op);
+  for (const TracedOp& traced : ops) {
+    TracedOp op = traced;
+    if (op.attention && layout.cp > 1) {
+      // The rank's queries attend to the keys of the whole sequence (gathered from its cp
+      // peers), not only to its own 1/cp of them.
+      op.work[Engine::kTensor].ops *= static_cast<uint64_t>(layout.cp);
+      op.tensor_tile_ops *= static_cast<uint64_t>(layout.cp);
+    }
+    auto busy = rank.busy_ns(op, workload.fp8);
     const bool elementwise_or_move =
         (op.kind == LaunchKind::kKernel && op.work.main_engine() != Engine::kTensor) ||
         op.kind == LaunchKind::kCopyDeviceToDevice;
@@ -214,7 +257,12 @@ Projection project(const std::vector<TracedOp>& ops, const ModelFacts& facts, co
                                      (rank.hbm_bytes_per_ns() * rank.efficiency().hbm);
     }
     const double longest = *std::max_element(busy.begin(), busy.end());
-    const double fixed = workload.compiled ? 0 : rank.launch_ns(op.kind);
+    // Eager: every op is a launch. Compiled: each Tensor-engine op waits for its first input
+    // tile from the op before it (a DMA start); a fused elementwise op is still an instruction
+    // that waits on its producer, and pays the engine's static overhead.
+    const double fixed = !workload.compiled      ? rank.launch_ns(op.kind)
+                         : !elementwise_or_move ? op_latency
+                                                : rank.instruction_overhead_ns(op.work.main_engine());
     if (!phases.count(op.phase)) {
       phase_order.push_back(op.phase);
       phases[op.phase].phase = op.phase;
@@ -223,6 +271,10 @@ Projection project(const std::vector<TracedOp>& ops, const ModelFacts& facts, co
     ph.compute_ns += longest;
     ph.fixed_ns += fixed;
     for (size_t e = 0; e < kEngineCount; ++e) ph.engine_ns[e] += busy[e];
+    if (op.attention) attention_ns[op.phase] += longest;
+    if (op.phase == "backward" && op.tensor_tile_ops > 0 && !op.attention) {
+      backward_matmul_ns += busy[index_of(Engine::kTensor)];
+    }
     OpCost& oc = by_op[{op.op, op.phase}];
     oc.op = op.op;
     oc.phase = op.phase;
@@ -233,13 +285,15 @@ Projection project(const std::vector<TracedOp>& ops, const ModelFacts& facts, co
     oc.bytes += static_cast<double>(op.work.bytes_read() + op.work.bytes_written());
     useful_flops += static_cast<double>(op.work[Engine::kTensor].ops);
   }
-  // A compiled phase is one program: one launch.
+  // A compiled phase is one program: one launch, plus its ops' dependent-step latencies.
   if (workload.compiled) {
-    for (auto& [name, ph] : phases) ph.fixed_ns = rank.launch_ns(LaunchKind::kProgram);
+    for (auto& [name, ph] : phases) ph.fixed_ns += rank.launch_ns(LaunchKind::kProgram);
   }
 
   const int layers_per_stage = ceil_div(std::max(facts.layers, 1), layout.pp);
-  const double act_message = workload.tokens_per_microbatch * facts.hidden * facts.activation_bytes;
+  // One micro-batch's activations on one rank: its 1/cp of the sequence.
+  const double act_message =
+      workload.tokens_per_microbatch / layout.cp * facts.hidden * facts.activation_bytes;
   auto add_collective = [&](const std::string& name, CollectiveKind kind, double bytes, int ranks,
                             int stride, double count) {
     CollectiveCost c;
@@ -255,92 +309,150 @@ Projection project(const std::vector<TracedOp>& ops, const ModelFacts& facts, co
     auto it = phases.find(name);
     return it == phases.end() ? 0.0 : it->second.compute_ns + it->second.fixed_ns;
   };
+  const double mb_per_step = workload.training ? layout.microbatches : 1;
 
   // Tensor parallelism: the Megatron layout's two all-reduces per layer (attention output, MLP
-  // output) in the forward and two in the backward, on the critical path.
+  // output) in the forward and two in the backward (sequence parallelism's all-gather and
+  // reduce-scatter move the same bytes). Forward ones block the next op. Backward ones carry the
+  // input gradients, which nothing in the weight-gradient matmuls waits for: the compiler's
+  // separate compute and collective queues run them side by side (compute-comm-overlap guide).
   double tp_forward = 0, tp_backward = 0;
+  size_t tp_index = 0;
   if (layout.tp > 1) {
     const double calls = 2.0 * layers_per_stage;
-    const auto i = add_collective("tp all-reduce", CollectiveKind::kAllReduce, act_message,
-                                  layout.tp, 1, calls * (workload.training ? 2 : 1) *
-                                                    (workload.training ? layout.microbatches : 1));
-    tp_forward = calls * p.collectives[i].ns_each;
-    tp_backward = workload.training ? tp_forward : 0;
+    tp_index = add_collective("tp all-reduce", CollectiveKind::kAllReduce, act_message, layout.tp, 1,
+                              calls * (workload.training ? 2 : 1) * mb_per_step);
+    tp_forward = calls * p.collectives[tp_index].ns_each;
+    if (workload.training) {
+      // dX and dW matmuls have equal FLOPs: half the backward's matmul time is weight gradients.
+      tp_backward = std::max(0.0, tp_forward - 0.5 * backward_matmul_ns);
+      p.collectives[tp_index].exposed_ns = (tp_forward + tp_backward) * mb_per_step;
+    }
   }
-  // Pipeline: one activation send per stage boundary forward (and its gradient backward).
+  // Context parallelism: each layer gathers the keys and values of its cp peers (forward, and
+  // again in the backward, which also reduce-scatters their gradients), streamed while the
+  // attention works on the blocks already there: exposed only beyond the attention's time.
+  double cp_forward = 0, cp_backward = 0;
+  if (layout.cp > 1 && facts.kv_width > 0) {
+    const double kv_bytes =
+        2.0 * workload.tokens_per_microbatch * facts.kv_width * facts.activation_bytes;
+    const auto ag = add_collective("cp all-gather (k, v)", CollectiveKind::kAllGather, kv_bytes,
+                                   layout.cp, layout.tp,
+                                   layers_per_stage * (workload.training ? 2 : 1) * mb_per_step);
+    double per_layer_fwd = p.collectives[ag].ns_each;
+    double per_layer_bwd = 0;
+    if (workload.training) {
+      const auto rs = add_collective("cp reduce-scatter (dk, dv)", CollectiveKind::kReduceScatter,
+                                     kv_bytes, layout.cp, layout.tp, layers_per_stage * mb_per_step);
+      per_layer_bwd = p.collectives[ag].ns_each + p.collectives[rs].ns_each;
+    }
+    const double fwd_attention = attention_ns[workload.training ? "forward" : "decode"];
+    cp_forward = std::max(0.0, layers_per_stage * per_layer_fwd - fwd_attention);
+    cp_backward = std::max(0.0, layers_per_stage * per_layer_bwd - attention_ns["backward"]);
+    p.collectives[ag].exposed_ns = (cp_forward + cp_backward) * mb_per_step;
+  }
+  // Pipeline: one activation send per stage boundary forward (and its gradient backward). The tp
+  // ranks of a stage hold the same activation: each sends 1/tp of it and the next stage
+  // all-gathers the pieces over its own links (Megatron's scatter-gather; sequence parallelism
+  // holds it so already).
   double pp_send = 0;
   if (layout.pp > 1) {
-    const auto i = add_collective("pp send", CollectiveKind::kSend, act_message, 2, layout.tp,
-                                  (layout.pp - 1) * (workload.training ? 2.0 * layout.microbatches : 1.0));
+    const double sends = (layout.pp - 1) * (workload.training ? 2.0 * layout.microbatches : 1.0);
+    const auto i = add_collective("pp send", CollectiveKind::kSend, act_message / layout.tp, 2,
+                                  layout.tp * layout.cp, sends);
     pp_send = p.collectives[i].ns_each;
+    p.collectives[i].exposed_ns = p.collectives[i].ns_each * p.collectives[i].count;
+    if (layout.tp > 1) {
+      const auto g = add_collective("pp gather", CollectiveKind::kAllGather, act_message,
+                                    layout.tp, 1, sends);
+      pp_send += p.collectives[g].ns_each;
+      p.collectives[g].exposed_ns = p.collectives[g].ns_each * p.collectives[g].count;
+    }
   }
 
-  double exposed_collectives = 0;
   if (workload.training) {
-    const double fwd = phase_ns("forward") + tp_forward;
-    const double bwd = phase_ns("backward") + tp_backward;
+    const double fwd = phase_ns("forward") + tp_forward + cp_forward;
+    const double bwd = phase_ns("backward") + tp_backward + cp_backward;
     const double opt = phase_ns("optimizer");
     // Phases of other names (a user's script traced as one phase) run once per micro-batch too.
     double other = 0;
     for (const auto& [name, ph] : phases) {
       if (name != "forward" && name != "backward" && name != "optimizer") other += phase_ns(name);
     }
+    if (layout.tp > 1 && layout.recompute) p.collectives[tp_index].exposed_ns += tp_forward * mb_per_step;
     for (auto& [name, ph] : phases) {
-      if (name == "forward") ph.collective_ns = tp_forward;
-      if (name == "backward") ph.collective_ns = tp_backward;
+      if (name == "forward") ph.collective_ns = tp_forward + cp_forward;
+      if (name == "backward") ph.collective_ns = tp_backward + cp_backward;
     }
-    const double per_microbatch = fwd + bwd + other + (layout.pp > 1 ? 2 * pp_send : 0);
+    // Activation checkpointing reruns each layer's forward (its TP collectives included) before
+    // its backward.
+    const double recompute = layout.recompute ? fwd : 0;
+    const double per_microbatch = fwd + recompute + bwd + other + (layout.pp > 1 ? 2 * pp_send : 0);
     // 1F1B: the pipeline fills and drains once per step: pp - 1 micro-batch slots idle.
     const double pipeline = (layout.microbatches + layout.pp - 1) * per_microbatch;
     p.pipeline_bubble_ns = (layout.pp - 1) * per_microbatch;
     double dp_exposed = 0;
+    const double grad_bytes = facts.params_per_rank * facts.param_bytes;
+    double gradient_sync = 0;  // what must fit beside forward and backward
+    size_t first_dp = p.collectives.size();
     if (layout.dp > 1) {
-      const int stride = layout.tp * layout.pp;
-      const double grad_bytes = facts.params_per_rank * facts.param_bytes;
+      const int stride = layout.tp * layout.cp * layout.pp;
       if (layout.fsdp) {
         const auto ag = add_collective("fsdp all-gather", CollectiveKind::kAllGather, grad_bytes,
                                        layout.dp, stride, 2);
         const auto rs = add_collective("fsdp reduce-scatter", CollectiveKind::kReduceScatter,
                                        grad_bytes, layout.dp, stride, 1);
-        const double t = 2 * p.collectives[ag].ns_each + p.collectives[rs].ns_each;
-        // Prefetched gathers and the gradients' reduce-scatter run beside forward and backward.
-        dp_exposed = std::max(0.0, t - layout.microbatches * (fwd + bwd));
-        p.collectives[ag].exposed_ns = dp_exposed;
+        gradient_sync = 2 * p.collectives[ag].ns_each + p.collectives[rs].ns_each;
       } else {
         const auto ar = add_collective("dp all-reduce", CollectiveKind::kAllReduce, grad_bytes,
                                        layout.dp, stride, 1);
-        // Bucketed all-reduce starts as gradients are ready: the last backward hides it.
-        dp_exposed = std::max(0.0, p.collectives[ar].ns_each - bwd);
-        p.collectives[ar].exposed_ns = dp_exposed;
+        gradient_sync = p.collectives[ar].ns_each;
       }
     }
-    for (auto& c : p.collectives) {
-      if (c.name == "tp all-reduce" || c.name == "pp send") c.exposed_ns = c.ns_each * c.count;
+    if (layout.cp > 1) {
+      // The cp ranks of a replica hold the same weights: their gradients (the FSDP shard, or
+      // all of them) are summed too.
+      const auto ar = add_collective("cp gradient all-reduce", CollectiveKind::kAllReduce,
+                                     grad_bytes / (layout.fsdp ? layout.dp : 1), layout.cp,
+                                     layout.tp, 1);
+      gradient_sync += p.collectives[ar].ns_each;
+    }
+    if (p.collectives.size() > first_dp) {
+      // Prefetched FSDP gathers and the gradients' reduction run beside forward and backward;
+      // a plain (bucketed) all-reduce starts as gradients are ready: the last backward hides it.
+      const double window = layout.fsdp ? layout.microbatches * (fwd + bwd) : bwd;
+      dp_exposed = std::max(0.0, gradient_sync - window);
+      p.collectives[first_dp].exposed_ns = dp_exposed;
     }
     p.step_ns = pipeline + dp_exposed + opt;
-    exposed_collectives = 0;
-    for (const auto& c : p.collectives) exposed_collectives += c.exposed_ns;
     p.tokens_per_step = workload.tokens_per_microbatch * layout.microbatches * layout.dp;
     p.useful_flops_per_step = useful_flops * layout.microbatches * p.ranks;
     const double optimizer_state = facts.params_per_rank * 12.0;  // FP32 master copy, Adam m and v
     const double weights_and_grads = facts.params_per_rank * 2.0 * facts.param_bytes;
     const double shard = layout.fsdp ? layout.dp : 1;
+    // Checkpointed: each layer's input stays (one micro-batch's 1/cp, per stage), and one layer's
+    // full activations live while its backward runs.
+    const double activations =
+        layout.recompute ? layers_per_stage * act_message * (layout.tp > 1 ? 1.0 / layout.tp : 1.0) +
+                               facts.activation_bytes_per_rank / layers_per_stage
+                         : facts.activation_bytes_per_rank;
     p.hbm_bytes_per_rank = (weights_and_grads + optimizer_state) / shard +
-                           facts.activation_bytes_per_rank * std::min(layout.microbatches, layout.pp);
+                           activations * std::min(layout.microbatches, layout.pp);
   } else {
     // One decode step: every stage runs in turn for the one new token.
-    const double stage = phase_ns("decode") + tp_forward;
+    const double stage = phase_ns("decode") + tp_forward + cp_forward;
     for (auto& [name, ph] : phases) {
-      if (name == "decode") ph.collective_ns = tp_forward;
+      if (name == "decode") ph.collective_ns = tp_forward + cp_forward;
     }
     p.step_ns = layout.pp * stage + (layout.pp - 1) * pp_send;
-    for (auto& c : p.collectives) c.exposed_ns = c.ns_each * c.count;
-    for (const auto& c : p.collectives) exposed_collectives += c.exposed_ns * layout.pp;
+    if (layout.tp > 1) p.collectives[tp_index].exposed_ns = tp_forward * layout.pp;
+    for (auto& c : p.collectives) {
+      if (c.name.rfind("cp ", 0) == 0) c.exposed_ns = cp_forward * layout.pp;
+    }
     p.tokens_per_step = workload.tokens_per_microbatch * layout.dp;
     p.useful_flops_per_step = useful_flops * p.ranks;
     p.hbm_bytes_per_rank = facts.params_per_rank * facts.param_bytes + facts.kv_cache_bytes_per_rank;
   }
-  (void)exposed_collectives;
 
   for (const auto& name : phase_order) {
     PhaseCost ph = phases[name];
@@ -365,7 +477,9 @@ Projection project(const std::vector<TracedOp>& ops, const ModelFacts& facts, co
   double collective_total = 0;
   for (const auto& c : p.collectives) collective_total += c.exposed_ns;
   double fixed_total = 0;
-  for (const auto& ph : p.phases) fixed_total += ph.fixed_ns;
+  for (const auto& ph : p.phases) {
+    fixed_total += ph.fixed_ns * (workload.training ? layout.microbatches : layout.pp);
+  }
   p.bound = bound_of(p.engine_ns, fixed_total, collective_total);
   return p;
 }

@@ -5,11 +5,18 @@
 //   per-rank compute   each op through the rank's model: a Trainium logical core is the engine
 //                      model of neuron_cores.ini (CoreModel); a GPU is a roofline (tensor cores,
 //                      CUDA cores, HBM). An op lasts as long as its busiest engine.
-//   collectives        ring algorithms over the links the group spans (NeuronLink torus,
-//                      NVSwitch, EFA between instances): bandwidth term + one hop latency per step.
-//   overlap            TP collectives and pipeline sends sit on the critical path; DP gradient
-//                      all-reduce hides behind the last micro-batch's backward, FSDP gathers behind
-//                      forward+backward; what does not fit is exposed.
+//   collectives        over the links the group spans (NeuronLink torus, NVSwitch, EFA between
+//                      instances): bandwidth term + latency per algorithm step, the algorithm
+//                      chosen by message size as Neuron's runtime does (mesh, recursive
+//                      doubling-halving, ring), + the trigger/completion of the collective.
+//   fixed costs        a compiled program pays one launch, and each Tensor-engine op in it one
+//                      dependent-step latency (its first input tile waits for the previous op).
+//   overlap            forward TP collectives and pipeline sends sit on the critical path; in the
+//                      backward, the input-gradient collectives overlap the weight-gradient
+//                      matmuls (no dependency between them); context-parallel key/value exchange
+//                      overlaps attention; DP gradient all-reduce hides behind the last
+//                      micro-batch's backward, FSDP gathers behind forward+backward; what does
+//                      not fit is exposed.
 //
 // Torch-free: the backend (csrc/backend/estimate) turns ATen ops into TracedOps.
 #pragma once
@@ -36,6 +43,9 @@ struct TracedOp {
   // Tensor-engine FLOPs the op occupies the engine for on a NeuronCore, tile padding included
   // (>= work[kTensor].ops; equal when the shapes fill whole tiles).
   uint64_t tensor_tile_ops = 0;
+  // Scaled dot-product attention (forward or backward): under context parallelism its keys and
+  // values come from the whole sequence, not the rank's shard.
+  bool attention = false;
 };
 
 // What the collectives and the memory estimate need to know about the model.
@@ -48,22 +58,27 @@ struct ModelFacts {
   int activation_bytes = 2;          // per activation element (the collectives' dtype)
   double kv_cache_bytes_per_rank = 0;
   double activation_bytes_per_rank = 0;  // what one micro-batch's forward keeps, per rank
+  double kv_width = 0;               // key/value heads x head_dim one tp rank holds
 };
 
+// Rank order: tp fastest, then cp, then pp, then dp.
 struct Layout {
   int tp = 1;
+  int cp = 1;             // context parallelism: each rank holds 1/cp of every sequence
   int pp = 1;
   int dp = 1;
   bool fsdp = false;      // shard parameters, gradients and optimizer state over the dp group
+  bool recompute = false; // activation checkpointing: keep layer inputs, rerun the forward in backward
   int microbatches = 1;   // per step and dp replica (pipeline depth for pp > 1)
 
-  int ranks() const { return tp * pp * dp; }
+  int ranks() const { return tp * cp * pp * dp; }
 };
 
 struct Workload {
   bool training = true;       // false: one decode step (one new token per sequence)
   double tokens_per_microbatch = 0;  // training: micro-batch size x sequence length; decode: batch
   bool compiled = true;       // one program per phase (one launch cost) vs one launch per op
+  bool fp8 = false;           // 16-bit matmuls run at the FP8 Tensor-engine / tensor-core rate
 };
 
 struct OpCost {
@@ -126,8 +141,12 @@ class RankModel {
   RankModel(const InstanceSpec& instance, const CostData& data,
             const std::map<std::string, CoreSpec>& chips);
 
-  std::array<double, kEngineCount> busy_ns(const TracedOp& op) const;
+  // `fp8`: a 16-bit matmul runs at the FP8 rate (FP8 training casts its GEMM inputs).
+  std::array<double, kEngineCount> busy_ns(const TracedOp& op, bool fp8 = false) const;
   double launch_ns(LaunchKind kind) const;
+  // The static overhead of one instruction on `engine` (0 on a GPU, where a compiled program fuses
+  // elementwise work into its neighbours' kernels).
+  double instruction_overhead_ns(Engine engine) const;
   double peak_bf16_flops_per_ns() const { return peak_bf16_; }
   double hbm_capacity_bytes() const { return hbm_capacity_; }
   double hbm_bytes_per_ns() const { return hbm_bytes_per_ns_; }
@@ -148,7 +167,7 @@ class RankModel {
 
 enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter, kSend };
 
-// A group of `ranks` ranks, `stride` apart in the rank order (tp fastest, then pp, then dp).
+// A group of `ranks` ranks, `stride` apart in the rank order (tp fastest, then cp, pp, dp).
 // `bytes`: the full buffer (all-reduce in/out, all-gather output, reduce-scatter input, the sent
 // message). Writes the links it used to `over` when given.
 double collective_ns(CollectiveKind kind, double bytes, int ranks, int stride,
