@@ -106,6 +106,28 @@ def check_allreduce_reduce():
         same(x, reference(dtype, op) if RANK == 1 else make(RANK, dtype), f"reduce {dtype}")
 
 
+def check_all_to_all():
+    """Uneven all_to_all_single and list all_to_all: exact, every rank against every other
+    (also used by the two-host worker)."""
+    # uneven all_to_all_single: rank s sends s + d + 1 rows of 3 to rank d
+    send_splits = [RANK + d + 1 for d in range(WORLD)]
+    recv_splits = [s + RANK + 1 for s in range(WORLD)]
+    rows = torch.arange(sum(send_splits) * 3, dtype=torch.float32).reshape(-1, 3) + 1000 * RANK
+    out = torch.empty(sum(recv_splits), 3, device=DEV)
+    dist.all_to_all_single(out, rows.to(DEV), recv_splits, send_splits)
+    expected = []
+    for s in range(WORLD):
+        s_splits = [s + d + 1 for d in range(WORLD)]
+        s_rows = torch.arange(sum(s_splits) * 3, dtype=torch.float32).reshape(-1, 3) + 1000 * s
+        expected.append(s_rows.split(s_splits)[RANK])
+    same(out, torch.cat(expected), "all_to_all_single uneven")
+    ins = [torch.full((d + 1,), RANK * 10 + d, dtype=torch.int32, device=DEV) for d in range(WORLD)]
+    outs = [torch.empty(RANK + 1, dtype=torch.int32, device=DEV) for _ in range(WORLD)]
+    dist.all_to_all(outs, ins)
+    for s in range(WORLD):
+        same(outs[s], torch.full((RANK + 1,), s * 10 + RANK, dtype=torch.int32), "all_to_all")
+
+
 def check_movement():
     for dtype in ALL:
         x = make(RANK, dtype).to(DEV)
@@ -132,23 +154,7 @@ def check_movement():
         out2 = torch.empty(5, dtype=dtype, device=DEV)
         dist.reduce_scatter(out2, list(full.chunk(WORLD)), op=op)
         same(out2, want[5 * RANK : 5 * RANK + 5], f"reduce_scatter {dtype} {op}")
-    # uneven all_to_all_single: rank s sends s + d + 1 rows of 3 to rank d
-    send_splits = [RANK + d + 1 for d in range(WORLD)]
-    recv_splits = [s + RANK + 1 for s in range(WORLD)]
-    rows = torch.arange(sum(send_splits) * 3, dtype=torch.float32).reshape(-1, 3) + 1000 * RANK
-    out = torch.empty(sum(recv_splits), 3, device=DEV)
-    dist.all_to_all_single(out, rows.to(DEV), recv_splits, send_splits)
-    expected = []
-    for s in range(WORLD):
-        s_splits = [s + d + 1 for d in range(WORLD)]
-        s_rows = torch.arange(sum(s_splits) * 3, dtype=torch.float32).reshape(-1, 3) + 1000 * s
-        expected.append(s_rows.split(s_splits)[RANK])
-    same(out, torch.cat(expected), "all_to_all_single uneven")
-    ins = [torch.full((d + 1,), RANK * 10 + d, dtype=torch.int32, device=DEV) for d in range(WORLD)]
-    outs = [torch.empty(RANK + 1, dtype=torch.int32, device=DEV) for _ in range(WORLD)]
-    dist.all_to_all(outs, ins)
-    for s in range(WORLD):
-        same(outs[s], torch.full((RANK + 1,), s * 10 + RANK, dtype=torch.int32), "all_to_all")
+    check_all_to_all()
     # gather / scatter at root 1
     g = [torch.empty(4, device=DEV) for _ in range(WORLD)] if RANK == 1 else None
     dist.gather(torch.full((4,), float(RANK), device=DEV), g, dst=1)

@@ -24,6 +24,7 @@ import torch.distributed as dist
 import torch_neuronx
 
 sys.path.insert(0, os.path.dirname(__file__))
+from collectives import check_all_to_all  # noqa: E402
 
 RANK = int(os.environ["RANK"])
 WORLD = int(os.environ["WORLD_SIZE"])
@@ -132,22 +133,7 @@ def check_collectives():
             out2 = torch.empty(5, dtype=dtype, device=DEV)
             dist.reduce_scatter(out2, list(full.chunk(WORLD)), op=op)
             same(out2, want, f"reduce_scatter {dtype} {op}")
-    # uneven all_to_all_single: rank s sends s + d + 1 rows of 3 to rank d
-    send_splits = [RANK + d + 1 for d in range(WORLD)]
-    recv_splits = [s + RANK + 1 for s in range(WORLD)]
-    rows = torch.arange(sum(send_splits) * 3, dtype=torch.float32).reshape(-1, 3) + 1000 * RANK
-    out = torch.empty(sum(recv_splits), 3, device=DEV)
-    dist.all_to_all_single(out, rows.to(DEV), recv_splits, send_splits)
-    want = []
-    for s in range(WORLD):
-        s_splits = [s + d + 1 for d in range(WORLD)]
-        want.append((torch.arange(sum(s_splits) * 3, dtype=torch.float32).reshape(-1, 3) + 1000 * s).split(s_splits)[RANK])
-    same(out, torch.cat(want), "all_to_all_single uneven")
-    ins = [torch.full((d + 1,), RANK * 10 + d, dtype=torch.int32, device=DEV) for d in range(WORLD)]
-    outs = [torch.empty(RANK + 1, dtype=torch.int32, device=DEV) for _ in range(WORLD)]
-    dist.all_to_all(outs, ins)
-    for s in range(WORLD):
-        same(outs[s], torch.full((RANK + 1,), s * 10 + RANK, dtype=torch.int32), "all_to_all")
+    check_all_to_all()
     root = WORLD - 1
     g = [torch.empty(4, dtype=torch.bfloat16, device=DEV) for _ in range(WORLD)] if RANK == root else None
     dist.gather(torch.full((4,), float(RANK), dtype=torch.bfloat16, device=DEV), g, dst=root)
