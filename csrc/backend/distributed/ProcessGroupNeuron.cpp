@@ -1103,13 +1103,18 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupNeuron::split(
     options->group_desc = opts->group_desc;
     options->global_ranks_in_group = opts->global_ranks_in_group;
   }
-  // Sibling splits may get the same store: keys under the rank list (and the how-manieth split
-  // of that list this is) keep their rendezvous apart.
+  // The rendezvous goes through this group's own store, not the one split_group passes: torch
+  // prefixes that one with a name hashed from the ranks and from how many groups the calling
+  // process knows, which differs between members and non-members of earlier new_groups, so the
+  // members of one split could wait under different prefixes forever. Keys under the rank list
+  // (and the how-manieth split of that list this is, the same on every member) keep sibling
+  // splits apart.
+  (void)store;
   std::string key;
   for (int r : ranks) key += std::to_string(r) + ",";
   const int generation = splits_[key]++;
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>(
-      "nrtsim-split/" + key + "/" + std::to_string(generation), store);
+      "nrtsim-split/" + key + "/" + std::to_string(generation), store_);
   return c10::make_intrusive<ProcessGroupNeuron>(prefixed, static_cast<int>(mine - ranks.begin()),
                                                  static_cast<int>(ranks.size()), options);
 }

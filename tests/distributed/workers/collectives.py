@@ -250,6 +250,11 @@ def check_subgroups():
     dist.all_reduce(x, group=mine)
     same(x, torch.full((2,), float(sum(members))), "new_group all_reduce")
     dist.barrier(group=mine)
+    # A group that only some ranks belong to, made before the split: torch names the split's
+    # store prefix from how many groups each process knows, which now differs between ranks.
+    ends = dist.new_group([0, WORLD - 1])
+    if RANK in (0, WORLD - 1):
+        dist.barrier(group=ends)
     split = dist.split_group(split_ranks=[[0, 1], list(range(2, WORLD))])
     y = torch.full((1,), float(RANK), device=DEV)
     dist.all_reduce(y, group=split)

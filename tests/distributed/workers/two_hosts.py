@@ -180,9 +180,7 @@ def check_collectives():
         o = [None]
         dist.recv_object_list(o, src=0)
         assert o == [{"p2p": True}], o
-    # subgroups: one spanning hosts with one rank per host, and the split into halves
-    # (split_group first: a split_group after a new_group that leaves ranks out hangs, on one host
-    # too, a problem of its own)
+    # subgroups: the split into halves, and one spanning hosts with one rank per host
     halves = dist.split_group(split_ranks=[list(range(WORLD // 2)), list(range(WORLD // 2, WORLD))])
     z = torch.full((1,), float(RANK), device=DEV)
     dist.all_reduce(z, group=halves)
