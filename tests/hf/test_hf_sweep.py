@@ -103,3 +103,25 @@ def test_compiled_column_tells_the_models_graph_breaks_from_ours():
     # And the sweep's record says so, naming Dynamo alone on the CPU.
     res = hf_sweep._run_compiled(Tiny(log=True), torch.float32, ids)
     assert "model's code" in res["error"] and "Dynamo alone" in res["error"], res
+
+
+def test_eager_report_carries_the_compiled_columns_count(tmp_path):
+    """The compiled column runs on its own (`--compiled`); the eager report states its count when
+    the compiled report sits next to it, and says nothing of it otherwise."""
+    import json
+
+    meta = {"date": "d", "machine": "m", "torch": "t", "transformers": "x", "dtype": "float32",
+            "torch_dtype": torch.float32, "wall_s": 1.0, "repeats": 1}
+    records = [{"model_type": "llama", "class": "LlamaForCausalLM", "status": "pass", "neuron_s": 1.0,
+                "cpu_s": 1.0, "max_diff": {}}]
+    hf_sweep.write_reports(records, meta, str(tmp_path))
+    assert "compiled" not in (tmp_path / "hf_coverage.md").read_text()
+
+    compiled = [dict(records[0], compiled="pass"), dict(records[0], model_type="gpt2", compiled="fail"),
+                dict(records[0], model_type="opt", compiled="pass")]
+    hf_sweep.write_reports(compiled, dict(meta, compiled=True, date="c"), str(tmp_path))
+    assert json.loads((tmp_path / "hf_coverage_compiled.json").read_text())["meta"]["date"] == "c"
+    hf_sweep.write_reports(records, meta, str(tmp_path))
+    text = (tmp_path / "hf_coverage.md").read_text()
+    assert "run c over 3 architectures): **2** pass of 3 that pass eagerly" in text
+    assert "[hf_coverage_compiled.md](hf_coverage_compiled.md)" in text
