@@ -55,3 +55,22 @@ def test_destroy_then_init_again_is_clean():
     procs, results = run("destroy_and_reinit", 2)
     assert all(r.returncode == 0 and "reinit ok" in r.output for r in results), report(results)
     assert segments_of([p.pid for p in procs]) == []
+
+
+def test_a_rank_that_never_creates_the_group_is_an_error_at_the_group_timeout():
+    # Rank 0 of a 2-rank group whose rank 1 never shows up: the rendezvous waits the group's
+    # timeout (not the store's own), then names the missing rank. One process, an in-memory store.
+    from datetime import timedelta
+
+    import pytest
+    import torch.distributed as dist
+
+    import torch_neuronx  # noqa: F401
+    from torch_neuronx._C._distributed import ProcessGroupNeuron
+
+    store = dist.HashStore()
+    store.set_timeout(timedelta(minutes=10))  # longer than the group's: the group's must rule
+    start = time.monotonic()
+    with pytest.raises(dist.DistBackendError, match=r"rank 0 waited 1000 ms for rank 1 of the new group"):
+        ProcessGroupNeuron(store, 0, 2, timedelta(seconds=1))
+    assert time.monotonic() - start < 30

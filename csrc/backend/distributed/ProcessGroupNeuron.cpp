@@ -308,6 +308,23 @@ class GlooP2pWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
+// A value another rank publishes while creating the same group. The wait has the group's
+// timeout, not the store's own (a TCPStore's default is far longer): a rank that never creates
+// this group, or creates it under other keys, must become an error, never a hang.
+std::vector<uint8_t> rendezvous_get(c10d::Store& store, const std::string& key, int rank,
+                                    int from_rank, std::chrono::milliseconds timeout) {
+  try {
+    store.wait({key}, timeout);
+  } catch (const std::exception& e) {
+    dist_error("neuron process group: rank " + std::to_string(rank) + " waited " +
+               std::to_string(timeout.count()) + " ms for rank " + std::to_string(from_rank) +
+               " of the new group to join it: every rank of a group must create it (the same "
+               "new_group / split_group calls, in the same order, on every member). Store: " +
+               e.what());
+  }
+  return store.get(key);
+}
+
 size_t env_bytes(const char* variable, size_t fallback) {
   if (auto value = nrtsim::env::get(variable)) {
     return transport_call([&] { return static_cast<size_t>(nrtsim::env::parse_bytes(variable, *value)); });
@@ -338,14 +355,16 @@ ProcessGroupNeuron::ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& st
   for (int r = 0; r < size; ++r) {
     std::string id = me;
     if (r != rank) {
-      const auto other = store_->get("nrtsim/host/" + std::to_string(r));
+      const auto other =
+          rendezvous_get(*store_, "nrtsim/host/" + std::to_string(r), rank, r, options_->timeout);
       id.assign(other.begin(), other.end());
     }
     auto known = std::find(ids.begin(), ids.end(), id);
     if (known == ids.end()) {
       ids.push_back(id);
       layout.ranks_of.emplace_back();
-      const auto name = store_->get("nrtsim/hostname/" + std::to_string(r));
+      const auto name = rendezvous_get(*store_, "nrtsim/hostname/" + std::to_string(r), rank, r,
+                                       options_->timeout);
       layout.names.emplace_back(name.begin(), name.end());
       known = ids.end() - 1;
     }
@@ -365,7 +384,8 @@ ProcessGroupNeuron::ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& st
         store_->set(key, std::vector<uint8_t>(name.begin(), name.end()));
       });
     } else {
-      const auto name = store_->get(key);
+      const auto name =
+          rendezvous_get(*store_, key, rank, layout.ranks_of[layout.host][0], options_->timeout);
       transport_ = tp::CollectiveTransport::join(std::string(name.begin(), name.end()),
                                                  local_rank, local_size, topts);
     }
