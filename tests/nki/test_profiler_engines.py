@@ -7,6 +7,7 @@ Expectations come from the kernel's own timeline (kernel.last_run) and the launc
 Chrome trace writer adds on each side of a GPU user annotation."""
 
 import json
+import math
 from decimal import Decimal
 
 import numpy as np
@@ -106,10 +107,12 @@ def test_chrome_trace_shows_the_kernel_on_each_engine_it_used(operands, tmp_path
         begin, end = run.engine_spans_ns[engine]
         assert 0 <= begin < end <= run.makespan_ns
         assert run.busy_ns[engine] <= end - begin + 1e-9  # one program: busy time fits in the span
+        # Differences of float64 simulated times: a few units in the last place of their magnitude.
+        ulps = 8 * math.ulp(float(args["sim_end_ns"]))
         assert float(args["sim_begin_ns"]) - float(kernel["args"]["sim_begin_ns"]) == pytest.approx(
-            launch_ns + begin, abs=1e-6)
+            launch_ns + begin, abs=max(1e-6, ulps))
         assert float(args["sim_end_ns"]) - float(args["sim_begin_ns"]) == pytest.approx(
-            end - begin, rel=1e-9)
+            end - begin, rel=1e-9, abs=ulps)
         # Drawn there: whole-ns rounding of each end (1 ns), Kineto's 1 ns widening on each side,
         # and on the kernel's own track 1 ns inside it so that the span nests in the kernel.
         shown_begin, shown_end = ns(ev["ts"]) + 1, ns(ev["ts"]) + ns(ev["dur"]) - 1
