@@ -128,6 +128,17 @@ def check_all_to_all():
         same(outs[s], torch.full((RANK + 1,), s * 10 + RANK, dtype=torch.int32), "all_to_all")
 
 
+def check_staged_tensors():
+    """Non-contiguous neuron tensors are staged and written back; CPU tensors take the neuron group
+    (it is registered for cpu too). Also used by the two-host worker."""
+    m = (torch.arange(12.0).reshape(3, 4) * (RANK + 1)).to(DEV).t()
+    dist.all_reduce(m)
+    same(m, (torch.arange(12.0).reshape(3, 4) * sum(range(1, WORLD + 1))).t().contiguous(), "non-contiguous")
+    c = torch.full((3,), float(RANK))
+    dist.all_reduce(c)
+    same(c, torch.full((3,), float(sum(range(WORLD)))), "cpu tensor all_reduce")
+
+
 def check_movement():
     for dtype in ALL:
         x = make(RANK, dtype).to(DEV)
@@ -165,14 +176,7 @@ def check_movement():
     s_in = [torch.full((4,), 7.0 + r, device=DEV) for r in range(WORLD)] if RANK == 1 else None
     dist.scatter(s_out, s_in, src=1)
     same(s_out, torch.full((4,), 7.0 + RANK), "scatter")
-    # non-contiguous tensors are staged and written back
-    m = (torch.arange(12.0).reshape(3, 4) * (RANK + 1)).to(DEV).t()
-    dist.all_reduce(m)
-    same(m, (torch.arange(12.0).reshape(3, 4) * sum(range(1, WORLD + 1))).t().contiguous(), "non-contiguous")
-    # CPU tensors on the neuron group (registered for cpu too)
-    c = torch.full((3,), float(RANK))
-    dist.all_reduce(c)
-    same(c, torch.full((3,), float(sum(range(WORLD)))), "cpu tensor all_reduce")
+    check_staged_tensors()
 
 
 def check_coalesced_async_p2p_objects():

@@ -24,7 +24,7 @@ import torch.distributed as dist
 import torch_neuronx
 
 sys.path.insert(0, os.path.dirname(__file__))
-from collectives import check_all_to_all  # noqa: E402
+from collectives import check_all_to_all, check_staged_tensors  # noqa: E402
 
 RANK = int(os.environ["RANK"])
 WORLD = int(os.environ["WORLD_SIZE"])
@@ -153,12 +153,7 @@ def check_collectives():
         w.wait()
     same(recv, torch.arange(300_000, dtype=torch.float32) + (RANK - 1) % WORLD, "batch_isend_irecv ring")
     # non-contiguous tensors, CPU tensors, a barrier
-    m = (torch.arange(12.0).reshape(3, 4) * (RANK + 1)).to(DEV).t()
-    dist.all_reduce(m)
-    same(m, (torch.arange(12.0).reshape(3, 4) * sum(range(1, WORLD + 1))).t().contiguous(), "non-contiguous")
-    c = torch.full((3,), float(RANK))
-    dist.all_reduce(c)
-    same(c, torch.full((3,), float(sum(range(WORLD)))), "cpu tensor all_reduce")
+    check_staged_tensors()
     dist.barrier()
     # object collectives
     objs = [None] * WORLD
