@@ -256,7 +256,10 @@ class _Program:
     """One compiled graph: its CPU code run as one launch record per call. Boxed calling
     convention (takes the argument list and empties it, so inputs free as early as possible);
     AOTAutograd's wrapper around backward programs calls with the arguments unpacked instead.
-    A graph's inputs are tensors and sizes, never a list, so the two cannot be confused."""
+    A graph's inputs are tensors and sizes, never a list, so the two cannot be confused.
+
+    The launch itself is C++ (``_C._ProgramLauncher``, csrc/backend/compiler/ProgramLaunch.cpp),
+    built once here: a call of a static graph does no more Python than this method."""
 
     _boxed_call = True
 
@@ -267,20 +270,26 @@ class _Program:
         self.compiled = compiled
         self.cost = cost
         self.output_devices = output_devices
+        self._dynamic = cost.is_dynamic
+        self._launch = _C._ProgramLauncher(device, name, cost.ops([]) if not self._dynamic else {},
+                                           cost.bytes_engine, compiled, output_devices)
 
     def __call__(self, *call_args):
         if len(call_args) == 1 and isinstance(call_args[0], list):
             args = call_args[0]
         else:
             args = list(call_args)
-        seen = self.cost.sizes_seen()
-        ops = self.cost.ops(args)
-        if self.cost.sizes_seen() > max(seen, 1):
-            # A shape this symbolic program serves without compiling: TorchNeuron, static shapes
-            # only, would compile this graph again (and recompile the frame, for a forward).
-            metrics.record_static_shape_recompile(frame=self.kind != "backward")
-        outputs = _C._launch_program(self.device, self.name, ops, self.cost.bytes_engine,
-                                     self.compiled, args, self.output_devices)
+        if self._dynamic:
+            seen = self.cost.sizes_seen()
+            ops = self.cost.ops(args)
+            if self.cost.sizes_seen() > max(seen, 1):
+                # A shape this symbolic program serves without compiling: TorchNeuron, static
+                # shapes only, would compile this graph again (and recompile the frame, for a
+                # forward).
+                metrics.record_static_shape_recompile(frame=self.kind != "backward")
+            outputs = self._launch(args, ops)
+        else:
+            outputs = self._launch(args)
         args.clear()
         metrics.record("program_launches")
         return outputs

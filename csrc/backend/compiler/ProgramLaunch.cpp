@@ -12,7 +12,9 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/TensorImpl.h>
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -65,21 +67,19 @@ c10::Storage copy_storage(const c10::StorageImpl* source, c10::Allocator* alloca
 // Turns what the CPU code returned into the program's outputs. Outputs that share a storage keep
 // sharing one (AOTAutograd regenerates views of outputs from their base), an output that aliases
 // an input becomes the same alias of the neuron input, and a fresh result in HBM is taken over
-// without a copy when nothing outside the outputs holds its block.
+// without a copy when nothing outside the outputs holds its block. Per call it costs work in the
+// number of outputs; the inputs are looked up in a sorted vector built once per call (a decode
+// step has ~50 inputs and one output).
 class OutputAdopter {
  public:
-  OutputAdopter(c10::Device device, const std::vector<at::Tensor>& neuron_inputs,
-                const std::vector<at::Tensor>& views)
-      : device_(device) {
-    for (size_t i = 0; i < views.size(); ++i) {
-      input_storage_[views[i].storage().data()] = neuron_inputs[i].storage();
-    }
+  // `inputs`: (host view data pointer, neuron storage) of each neuron input.
+  OutputAdopter(c10::Device device, std::vector<std::pair<const void*, c10::Storage>> inputs)
+      : device_(device), inputs_(std::move(inputs)) {
+    std::sort(inputs_.begin(), inputs_.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
   }
 
-  bool aliases_input(const at::Tensor& t) const {
-    const void* data = t.storage().data();
-    return data != nullptr && input_storage_.count(data) > 0;
-  }
+  bool aliases_input(const at::Tensor& t) const { return input_storage(t.storage().data()); }
 
   void count_user(const at::Tensor& t) {
     users_[t.storage().unsafeGetStorageImpl()].insert(t.unsafeGetTensorImpl());
@@ -87,9 +87,8 @@ class OutputAdopter {
 
   at::Tensor to_neuron(const at::Tensor& t) {
     c10::StorageImpl* host = t.storage().unsafeGetStorageImpl();
-    auto aliased = input_storage_.find(host->data());
-    if (aliased != input_storage_.end() && host->data() != nullptr) {
-      return tensor_over(aliased->second, c10::DispatchKey::PrivateUse1, t);
+    if (const c10::Storage* aliased = input_storage(host->data())) {
+      return tensor_over(*aliased, c10::DispatchKey::PrivateUse1, t);
     }
     auto done = adopted_.find(host);
     if (done == adopted_.end()) {
@@ -113,7 +112,7 @@ class OutputAdopter {
   // HBM, it is copied to host memory; CPU inputs it aliases stay as they are.
   at::Tensor to_cpu(const at::Tensor& t) {
     c10::StorageImpl* host = t.storage().unsafeGetStorageImpl();
-    if (!in_hbm(host) || input_storage_.count(host->data())) return t;
+    if (!in_hbm(host) || input_storage(host->data())) return t;
     auto done = host_copies_.find(host);
     if (done == host_copies_.end()) {
       done = host_copies_.emplace(host, copy_storage(host, c10::GetCPUAllocator())).first;
@@ -122,85 +121,189 @@ class OutputAdopter {
   }
 
  private:
+  // The neuron storage whose bytes start at `data` (a host view's), or null.
+  const c10::Storage* input_storage(const void* data) const {
+    if (data == nullptr) return nullptr;
+    auto it = std::lower_bound(inputs_.begin(), inputs_.end(), data,
+                               [](const auto& entry, const void* d) { return entry.first < d; });
+    return it != inputs_.end() && it->first == data ? &it->second : nullptr;
+  }
+
   c10::Device device_;
-  std::unordered_map<const void*, c10::Storage> input_storage_;
+  std::vector<std::pair<const void*, c10::Storage>> inputs_;
   std::unordered_map<c10::StorageImpl*, std::unordered_set<c10::TensorImpl*>> users_;
   std::unordered_map<c10::StorageImpl*, c10::Storage> adopted_;
   std::unordered_map<c10::StorageImpl*, c10::Storage> host_copies_;
 };
 
-// Runs `program(args)` as one launch record `name` (kind program) on `device`. `args`: the
-// program's inputs; neuron tensors are handed over as host views, everything else as is.
-// `engine_ops`: {engine name: ops} of the whole graph; `bytes_engine`: the engine charged with the
-// bytes the program reads and writes. `output_devices`: per output, the neuron device index it
-// must end up on, -1 for a CPU tensor, or None for a non-tensor.
+// One compiled program, ready to launch: what is the same on every call (its device, record
+// name, per-engine work of a static graph, output devices, the CPU code) is converted once, at
+// compile time, so a call only does what depends on its arguments. A decode step is nothing but
+// per-call overhead, and this launch sits on it once per step.
+//
+// Host views of the inputs are kept per argument position and re-pointed on each call: building
+// a view and its Python object for each of ~50 inputs was most of the launch's cost. A kept view
+// is reused only when nothing but this launcher holds it (its Python object, its TensorImpl and
+// its storage each have one owner), so a view the CPU code kept, or one still in use by another
+// thread's call of the same program, is never re-pointed under it; a fresh one replaces it then.
+class ProgramLauncher {
+ public:
+  static constexpr int kNotTensor = std::numeric_limits<int>::min();
+
+  ProgramLauncher(int device, const std::string& name, const py::dict& engine_ops,
+                  const std::string& bytes_engine, py::function program,
+                  const py::list& output_devices)
+      : device_(static_cast<c10::DeviceIndex>(device)),
+        name_(name),
+        op_(nrtsim::intern(name)),
+        bytes_engine_(engine_named(bytes_engine)),
+        ops_(parse_ops(engine_ops)),
+        program_(std::move(program)) {
+    check_device_index(device_);
+    for (py::handle target : output_devices) {
+      output_devices_.push_back(target.is_none() ? kNotTensor : py::cast<int>(target));
+    }
+  }
+
+  // Runs the program on `args` as one launch record. `engine_ops`: None for the work given at
+  // construction, or {engine: ops} of this call (a symbolic graph's work depends on its sizes).
+  py::list operator()(const py::list& args, const py::object& engine_ops) {
+    const c10::Device neuron(c10::DeviceType::PrivateUse1, device_);
+    Cost cost(bytes_engine_);
+    for (const auto& [engine, n] : engine_ops.is_none() ? ops_ : parse_ops(engine_ops)) {
+      cost.ops(engine, n);
+    }
+
+    const size_t n = args.size();
+    if (views_.size() < n) views_.resize(n);
+    std::vector<std::pair<const void*, c10::Storage>> inputs;
+    inputs.reserve(n);
+    py::list host_args(n);
+    for (size_t i = 0; i < n; ++i) {
+      PyObject* arg = PyList_GET_ITEM(args.ptr(), i);
+      if (THPVariable_Check(arg)) {
+        const at::Tensor& t = THPVariable_Unpack(arg);
+        if (t.defined() && t.device().type() == c10::DeviceType::PrivateUse1) {
+          cost.reads(t);
+          PyObject* view = view_of(i, t);
+          inputs.emplace_back(t.storage().data(), t.storage());
+          Py_INCREF(view);
+          PyList_SET_ITEM(host_args.ptr(), i, view);
+          continue;
+        }
+      }
+      Py_INCREF(arg);
+      PyList_SET_ITEM(host_args.ptr(), i, arg);
+    }
+
+    py::list outputs;
+    launch_on(device_, op_, LaunchKind::kProgram, cost.work(), [&] {
+      py::object returned;
+      {
+        const HostAllocationsInHbm results_in_hbm(device_);
+        returned = program_(host_args);
+      }
+      host_args = py::list();  // the CPU code's hold on the inputs ends with the program
+      const py::list results = py::list(returned);
+      TORCH_CHECK(results.size() == output_devices_.size(), "neuron program ", name_,
+                  " returned ", results.size(), " outputs, its graph has ",
+                  output_devices_.size());
+      OutputAdopter adopter(neuron, std::move(inputs));
+      std::vector<at::Tensor> tensors(results.size());
+      for (size_t i = 0; i < results.size(); ++i) {
+        if (THPVariable_Check(results[i].ptr())) {
+          tensors[i] = THPVariable_Unpack(results[i].ptr());
+          if (tensors[i].defined()) adopter.count_user(tensors[i]);
+        }
+      }
+      for (size_t i = 0; i < results.size(); ++i) {
+        const int target = output_devices_[i];
+        if (!tensors[i].defined() || target == kNotTensor) {
+          outputs.append(results[i]);
+          continue;
+        }
+        at::Tensor out;
+        if (target < 0) {
+          out = adopter.to_cpu(tensors[i]);
+        } else {
+          out = adopter.to_neuron(tensors[i]);
+          if (!adopter.aliases_input(tensors[i])) cost.writes(out);
+        }
+        outputs.append(py::cast(out));
+      }
+    });
+    return outputs;
+  }
+
+ private:
+  using EngineOps = std::vector<std::pair<nrtsim::Engine, uint64_t>>;
+
+  static EngineOps parse_ops(const py::handle& engine_ops) {
+    EngineOps ops;
+    for (auto item : py::reinterpret_borrow<py::dict>(engine_ops)) {
+      ops.emplace_back(engine_named(py::cast<std::string>(item.first)),
+                       py::cast<uint64_t>(item.second));
+    }
+    return ops;
+  }
+
+  // The host view for argument `i`, pointed at neuron tensor `t` (borrowed reference).
+  PyObject* view_of(size_t i, const at::Tensor& t) {
+    py::object& slot = views_[i];
+    if (!slot || !only_held_here(slot.ptr())) {
+      slot = py::reinterpret_steal<py::object>(THPVariable_Wrap(empty_view()));
+    }
+    point_at(THPVariable_Unpack(slot.ptr()).unsafeGetTensorImpl(), t);
+    return slot.ptr();
+  }
+
+  static bool only_held_here(PyObject* view) {
+    const at::Tensor& v = THPVariable_Unpack(view);
+    return Py_REFCNT(view) == 1 && v.use_count() == 1 && v.weak_use_count() == 1 &&
+           v.storage().use_count() == 1;
+  }
+
+  // A CPU tensor over a non-owning, empty storage: re-pointed at an input before each use.
+  static at::Tensor empty_view() {
+    c10::Storage storage(c10::Storage::use_byte_size_t(), 0,
+                         c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)), nullptr,
+                         /*resizable=*/false);
+    return at::Tensor(c10::make_intrusive<c10::TensorImpl>(
+        std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
+        caffe2::TypeMeta::Make<float>()));
+  }
+
+  // What host_view() (core/HostView.cpp) does to its pooled views: the same bytes, sizes,
+  // strides, offset and dtype as `t`, through a storage that does not own them (the neuron
+  // tensor keeps the memory alive while the program runs).
+  static void point_at(c10::TensorImpl* impl, const at::Tensor& t) {
+    const c10::Storage& storage = t.storage();
+    c10::StorageImpl* alias = impl->storage().unsafeGetStorageImpl();
+    alias->set_data_ptr_noswap(
+        c10::DataPtr(storage.mutable_data(), c10::Device(c10::DeviceType::CPU)));
+    alias->set_nbytes(storage.nbytes());
+    impl->set_storage_and_dtype(impl->storage(), t.dtype());
+    impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    impl->_set_conj(t.is_conj());
+    impl->_set_neg(t.is_neg());
+  }
+
+  c10::DeviceIndex device_;
+  std::string name_;
+  const char* op_;
+  nrtsim::Engine bytes_engine_;
+  EngineOps ops_;
+  py::function program_;
+  std::vector<int> output_devices_;
+  std::vector<py::object> views_;
+};
+
+// One call of a program that is not kept (the launcher's work done once).
 py::list launch_program(int device, const std::string& name, const py::dict& engine_ops,
                         const std::string& bytes_engine, const py::function& program,
                         const py::list& args, const py::list& output_devices) {
-  const auto index = static_cast<c10::DeviceIndex>(device);
-  check_device_index(index);
-  const c10::Device neuron(c10::DeviceType::PrivateUse1, index);
-  const char* op = nrtsim::intern(name);
-
-  Cost cost(engine_named(bytes_engine));
-  for (auto item : engine_ops) {
-    cost.ops(engine_named(py::cast<std::string>(item.first)), py::cast<uint64_t>(item.second));
-  }
-
-  std::vector<at::Tensor> neuron_inputs;
-  std::vector<at::Tensor> views;
-  py::list host_args;
-  for (py::handle arg : args) {
-    if (THPVariable_Check(arg.ptr())) {
-      const at::Tensor& t = THPVariable_Unpack(arg.ptr());
-      if (t.defined() && t.device().type() == c10::DeviceType::PrivateUse1) {
-        cost.reads(t);
-        neuron_inputs.push_back(t);
-        views.push_back(host_view(t));
-        host_args.append(py::cast(views.back()));
-        continue;
-      }
-    }
-    host_args.append(arg);
-  }
-
-  py::list outputs;
-  launch_on(index, op, LaunchKind::kProgram, cost.work(), [&] {
-    py::object returned;
-    {
-      const HostAllocationsInHbm results_in_hbm(index);
-      returned = program(host_args);
-    }
-    host_args = py::list();  // the CPU code's hold on the inputs ends with the program
-    const py::list results = py::list(returned);
-    TORCH_CHECK(results.size() == output_devices.size(), "neuron program ", name, " returned ",
-                results.size(), " outputs, its graph has ", output_devices.size());
-    OutputAdopter adopter(neuron, neuron_inputs, views);
-    std::vector<at::Tensor> tensors(results.size());
-    for (size_t i = 0; i < results.size(); ++i) {
-      if (THPVariable_Check(results[i].ptr())) {
-        tensors[i] = THPVariable_Unpack(results[i].ptr());
-        if (tensors[i].defined()) adopter.count_user(tensors[i]);
-      }
-    }
-    for (size_t i = 0; i < results.size(); ++i) {
-      const py::handle target = output_devices[i];
-      if (!tensors[i].defined() || target.is_none()) {
-        outputs.append(results[i]);
-        continue;
-      }
-      const int target_device = py::cast<int>(target);
-      at::Tensor out;
-      if (target_device < 0) {
-        out = adopter.to_cpu(tensors[i]);
-      } else {
-        out = adopter.to_neuron(tensors[i]);
-        if (!adopter.aliases_input(tensors[i])) cost.writes(out);
-      }
-      outputs.append(py::cast(out));
-    }
-  });
-  return outputs;
+  ProgramLauncher launcher(device, name, engine_ops, bytes_engine, program, output_devices);
+  return launcher(args, py::none());
 }
 
 // A CPU generator producing the `count` values reserved now from neuron:`device`'s default
@@ -216,6 +319,13 @@ py::object program_host_generator(int device, uint64_t count) {
 }  // namespace
 
 void init_compiler_bindings(py::module& m) {
+  py::class_<ProgramLauncher>(m, "_ProgramLauncher")
+      .def(py::init<int, const std::string&, const py::dict&, const std::string&, py::function,
+                    const py::list&>(),
+           py::arg("device"), py::arg("name"), py::arg("engine_ops"), py::arg("bytes_engine"),
+           py::arg("program"), py::arg("output_devices"))
+      .def("__call__", &ProgramLauncher::operator(), py::arg("args"),
+           py::arg("engine_ops") = py::none());
   m.def("_launch_program", &launch_program, py::arg("device"), py::arg("name"),
         py::arg("engine_ops"), py::arg("bytes_engine"), py::arg("program"), py::arg("args"),
         py::arg("output_devices"));
