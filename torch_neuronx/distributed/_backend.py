@@ -169,3 +169,6 @@ def register() -> None:
     # "cpu" too: CPU tensors on a neuron group (what compiled programs hand to functional
     # collectives, object collectives' size exchange) take the same transport.
     dist.Backend.register_backend(BACKEND_NAME, _create_backend, devices=["neuron", "cpu"])
+    from torch_neuronx.distributed._local_rank import accept_local_rank_device_indices
+
+    accept_local_rank_device_indices()

@@ -82,23 +82,32 @@ def current_device() -> int:
     return _C._current_device()
 
 
-def _out_of_range_message(index: int, count: int) -> str:
+def _out_of_range_message(index: int, count: int, alias: int = -1) -> str:
     # TorchNeuron's sentence first (code written against it may match on it), then which devices
     # exist and what sets them. The same words as the C++ checks (check_device_index in
     # NeuronRuntime.cpp, Topology::core in nrtsim), which answer the paths that reach C++
     # directly: tensor placement, the guard, torch.accelerator.set_device_index.
     devices = "neuron:0" if count == 1 else f"neuron:0-neuron:{count - 1}"
+    also = (
+        f"; its one core is also neuron:{alias}, its number on the instance "
+        f"(NEURON_RT_VISIBLE_CORES={alias})"
+        if alias >= 0 and alias != index
+        else ""
+    )
     return (
         f"Device index {index} is out of range. Valid range is 0 to {count - 1} for this process: "
         f"neuron:{index} does not exist among its {count} NeuronCore device(s) ({devices}), set by "
-        f"NEURON_RT_VISIBLE_CORES / NEURON_RT_NUM_CORES"
+        f"NEURON_RT_VISIBLE_CORES / NEURON_RT_NUM_CORES{also}"
     )
 
 
 def _check_device_index(index: int, error: type = ValueError) -> int:
-    """`index` if this process sees neuron:<index>; otherwise `error`: ValueError, as TorchNeuron
-    raises from device selection, or RuntimeError where torch.neuron has always raised it (and
-    CUDA does): synchronize, streams, the memory functions.
+    """The device `index` names: `index` if this process sees neuron:<index>, 0 if it is the
+    number on the instance of the process's one core (torchrun's layout: each rank sees only
+    NEURON_RT_VISIBLE_CORES=$LOCAL_RANK, and code written for every core visible names it
+    neuron:<LOCAL_RANK>); otherwise `error`: ValueError, as TorchNeuron raises from device
+    selection, or RuntimeError where torch.neuron has always raised it (and CUDA does):
+    synchronize, streams, the memory functions.
 
     Checked here, before the index reaches C++, where PyTorch's device index is a signed byte and
     an index such as 200 would wrap to -56."""
@@ -106,9 +115,12 @@ def _check_device_index(index: int, error: type = ValueError) -> int:
     if count == 0:
         why = _C._configuration_error()
         raise RuntimeError("no neuron device is available" + (f": {why}" if why else ""))
-    if not 0 <= index < count:
-        raise error(_out_of_range_message(index, count))
-    return index
+    if 0 <= index < count:
+        return index
+    alias = _C._single_core_alias()
+    if index == alias:
+        return 0
+    raise error(_out_of_range_message(index, count, alias))
 
 
 def set_device(device: _DeviceLike) -> None:
@@ -117,7 +129,7 @@ def set_device(device: _DeviceLike) -> None:
     index = _device_index(device)
     if index < 0:
         return
-    _check_device_index(index)
+    index = _check_device_index(index)
     _lazy_init()
     _C._set_device(index)
 
@@ -132,7 +144,7 @@ class device:
     def __enter__(self):
         if self.idx < 0:
             return self
-        _check_device_index(self.idx)  # ValueError before anything switches
+        self.idx = _check_device_index(self.idx)  # ValueError before anything switches
         self.prev_idx = current_device()
         if self.idx != self.prev_idx:
             set_device(self.idx)
@@ -156,7 +168,7 @@ def synchronize(device: _DeviceLike = None) -> None:
     _lazy_init()
     index = _device_index(device)
     if index >= 0:  # a negative index waits for every device
-        _check_device_index(index, RuntimeError)
+        index = _check_device_index(index, RuntimeError)
     _C._synchronize(index)
 
 

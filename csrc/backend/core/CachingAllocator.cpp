@@ -98,13 +98,13 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
   }
 
   DeviceStats getDeviceStats(c10::DeviceIndex device) override {
-    check_device_index(device);
+    device = resolve_device_index(device);  // the single core's alias is neuron:0
     std::lock_guard<std::recursive_mutex> lock(mutex_);
     return state_of(device).stats;
   }
 
   void resetAccumulatedStats(c10::DeviceIndex device) override {
-    check_device_index(device);
+    device = resolve_device_index(device);  // the single core's alias is neuron:0
     std::lock_guard<std::recursive_mutex> lock(mutex_);
     DeviceStats& stats = state_of(device).stats;
     for (auto* array : all_arrays(stats)) {
@@ -120,7 +120,7 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
   }
 
   void resetPeakStats(c10::DeviceIndex device) override {
-    check_device_index(device);
+    device = resolve_device_index(device);  // the single core's alias is neuron:0
     std::lock_guard<std::recursive_mutex> lock(mutex_);
     DeviceStats& stats = state_of(device).stats;
     for (auto* array : all_arrays(stats)) {
@@ -131,7 +131,7 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
   }
 
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
-    nrtsim::NeuronCore& neuron_core = core(device);
+    nrtsim::NeuronCore& neuron_core = core(resolve_device_index(device));
     return {neuron_core.hbm().free_bytes(), neuron_core.hbm().capacity()};
   }
 

@@ -24,31 +24,37 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   c10::Device getDevice() const override { return c10::Device(kType, current_device()); }
 
+  // An index-less device (the current one) stays -1; the alias becomes 0.
+  static c10::DeviceIndex resolved(c10::Device device) {
+    return device.index() < 0 ? device.index() : resolve_device_index(device.index());
+  }
+
   void setDevice(c10::Device device) const override {
     TORCH_INTERNAL_ASSERT(device.type() == kType);
     set_device(device.index());
   }
 
   void uncheckedSetDevice(c10::Device device) const noexcept override {
-    set_device_unchecked(device.index());
+    set_device_unchecked(resolve_device_index_unchecked(device.index()));
   }
 
   c10::DeviceIndex deviceCount() const noexcept override { return device_count(); }
 
+  // Streams of the single core's alias (see resolve_device_index) are neuron:0's.
   c10::Stream getStream(c10::Device device) const override {
-    return current_stream(device.index());
+    return current_stream(resolved(device));
   }
 
   c10::Stream getDefaultStream(c10::Device device) const override {
-    return default_stream(device.index());
+    return default_stream(resolved(device));
   }
 
   c10::Stream getNewStream(c10::Device device, int priority) const override {
-    return new_stream(device.index(), priority);
+    return new_stream(resolved(device), priority);
   }
 
   c10::Stream getStreamFromGlobalPool(c10::Device device, bool is_high_priority) const override {
-    return new_stream(device.index(), is_high_priority ? -1 : 0);
+    return new_stream(resolved(device), is_high_priority ? -1 : 0);
   }
 
   c10::Stream exchangeStream(c10::Stream stream) const override {
@@ -69,7 +75,7 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   // allocated in and converted between. That is every dtype (nrtsim's HBM is host memory) except
   // the quantized ones, which would need a QuantizedPrivateUse1 backend.
   c10::DeviceCapability getDeviceCapability(c10::Device device) const override {
-    check_device_index(device.index());
+    resolve_device_index(device.index());
     c10::DeviceCapability capability;  // all dtypes
     auto& types = capability.capability_data.supported_scalar_types;
     types.has_QInt8 = types.has_QUInt8 = types.has_QInt32 = 0;
@@ -78,13 +84,14 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
-    core(device_index).synchronize();
+    core(resolve_device_index(device_index)).synchronize();
   }
 
   // Events are nrtsim::Event objects created on first record.
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
               const c10::EventFlag flag) const override {
-    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(),
+    TORCH_CHECK(device_index == -1 ||
+                    resolve_device_index_unchecked(device_index) == stream.device_index(),
                 "event was created on neuron:", static_cast<int>(device_index),
                 " but is recorded on a stream of neuron:", static_cast<int>(stream.device_index()));
     auto* runtime_event = static_cast<nrtsim::Event*>(*event);

@@ -46,10 +46,10 @@ struct NeuronHooks final : public at::PrivateUse1HooksInterface {
   }
 
   const at::Generator& getDefaultGenerator(c10::DeviceIndex device) const override {
-    return default_generator(device);
+    return default_generator(device < 0 ? device : resolve_device_index(device));
   }
   at::Generator getNewGenerator(c10::DeviceIndex device) const override {
-    return new_generator(device);
+    return new_generator(device < 0 ? device : resolve_device_index(device));
   }
 
   // Storage.resize_() and Tensor.resize_() growth: a new block, the old bytes copied over.

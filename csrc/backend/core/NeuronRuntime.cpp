@@ -43,18 +43,60 @@ void check_device_index(c10::DeviceIndex index) {
   }
   // The same words as torch.neuron's ValueError and nrtsim's Topology::core: TorchNeuron's
   // sentence, then which devices exist and what sets them.
-  TORCH_CHECK(index >= 0 && index < count, "Device index ", static_cast<int>(index),
+  if (index >= 0 && index < count) return;
+  const int alias = single_core_alias();
+  TORCH_CHECK(false, "Device index ", static_cast<int>(index),
               " is out of range. Valid range is 0 to ", count - 1, " for this process: neuron:",
               static_cast<int>(index), " does not exist among its ", count,
               " NeuronCore device(s) (neuron:0",
               count > 1 ? "-neuron:" + std::to_string(count - 1) : std::string(),
-              "), set by NEURON_RT_VISIBLE_CORES / NEURON_RT_NUM_CORES");
+              "), set by NEURON_RT_VISIBLE_CORES / NEURON_RT_NUM_CORES",
+              alias >= 0 && alias != index
+                  ? "; its one core is also neuron:" + std::to_string(alias) +
+                        ", its number on the instance (NEURON_RT_VISIBLE_CORES=" +
+                        std::to_string(alias) + ")"
+                  : std::string());
+}
+
+namespace {
+int alias_of(const nrtsim::Topology& topology) {
+  if (topology.device_count() != 1) return -1;
+  const int id = topology.cores().front().logical_id;
+  return id == 0 ? -1 : id;
+}
+}  // namespace
+
+int single_core_alias() noexcept {
+  try {
+    if (nrtsim::Runtime::is_initialized()) {
+      // The topology is fixed once the runtime has started: read it once.
+      static const int alias = alias_of(nrtsim::Runtime::get().topology());
+      return alias;
+    }
+    // Before that the environment may still change (torch_neuronx sets NEURON_RT_VISIBLE_CORES
+    // under torchrun at import), as device_count() reads it afresh.
+    return alias_of(nrtsim::Topology::build(nrtsim::TopologyConfig::from_environment()));
+  } catch (...) {
+    return -1;  // a bad environment or a forked child: no alias; the callers' checks say why
+  }
+}
+
+c10::DeviceIndex resolve_device_index(c10::DeviceIndex index) {
+  if (index >= 0 && index < device_count()) return index;
+  if (index >= 0 && index == single_core_alias()) return 0;
+  check_device_index(index);  // throws, naming the devices that exist
+  return index;
+}
+
+c10::DeviceIndex resolve_device_index_unchecked(c10::DeviceIndex index) noexcept {
+  if (index > 0 && index >= device_count() && index == single_core_alias()) return 0;
+  return index;
 }
 
 void set_device(c10::DeviceIndex index) {
-  check_device_index(index);
+  const c10::DeviceIndex resolved = resolve_device_index(index);
   runtime();
-  t_current_device = index;
+  t_current_device = resolved;
 }
 
 void set_device_unchecked(c10::DeviceIndex index) noexcept { t_current_device = index; }

@@ -57,4 +57,19 @@ class CurrentDeviceScope {
 // Throws a clear error if `index` is outside the visible devices.
 void check_device_index(c10::DeviceIndex index);
 
+// One core per process (torchrun's layout, NEURON_RT_VISIBLE_CORES=$LOCAL_RANK): that core is
+// neuron:0, and its number on the instance (the id NEURON_RT_VISIBLE_CORES gave, = LOCAL_RANK) is
+// a second name for it, because code written for every core visible names it
+// neuron:<LOCAL_RANK> (set_device(local_rank), barrier(device_ids=[local_rank]), c10d's barrier
+// tensor, DDP's device_ids). The alias is only a name on the way in: tensors, streams and
+// generators are made on neuron:0, so every same-device check holds. -1 when there is none
+// (several cores visible, or the one core is core 0).
+int single_core_alias() noexcept;
+// The device `index` names: itself when this process sees it, 0 for the single core's alias;
+// otherwise the error of check_device_index. Where indices enter from outside (the guard, the
+// hooks, torch.neuron) they pass through this; inside, indices are the canonical ones.
+c10::DeviceIndex resolve_device_index(c10::DeviceIndex index);
+// For noexcept paths: the alias mapped to 0, any other index unchanged.
+c10::DeviceIndex resolve_device_index_unchecked(c10::DeviceIndex index) noexcept;
+
 }  // namespace torch_neuronx

@@ -64,6 +64,7 @@ PYBIND11_MODULE(_C, m) {
   init_nki_bindings(m);
   m.def("_current_device", [] { return static_cast<int>(current_device()); });
   m.def("_set_device", [](int device) { set_device(static_cast<c10::DeviceIndex>(device)); });
+  m.def("_single_core_alias", [] { return single_core_alias(); });
   m.def("_synchronize", [](int device) {
     if (device < 0) {
       runtime().synchronize();

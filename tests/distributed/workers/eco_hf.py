@@ -9,8 +9,9 @@ argv[1]:
   sft DIR             TRL SFTTrainer with FSDP2 trains a tiny Llama; rank 0 writes the losses and
                       saves the model under DIR (the test compares them with `sft-reference`).
   sft-reference DIR   the same SFTTrainer run in one process on CPU, without torch.distributed.
-  device-ids DIR      barrier(device_ids=[LOCAL_RANK]) and set_device_index(LOCAL_RANK), as
-                      Accelerate and transformers call them, with one visible core per process.
+  device-ids DIR      init_process_group(device_id=neuron:LOCAL_RANK), barrier(device_ids=
+                      [LOCAL_RANK]), set_device_index(LOCAL_RANK) and Accelerate's DDP
+                      (device_ids=[LOCAL_RANK]), with one visible core per process.
 """
 
 import json
@@ -175,12 +176,38 @@ def sft(directory, reference):
         print(f"sft {'reference' if reference else 'FSDP2'} done: losses {losses}", flush=True)
 
 
+def device_ids_of_the_local_rank():
+    """What Accelerate and transformers call with the local rank, with one visible core per
+    process (torchrun's default): neuron:LOCAL_RANK names the process's one core, neuron:0."""
+    import torch.distributed as dist
+    from accelerate import Accelerator
+
+    local_rank = int(os.environ["LOCAL_RANK"])
+    assert torch.neuron.device_count() == 1, torch.neuron.device_count()
+    dist.init_process_group("neuron", device_id=torch.device("neuron", local_rank))
+    dist.barrier(device_ids=[local_rank])  # accelerate's PartialState.wait_for_everyone
+    torch.accelerator.set_device_index(local_rank)  # transformers' _bind_local_device
+    accelerator = Accelerator()
+    accelerator.wait_for_everyone()
+    # Accelerator.prepare wraps the model in DDP(device_ids=[local_process_index]).
+    model = torch.nn.Linear(4, 1, bias=False)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    model = accelerator.prepare(model)
+    assert isinstance(model, torch.nn.parallel.DistributedDataParallel), type(model)
+    x = torch.full((2, 4), float(local_rank), device=torch.device("neuron", local_rank))
+    accelerator.backward(model(x).sum())
+    world = accelerator.num_processes
+    # d/dw of sum(x @ w.T) is the column sums of x, 2 * rank each, averaged over the ranks by DDP.
+    want = torch.full((1, 4), 2.0 * sum(range(world)) / world)
+    assert torch.equal(model.module.weight.grad.cpu(), want), model.module.weight.grad
+    print(f"rank {local_rank} device ids ok", flush=True)
+    dist.destroy_process_group()
+
+
 def bind_local_core():
     """With every core visible (TORCH_NEURONX_KEEP_VISIBLE_CORES=1), take the local rank's core,
-    as a CUDA script takes its GPU. Why the tests run that way rather than with one visible core per
-    process: Accelerate's wait_for_everyone calls barrier(device_ids=[LOCAL_RANK]) and transformers'
-    TP loading calls torch.accelerator.set_device_index(LOCAL_RANK); with one visible core,
-    neuron:LOCAL_RANK does not exist on ranks > 0 (see test_ecosystem.py's xfail)."""
+    as a CUDA script takes its GPU (the SFT test runs in that layout; see test_ecosystem.py)."""
     if os.environ.get("TORCH_NEURONX_KEEP_VISIBLE_CORES") and "LOCAL_RANK" in os.environ:
         torch.neuron.set_device(int(os.environ["LOCAL_RANK"]))
 
@@ -196,14 +223,7 @@ def main():
     elif scenario == "sft-reference":
         sft(directory, reference=True)
     elif scenario == "device-ids":
-        import torch.distributed as dist
-
-        dist.init_process_group("neuron")
-        local_rank = int(os.environ["LOCAL_RANK"])
-        dist.barrier(device_ids=[local_rank])  # accelerate's PartialState.wait_for_everyone
-        torch.accelerator.set_device_index(local_rank)  # transformers' _bind_local_device
-        print(f"rank {local_rank} device ids ok", flush=True)
-        dist.destroy_process_group()
+        device_ids_of_the_local_rank()
     else:
         raise SystemExit(f"unknown scenario {scenario}")
 
