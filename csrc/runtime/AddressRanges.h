@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <utility>
 
 namespace nrtsim {
 
@@ -30,6 +31,16 @@ class AddressRanges {
     --it;
     const uintptr_t end = it->first + it->second;
     return a < end && bytes <= end - a;
+  }
+
+  // The range holding `ptr` (its start and size), or nullopt.
+  std::optional<std::pair<const void*, size_t>> find(const void* ptr) const {
+    const uintptr_t a = address(ptr);
+    auto it = ranges_.upper_bound(a);
+    if (it == ranges_.begin()) return std::nullopt;
+    --it;
+    if (a - it->first >= it->second) return std::nullopt;
+    return std::make_pair(reinterpret_cast<const void*>(it->first), it->second);
   }
 
   size_t size() const { return ranges_.size(); }

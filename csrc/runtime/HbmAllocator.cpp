@@ -4,6 +4,7 @@
 #include <string>
 
 #include "runtime/Error.h"
+#include "runtime/SharedHbm.h"
 
 namespace nrtsim {
 
@@ -12,7 +13,7 @@ HbmAllocator::HbmAllocator(int device_index, uint64_t capacity)
 
 HbmAllocator::~HbmAllocator() {
   // The process is going away; give the host memory back.
-  live_.for_each([](void* start, size_t) { std::free(start); });
+  live_.for_each([](void* start, size_t) { release(start); });
 }
 
 void* HbmAllocator::allocate(size_t bytes) {
@@ -22,7 +23,10 @@ void* HbmAllocator::allocate(size_t bytes) {
   if (bytes > capacity_ - used_ || size > capacity_ - used_) {
     throw OutOfMemoryError(device_index_, bytes, capacity_ - used_, capacity_);
   }
-  void* ptr = std::aligned_alloc(kAlignment, size);
+  // Large buffers live where the job's other ranks can map them (collectives move them without a
+  // host copy in between); small ones, or all where that is refused, in private memory.
+  void* ptr = SharedHbm::instance().allocate(size);
+  if (ptr == nullptr) ptr = std::aligned_alloc(kAlignment, size);
   if (ptr == nullptr) {
     // The simulated core has room but the host does not: report it the same way, since the
     // user's remedy (smaller tensors) is the same.
@@ -43,7 +47,11 @@ void HbmAllocator::free(void* ptr) {
                     std::to_string(device_index_));
   }
   used_ -= *size;
-  std::free(ptr);
+  release(ptr);
+}
+
+void HbmAllocator::release(void* ptr) {
+  if (!SharedHbm::instance().release(ptr)) std::free(ptr);
 }
 
 bool HbmAllocator::owns(const void* ptr) const {

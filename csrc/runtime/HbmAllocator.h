@@ -1,5 +1,6 @@
 // One logical core's HBM. nrtsim backs device memory with host memory, but enforces the core's
-// capacity so that programs which would not fit on the real chip fail here too.
+// capacity so that programs which would not fit on the real chip fail here too. Large allocations
+// come from SharedHbm, so that the job's other ranks can map them.
 #pragma once
 
 #include <cstddef>
@@ -35,6 +36,8 @@ class HbmAllocator {
   static size_t rounded(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
  private:
+  static void release(void* ptr);  // gives the host memory back, wherever it came from
+
   const int device_index_;
   const uint64_t capacity_;
   mutable std::mutex mutex_;

@@ -18,6 +18,7 @@
 
 #include "runtime/Env.h"
 #include "runtime/Error.h"
+#include "runtime/SharedHbm.h"
 
 namespace nrtsim::transport {
 
@@ -88,6 +89,16 @@ struct alignas(128) RankControl {
   int32_t single_copy_errno;
   uint64_t single_copy_min_bytes;
   int32_t cpus;
+  // Mapped device memory: this rank's SharedHbm file (fd -1: none), what this rank found when it
+  // opened every peer's (0 not yet, 1 all, 2 not wanted, 3 a peer's failed: which and why), and
+  // its threshold.
+  int32_t hbm_fd;
+  uint64_t hbm_device;
+  uint64_t hbm_inode;
+  std::atomic<uint32_t> mapped;
+  int32_t mapped_peer;
+  uint64_t mapped_min_bytes;
+  char mapped_why[192];
 };
 
 struct alignas(128) Ring {
@@ -270,6 +281,17 @@ CollectiveTransport::CollectiveTransport(ShmSegment segment, int rank, int size,
   if (const auto v = env::get("NRTSIM_COLLECTIVE_SINGLE_COPY_BYTES")) {
     options_.single_copy_min_bytes = env::parse_bytes("NRTSIM_COLLECTIVE_SINGLE_COPY_BYTES", *v);
   }
+  if (const auto v = env::get("NRTSIM_COLLECTIVE_MAPPED_BYTES")) {
+    options_.mapped_min_bytes = env::parse_bytes("NRTSIM_COLLECTIVE_MAPPED_BYTES", *v);
+  }
+  me.hbm_fd = -1;
+  if (options_.single_copy != SingleCopy::kOff && size_ > 1) {
+    const SharedHbm::FileId file = SharedHbm::instance().file();
+    me.hbm_fd = file.fd;
+    me.hbm_device = file.device;
+    me.hbm_inode = file.inode;
+  }
+  me.mapped_min_bytes = options_.mapped_min_bytes;
   if (options_.single_copy != SingleCopy::kOff && size_ > 1) {
     // Under Yama's ptrace_scope=1 only a process's ancestors may read its memory, and ranks are
     // siblings; this lets any process of the same user do so (nothing else changes: the kernel
@@ -356,7 +378,9 @@ void CollectiveTransport::negotiate_single_copy() {
     verdict = 4;
   }
   me.single_copy.store(verdict, std::memory_order_release);
+  open_peer_hbm();
   sync();
+  agree_mapped_hbm();
   // Every rank must take the same path for the same message, so the group agrees on one answer.
   single_copy_ = true;
   single_copy_status_ = "on";
@@ -392,25 +416,125 @@ void CollectiveTransport::negotiate_single_copy() {
   }
 }
 
-void CollectiveTransport::publish(const void* const* addresses, int n) {
+void CollectiveTransport::open_peer_hbm() {
+  RankControl* controls = layout_->controls;
+  RankControl& me = controls[rank_];
+  if (me.hbm_fd < 0) {
+    std::snprintf(me.mapped_why, sizeof(me.mapped_why), "%s",
+                  options_.single_copy == TransportOptions::SingleCopy::kOff
+                      ? "single copy is off (NRTSIM_COLLECTIVE_SINGLE_COPY=0)"
+                      : SharedHbm::instance().status().c_str());
+    me.mapped.store(2, std::memory_order_release);
+    return;
+  }
+  peer_hbm_ = std::make_unique<PeerHbm>(size_);
+  for (int k = 0; k < size_; ++k) {
+    if (k == rank_) continue;
+    std::string why = "it has no device memory file";
+    if (controls[k].hbm_fd >= 0) {
+      why = peer_hbm_->open(k, controls[k].pid.load(std::memory_order_acquire),
+                            controls[k].hbm_fd, controls[k].hbm_device, controls[k].hbm_inode);
+    }
+    if (!why.empty()) {
+      me.mapped_peer = k;
+      std::snprintf(me.mapped_why, sizeof(me.mapped_why), "%s", why.c_str());
+      me.mapped.store(3, std::memory_order_release);
+      return;
+    }
+  }
+  me.mapped.store(1, std::memory_order_release);
+}
+
+void CollectiveTransport::agree_mapped_hbm() {
+  const RankControl* controls = layout_->controls;
+  for (int r = 0; r < size_; ++r) {  // every rank takes the same threshold
+    options_.mapped_min_bytes = std::max<size_t>(options_.mapped_min_bytes, controls[r].mapped_min_bytes);
+  }
+  mapped_ = size_ > 1;
+  mapped_status_ = size_ > 1 ? "on" : "off: a group of one rank moves nothing";
+  // Name the cause: a rank that has it off explains why its peers could not map its memory.
+  for (const uint32_t cause : {2u, 3u}) {
+    for (int r = 0; r < size_ && mapped_; ++r) {
+      const RankControl& c = controls[r];
+      if (c.mapped.load(std::memory_order_acquire) != cause) continue;
+      mapped_ = false;
+      mapped_status_ = cause == 2 ? "off on rank " + std::to_string(r) + ": " + c.mapped_why
+                                  : "off: rank " + std::to_string(r) +
+                                        " cannot map the device memory of rank " +
+                                        std::to_string(c.mapped_peer) + ": " + c.mapped_why;
+    }
+  }
+  if (!mapped_) peer_hbm_.reset();
+}
+
+// A published buffer: its address, and where it is in the rank's device memory file (the
+// allocation's file offset and length, and the buffer's offset inside it; length 0: not there).
+constexpr int kEntryWords = 4;
+
+void CollectiveTransport::publish(const void* const* addresses, int n, size_t bytes) {
   auto* table = reinterpret_cast<uint64_t*>(my_half());
-  for (int i = 0; i < n; ++i) table[i] = reinterpret_cast<uint64_t>(addresses[i]);
+  for (int i = 0; i < n; ++i) {
+    uint64_t* e = table + i * kEntryWords;
+    e[0] = reinterpret_cast<uint64_t>(addresses[i]);
+    e[1] = e[2] = e[3] = 0;
+    if (!mapped_) continue;
+    if (const auto at = SharedHbm::instance().locate(addresses[i], bytes)) {
+      e[1] = at->alloc_offset;
+      e[2] = at->alloc_bytes;
+      e[3] = at->offset_in_alloc;
+    }
+  }
 }
 
-uint64_t CollectiveTransport::published(int peer, int index) const {
-  return reinterpret_cast<const uint64_t*>(half_of(peer))[index];
+bool CollectiveTransport::all_reachable(int n, size_t bytes) {
+  bool all_mapped = mapped_;
+  for (int r = 0; r < size_ && all_mapped; ++r) {
+    const auto* table = reinterpret_cast<const uint64_t*>(half_of(r));
+    for (int i = 0; i < n; ++i) all_mapped = all_mapped && table[i * kEntryWords + 2] != 0;
+  }
+  if (all_mapped) ++mapped_ops_;
+  return all_mapped || (single_copy_ && bytes >= options_.single_copy_min_bytes);
 }
 
-void CollectiveTransport::peer_read(int peer, uint64_t remote, void* local, size_t bytes) {
+CollectiveTransport::Remote CollectiveTransport::remote(int peer, int index) {
+  const uint64_t* e = reinterpret_cast<const uint64_t*>(half_of(peer)) + index * kEntryWords;
+  Remote r{e[0], nullptr};
+  if (peer == rank_ || e[2] == 0 || !peer_hbm_) return r;
+  char* base = peer_hbm_->map(peer, e[1], e[2], op_seq_);
+  if (base == nullptr) {
+    const std::string reason = "rank " + std::to_string(rank_) + " could not map " +
+                               std::to_string(e[2]) + " bytes of rank " + std::to_string(peer) +
+                               "'s device memory during " + op_kind_name(current_op_) + " (" +
+                               std::strerror(errno) + ")";
+    abort(reason);
+    fail(reason);
+  }
+  r.mapped = base + e[3];
+  return r;
+}
+
+void CollectiveTransport::peer_read(int peer, const Remote& remote, void* local, size_t bytes) {
   peer_copy(false, peer, remote, static_cast<char*>(local), bytes);
 }
 
-void CollectiveTransport::peer_write(int peer, uint64_t remote, const void* local, size_t bytes) {
+void CollectiveTransport::peer_write(int peer, const Remote& remote, const void* local,
+                                     size_t bytes) {
   peer_copy(true, peer, remote, const_cast<char*>(static_cast<const char*>(local)), bytes);
 }
 
-void CollectiveTransport::peer_copy(bool write, int peer, uint64_t remote, char* local,
-                                    size_t bytes) {
+void CollectiveTransport::peer_copy(bool write, int peer, const Remote& remote_buffer,
+                                    char* local, size_t bytes) {
+  if (remote_buffer.mapped != nullptr) {
+    // The mapping holds the peer's pages even if it dies meanwhile; the barrier that closes the
+    // operation notices a dead peer.
+    if (write) {
+      std::memcpy(remote_buffer.mapped, local, bytes);
+    } else {
+      std::memcpy(local, remote_buffer.mapped, bytes);
+    }
+    return;
+  }
+  const uint64_t remote = remote_buffer.address;
   const pid_t pid = layout_->controls[peer].pid.load(std::memory_order_acquire);
   size_t done = 0;
   while (done < bytes) {
@@ -444,9 +568,9 @@ void CollectiveTransport::peer_copy(bool write, int peer, uint64_t remote, char*
   }
 }
 
-void CollectiveTransport::reduce_from_peers(char* dst, const char* own, const uint64_t* remote,
+void CollectiveTransport::reduce_from_peers(char* dst, const char* own, const Remote* remote,
                                             size_t count, DType dtype, ReduceOp op,
-                                            const uint64_t* push_to) {
+                                            const Remote* push_to) {
   const size_t esz = dtype_size(dtype);
   const size_t block_bytes =
       std::clamp<size_t>(kReduceCacheBudget / (size_ + 1) / kPage * kPage, 16 << 10, 256 << 10);
@@ -459,52 +583,59 @@ void CollectiveTransport::reduce_from_peers(char* dst, const char* own, const ui
     for (int k = 0; k < size_; ++k) {
       if (k == rank_) {
         srcs[k] = own + off * esz;
+      } else if (remote[k].mapped != nullptr) {
+        srcs[k] = remote[k].mapped + off * esz;  // straight from the peer's memory
       } else {
         char* s = scratch_.data() + k * block * esz;
-        peer_read(k, remote[k] + off * esz, s, c * esz);
+        peer_read(k, remote[k].at(off * esz), s, c * esz);
         srcs[k] = s;
       }
     }
     char* out = dst ? dst + off * esz : out_block;
     transport::reduce(out, srcs.data(), size_, c, dtype, op);
     for (int k = 0; k < size_; ++k) {
-      if (k != rank_ && push_to[k] != 0) peer_write(k, push_to[k] + off * esz, out, c * esz);
+      if (k != rank_ && push_to[k].address != 0) {
+        peer_write(k, push_to[k].at(off * esz), out, c * esz);
+      }
     }
   }
 }
 
-void CollectiveTransport::reduce_single_copy(char* data, size_t count, DType dtype, ReduceOp op,
+bool CollectiveTransport::reduce_single_copy(char* data, size_t count, DType dtype, ReduceOp op,
                                              int root) {
   const size_t esz = dtype_size(dtype);
   const void* mine[1] = {data};
-  publish(mine, 1);
+  publish(mine, 1, count * esz);
   sync();
+  if (!all_reachable(1, count * esz)) return false;
   // Rank r reduces chunk r of every rank's buffer, in rank order, and writes the result where it
   // belongs: for allreduce into its own buffer and every peer's (nobody else touches chunk r of
   // any buffer meanwhile, so this needs no barrier between reading and writing); for reduce into
   // the root's buffer only, leaving the others' data as it was.
   const size_t lo = count * rank_ / size_, hi = count * (rank_ + 1) / size_;
-  std::vector<uint64_t> remote(size_), push(size_, 0);
+  std::vector<Remote> remotes(size_), push(size_);
   for (int k = 0; k < size_; ++k) {
-    remote[k] = published(k, 0) + lo * esz;
-    if (root < 0 || k == root) push[k] = remote[k];
+    remotes[k] = remote(k, 0).at(lo * esz);
+    if (root < 0 || k == root) push[k] = remotes[k];
   }
   const bool keep = root < 0 || root == rank_;
-  reduce_from_peers(keep ? data + lo * esz : nullptr, data + lo * esz, remote.data(), hi - lo,
+  reduce_from_peers(keep ? data + lo * esz : nullptr, data + lo * esz, remotes.data(), hi - lo,
                     dtype, op, push.data());
   sync();  // every chunk is everywhere; no peer touches this rank's buffer any more
   next_step();
+  return true;
 }
 
-void CollectiveTransport::gather_single_copy(const char* in, void* const* outs, size_t bytes,
+bool CollectiveTransport::gather_single_copy(const char* in, void* const* outs, size_t bytes,
                                              int root) {
   const void* mine[1] = {in};
-  publish(mine, 1);
+  publish(mine, 1, bytes);
   sync();
+  if (!all_reachable(1, bytes * size_)) return false;
   if (root < 0 || root == rank_) {
     for (int k = 0; k < size_; ++k) {
       if (k != rank_) {
-        peer_read(k, published(k, 0), outs[k], bytes);
+        peer_read(k, remote(k, 0), outs[k], bytes);
       } else if (outs[k] != in) {
         std::memcpy(outs[k], in, bytes);
       }
@@ -512,18 +643,21 @@ void CollectiveTransport::gather_single_copy(const char* in, void* const* outs, 
   }
   sync();  // nobody reads this rank's input any more
   next_step();
+  return true;
 }
 
-void CollectiveTransport::reduce_scatter_single_copy(const void* const* ins, char* out,
+bool CollectiveTransport::reduce_scatter_single_copy(const void* const* ins, char* out,
                                                      size_t count, DType dtype, ReduceOp op) {
-  publish(ins, size_);
+  publish(ins, size_, count * dtype_size(dtype));
   sync();
-  std::vector<uint64_t> remote(size_), push(size_, 0);
-  for (int k = 0; k < size_; ++k) remote[k] = published(k, rank_);
-  reduce_from_peers(out, static_cast<const char*>(ins[rank_]), remote.data(), count, dtype, op,
+  if (!all_reachable(size_, count * dtype_size(dtype) * size_)) return false;
+  std::vector<Remote> remotes(size_), push(size_);
+  for (int k = 0; k < size_; ++k) remotes[k] = remote(k, rank_);
+  reduce_from_peers(out, static_cast<const char*>(ins[rank_]), remotes.data(), count, dtype, op,
                     push.data());
   sync();  // nobody reads this rank's inputs any more
   next_step();
+  return true;
 }
 
 char* CollectiveTransport::half_of(int r) const {
@@ -683,12 +817,15 @@ void CollectiveTransport::broadcast(void* data, size_t bytes, int root) {
   char* p = static_cast<char*>(data);
   if (use_single_copy(bytes)) {
     const void* mine[1] = {data};
-    publish(mine, 1);
+    publish(mine, 1, bytes);
     sync();
-    if (rank_ != root) peer_read(root, published(root, 0), p, bytes);
-    sync();  // nobody reads the root's buffer any more
-    next_step();
-    return;
+    if (all_reachable(1, bytes)) {
+      if (rank_ != root) peer_read(root, remote(root, 0), p, bytes);
+      sync();  // nobody reads the root's buffer any more
+      next_step();
+      return;
+    }
+    next_step();  // some buffer is out of reach: the slots, from the other half
   }
   size_t off = 0;
   do {
@@ -711,7 +848,10 @@ void CollectiveTransport::reduce(void* data, size_t count, DType dtype, ReduceOp
         static_cast<uint64_t>(op));
   const size_t esz = dtype_size(dtype);
   char* p = static_cast<char*>(data);
-  if (use_single_copy(count * esz)) return reduce_single_copy(p, count, dtype, op, root);
+  if (use_single_copy(count * esz)) {
+    if (reduce_single_copy(p, count, dtype, op, root)) return;
+    next_step();  // some buffer is out of reach: the slots, from the other half
+  }
   const size_t chunk = half_bytes() / esz;
   std::vector<const void*> srcs(size_);
   size_t off = 0;
@@ -753,7 +893,10 @@ void CollectiveTransport::allgather(const void* in, void* const* outs, size_t by
 void CollectiveTransport::gather(const void* in, void* const* outs, size_t bytes, int root) {
   begin(root < 0 ? OpKind::kAllgather : OpKind::kGather, DType::kOpaque1, bytes, root, 0);
   const char* src = static_cast<const char*>(in);
-  if (use_single_copy(bytes * size_)) return gather_single_copy(src, outs, bytes, root);
+  if (use_single_copy(bytes * size_)) {
+    if (gather_single_copy(src, outs, bytes, root)) return;
+    next_step();  // some buffer is out of reach: the slots, from the other half
+  }
   size_t off = 0;
   do {
     const size_t c = std::min(half_bytes(), bytes - off);
@@ -794,7 +937,8 @@ void CollectiveTransport::reduce_scatter(const void* const* ins, void* out, size
   begin(OpKind::kReduceScatter, dtype, count, -1, static_cast<uint64_t>(op));
   const size_t esz = dtype_size(dtype);
   if (use_single_copy(count * esz * size_)) {
-    return reduce_scatter_single_copy(ins, static_cast<char*>(out), count, dtype, op);
+    if (reduce_scatter_single_copy(ins, static_cast<char*>(out), count, dtype, op)) return;
+    next_step();  // some buffer is out of reach: the slots, from the other half
   }
   const size_t stride = half_bytes() / size_ / 64 * 64;
   const size_t chunk = stride / esz;
@@ -898,9 +1042,48 @@ std::shared_ptr<P2pRequest> CollectiveTransport::post_recv(int peer, uint64_t ta
   r->buffer_ = static_cast<char*>(data);
   r->bytes_ = bytes;
   std::lock_guard<std::mutex> lock(p2p_mutex_);
+  r->posted_ = ++recvs_posted_;
   recvs_[peer].push_back(r);
   progress_locked();
   return r;
+}
+
+std::shared_ptr<P2pRequest> CollectiveTransport::post_recv_any(uint64_t tag, void* data,
+                                                               size_t bytes) {
+  if (size_ < 2) fail("recv from any rank: this group of 1 rank has no other rank to send");
+  auto r = std::make_shared<P2pRequest>();
+  r->any_source_ = true;
+  r->peer_ = -1;
+  r->tag_ = tag;
+  r->buffer_ = static_cast<char*>(data);
+  r->bytes_ = bytes;
+  std::lock_guard<std::mutex> lock(p2p_mutex_);
+  r->posted_ = ++recvs_posted_;
+  any_source_recvs_.push_back(r);
+  progress_locked();
+  return r;
+}
+
+bool CollectiveTransport::match_any_source_locked(int peer) {
+  auto& queue = recvs_[peer];
+  // Only between messages: one already being received belongs to its receive.
+  if (!queue.empty() && queue.front()->header_done_ > 0) return false;
+  Ring& ring = layout_->ring(peer, rank_);
+  const uint64_t head = ring.head.load(std::memory_order_acquire);
+  const uint64_t tail = ring.tail.load(std::memory_order_relaxed);
+  if (head - tail < kMessageHeader) return false;  // no whole header yet
+  uint64_t header[2];
+  copy_from_ring(layout_->ring_bytes(peer, rank_), options_.channel_bytes, tail,
+                 reinterpret_cast<char*>(header), kMessageHeader);  // a peek: tail stays
+  const auto taker = std::find_if(any_source_recvs_.begin(), any_source_recvs_.end(),
+                                  [&](const auto& r) { return r->tag_ == header[0]; });
+  if (taker == any_source_recvs_.end()) return false;
+  // The peer's own next receive, if posted earlier, takes the message (and checks it) as before.
+  if (!queue.empty() && queue.front()->posted_ < (*taker)->posted_) return false;
+  (*taker)->peer_ = peer;
+  queue.push_front(*taker);
+  any_source_recvs_.erase(taker);
+  return true;
 }
 
 bool CollectiveTransport::progress_one(P2pRequest& r) {
@@ -953,7 +1136,10 @@ bool CollectiveTransport::progress_one(P2pRequest& r) {
     moved = true;
     if (header[0] != r.tag_ || header[1] != r.bytes_) {
       r.error_ = "recv on rank " + std::to_string(rank_) + " from rank " +
-                 std::to_string(r.peer_) + " expected " + std::to_string(r.bytes_) +
+                 std::to_string(r.peer_) +
+                 (r.any_source_ ? " (a receive from any rank, given this message by its tag)"
+                                : "") +
+                 " expected " + std::to_string(r.bytes_) +
                  " bytes with tag " + std::to_string(r.tag_) + ", but the next message rank " +
                  std::to_string(r.peer_) + " sent has " + std::to_string(header[1]) +
                  " bytes with tag " + std::to_string(header[0]) +
@@ -985,15 +1171,26 @@ bool CollectiveTransport::progress_one(P2pRequest& r) {
 
 bool CollectiveTransport::progress_locked() {
   bool moved = false;
-  for (auto* queues : {&sends_, &recvs_}) {
-    for (auto& queue : *queues) {
-      while (!queue.empty()) {
-        moved = progress_one(*queue.front()) || moved;
-        if (!queue.front()->done()) break;
-        queue.pop_front();
-      }
+  for (auto& queue : sends_) {
+    while (!queue.empty()) {
+      moved = progress_one(*queue.front()) || moved;
+      if (!queue.front()->done()) break;
+      queue.pop_front();
     }
   }
+  // Receives, peer by peer; before each of a peer's messages an any-source receive may claim it.
+  for (int k = 0; k < size_; ++k) {
+    const int peer = (any_source_cursor_ + k) % size_;
+    auto& queue = recvs_[peer];
+    for (;;) {
+      if (!any_source_recvs_.empty()) match_any_source_locked(peer);
+      if (queue.empty()) break;
+      moved = progress_one(*queue.front()) || moved;
+      if (!queue.front()->done()) break;
+      queue.pop_front();
+    }
+  }
+  if (!any_source_recvs_.empty()) any_source_cursor_ = (any_source_cursor_ + 1) % size_;
   return moved;
 }
 
@@ -1006,12 +1203,41 @@ bool CollectiveTransport::test(P2pRequest& request) {
   return request.done();
 }
 
+void CollectiveTransport::wait_any_source_health(const P2pRequest& request,
+                                                 std::chrono::steady_clock::time_point start) {
+  // Any rank may still send, so only when every other rank has exited can none come any more
+  // (their messages already in the rings were offered to the request first).
+  bool all_ended = true;
+  for (int r = 0; r < size_ && all_ended; ++r) {
+    if (r != rank_ && !process_ended(layout_->controls[r].pid.load(std::memory_order_acquire))) {
+      all_ended = false;
+    }
+  }
+  const std::string which = "recv from any rank on rank " + std::to_string(rank_) + " (tag " +
+                            std::to_string(request.tag_) + ", " + std::to_string(request.bytes_) +
+                            " bytes)";
+  if (all_ended) {
+    const std::string reason = which + " failed: every other rank of the group exited without "
+                                       "sending a message with that tag";
+    abort(reason);
+    fail(reason);
+  }
+  if (std::chrono::steady_clock::now() - start > options_.timeout) {
+    const std::string reason = which + " timed out after " +
+                               std::to_string(options_.timeout.count()) +
+                               " ms (no rank sent a message with that tag)";
+    abort(reason);
+    fail(reason);
+  }
+}
+
 void CollectiveTransport::wait(P2pRequest& request) {
   const char* what = request.send_ ? "send" : "recv";
-  const int peer = request.peer_;
+  int peer = request.peer_;  // -1 while an any-source receive is unmatched
   auto ready = [&] {
     std::lock_guard<std::mutex> lock(p2p_mutex_);
     progress_locked();
+    peer = request.peer_;
     return request.done();
   };
   for (int i = 0; i < 64 && !ready(); ++i) __builtin_ia32_pause();
@@ -1020,9 +1246,14 @@ void CollectiveTransport::wait(P2pRequest& request) {
   while (!request.done()) {
     const uint32_t seen = word.load(std::memory_order_acquire);
     if (ready()) break;
+    if (aborted()) check_health(what, start, {});
+    if (peer < 0) {
+      wait_any_source_health(request, start);
+      futex_wait(word, seen, 2'000'000);
+      continue;
+    }
     // Only the peer matters to a point-to-point wait.
     const int pid = layout_->controls[peer].pid.load(std::memory_order_acquire);
-    if (aborted()) check_health(what, start, {});
     if (process_ended(pid)) {
       const std::string reason = std::string(what) + " on rank " + std::to_string(rank_) +
                                  " failed: rank " + std::to_string(peer) + " (pid " +

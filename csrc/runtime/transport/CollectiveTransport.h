@@ -12,16 +12,21 @@
 // by alternate steps, so a step's writes can only overwrite a half every rank has finished
 // reading two steps earlier, and one barrier per step suffices (two for reductions).
 //
-// Single copy: for messages of at least `single_copy_min_bytes`, ranks skip the slots and move
-// data straight between each other's buffers with Linux cross-memory attach
-// (process_vm_readv / process_vm_writev: one copy between two address spaces, no shared mapping;
-// device memory is ordinary host memory of each rank's process). Each collective then publishes
-// its buffers' addresses in the slot, meets once, moves the data, and meets once more so that no
-// rank returns (and lets its caller reuse the buffer) while a peer still reads or writes it.
-// Whether the kernel allows it (Yama ptrace_scope, seccomp in containers, different users) is
-// probed when the group starts; if any rank cannot reach any other, the whole group keeps the slot
-// path. Nothing of this is visible in the results: reductions combine in rank order either way,
-// so both paths give the same bits.
+// Single copy: for large messages ranks skip the slots and move data straight between each
+// other's buffers. Each collective then publishes where its buffers are in the slot, meets once,
+// moves the data, and meets once more so that no rank returns (and lets its caller reuse the
+// buffer) while a peer still reads or writes it. Two ways to reach a peer's buffer:
+//  - mapped device memory (from `mapped_min_bytes`): large device allocations live in each
+//    process's SharedHbm file, which every peer maps (PeerHbm), so a rank loads and stores a
+//    peer's buffer like its own: the one copy runs at memcpy speed, with no work per page.
+//  - cross-memory attach (from `single_copy_min_bytes`), for buffers outside that file (private
+//    memory, CPU staging): process_vm_readv / process_vm_writev, one copy between two address
+//    spaces, but the kernel pins every page on the way.
+// If some rank's buffer of an operation is in neither reach, every rank sees that in the published
+// table and the group moves that operation through the slots. Whether the host allows each way
+// (/proc access, Yama ptrace_scope, seccomp in containers, different users) is probed when the
+// group starts; a way some rank cannot use is off for the whole group. Nothing of this is visible
+// in the results: reductions combine in rank order on every path, so all give the same bits.
 //
 // Faults: every wait has the group's timeout, watches the other ranks' processes, and watches an
 // abort flag any rank may raise. A dead, hung or aborted peer becomes an Error naming the rank,
@@ -41,6 +46,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/transport/PeerHbm.h"
 #include "runtime/transport/Reduce.h"
 #include "runtime/transport/ShmSegment.h"
 
@@ -59,6 +65,11 @@ struct TransportOptions {
   enum class SingleCopy : uint8_t { kOff, kAuto, kOn };
   SingleCopy single_copy = SingleCopy::kAuto;
   size_t single_copy_min_bytes = 16u << 20;
+  // Mapped device memory costs no CPU time beyond the copy, so it pays from much smaller messages
+  // (below this the slots, which stay in cache, win: measured in docs/benchmarks.md). It is on
+  // unless single_copy is kOff (NRTSIM_COLLECTIVE_SINGLE_COPY=0) or NRTSIM_SHARED_HBM=0;
+  // NRTSIM_COLLECTIVE_MAPPED_BYTES=<bytes> overrides the threshold.
+  size_t mapped_min_bytes = 1u << 20;
 };
 
 // What a rank is about to do: checked against every other rank's at the first barrier.
@@ -81,12 +92,16 @@ class P2pRequest {
   bool done() const { return done_.load(std::memory_order_acquire); }
   const std::string& error() const { return error_; }
   size_t bytes() const { return bytes_; }
+  // The other rank; for a receive from any rank, the sender once done() (-1 until matched).
+  int peer() const { return peer_; }
 
  private:
   friend class CollectiveTransport;
   bool send_ = false;
+  bool any_source_ = false;
   int peer_ = 0;
   uint64_t tag_ = 0;
+  uint64_t posted_ = 0;  // the order of this rank's receives, for matching any-source ones
   char* buffer_ = nullptr;
   size_t bytes_ = 0;
   size_t header_done_ = 0;  // bytes of the 16-byte message header moved so far
@@ -116,6 +131,11 @@ class CollectiveTransport {
   // Whether the group moves large messages by cross-memory attach, and if not, why not.
   bool single_copy() const { return single_copy_; }
   const std::string& single_copy_status() const { return single_copy_status_; }
+  // Whether the ranks have mapped each other's device memory, and if not, why not.
+  bool mapped_hbm() const { return mapped_; }
+  const std::string& mapped_hbm_status() const { return mapped_status_; }
+  // Collectives so far that moved every buffer through mapped device memory.
+  uint64_t mapped_ops() const { return mapped_ops_; }
 
   void barrier();
   void broadcast(void* data, size_t bytes, int root);
@@ -138,6 +158,12 @@ class CollectiveTransport {
   // at once; wait() completes a request (and makes progress on every other one meanwhile).
   std::shared_ptr<P2pRequest> post_send(int peer, uint64_t tag, const void* data, size_t bytes);
   std::shared_ptr<P2pRequest> post_recv(int peer, uint64_t tag, void* data, size_t bytes);
+  // A receive from any other rank (c10d's recvAnysource): the first message with `tag` at the
+  // head of some rank's queue. Per pair, order still holds: the message at the head of rank p's
+  // queue goes to the earliest posted receive that can take it, p's own next receive or an
+  // any-source receive of that tag; messages with other tags are left to their own receives.
+  // request.peer() names the sender once done.
+  std::shared_ptr<P2pRequest> post_recv_any(uint64_t tag, void* data, size_t bytes);
   void wait(P2pRequest& request);
   bool test(P2pRequest& request);
 
@@ -170,31 +196,53 @@ class CollectiveTransport {
                     const std::vector<int>& awaited);
   [[noreturn]] void fail(const std::string& message);
 
-  // Single copy. Whether this op takes that path (same answer on every rank whose descriptor
-  // matches); publishing `n` addresses in this rank's slot half, and reading a peer's table.
+  // Single copy. Whether this op tries that path (the same answer on every rank whose
+  // descriptor matches); publishing where `n` buffers of `bytes` each are, in this rank's slot
+  // half; after the barrier, whether every rank can reach every published buffer (all ranks read
+  // the same tables, so all agree; false: the op goes through the slots); and a peer's buffer.
   bool use_single_copy(size_t bytes) const {
-    return single_copy_ && size_ > 1 && bytes >= options_.single_copy_min_bytes;
+    return size_ > 1 && ((mapped_ && bytes >= options_.mapped_min_bytes) ||
+                         (single_copy_ && bytes >= options_.single_copy_min_bytes));
   }
-  void publish(const void* const* addresses, int n);
-  uint64_t published(int peer, int index) const;
-  // Moves `bytes` between local memory and `remote` in `peer`'s address space; a dead peer, an
-  // abort or an unreadable buffer becomes an Error naming the rank (the group is aborted).
-  void peer_read(int peer, uint64_t remote, void* local, size_t bytes);
-  void peer_write(int peer, uint64_t remote, const void* local, size_t bytes);
-  void peer_copy(bool write, int peer, uint64_t remote, char* local, size_t bytes);
-  // dst[0, count) = op over ranks k of (rank k's buffer at remote[k])[0, count), in rank order;
-  // `own` is this rank's part (local). After each cache-sized block is reduced, it is written
-  // to push_to[k] in every peer k whose push_to[k] is non-zero.
-  void reduce_from_peers(char* dst, const char* own, const uint64_t* remote, size_t count,
-                         DType dtype, ReduceOp op, const uint64_t* push_to);
-  void reduce_single_copy(char* data, size_t count, DType dtype, ReduceOp op, int root);
-  void gather_single_copy(const char* in, void* const* outs, size_t bytes, int root);
-  void reduce_scatter_single_copy(const void* const* ins, char* out, size_t count, DType dtype,
+  void publish(const void* const* addresses, int n, size_t bytes);
+  bool all_reachable(int n, size_t bytes);
+  struct Remote {
+    uint64_t address = 0;    // in the peer's address space (0: none)
+    char* mapped = nullptr;  // the same bytes mapped here, or nullptr (cross-memory attach)
+    Remote at(size_t offset) const {
+      return {address + offset, mapped ? mapped + offset : nullptr};
+    }
+  };
+  Remote remote(int peer, int index);
+  // Moves `bytes` between local memory and `remote` in `peer`'s memory; a dead peer, an abort or
+  // an unreadable buffer becomes an Error naming the rank (the group is aborted).
+  void peer_read(int peer, const Remote& remote, void* local, size_t bytes);
+  void peer_write(int peer, const Remote& remote, const void* local, size_t bytes);
+  void peer_copy(bool write, int peer, const Remote& remote, char* local, size_t bytes);
+  // dst[0, count) = op over ranks k of remote[k][0, count), in rank order; `own` is this rank's
+  // part (local). After each cache-sized block is reduced, it is written to push_to[k] in every
+  // peer k that has one.
+  void reduce_from_peers(char* dst, const char* own, const Remote* remote, size_t count,
+                         DType dtype, ReduceOp op, const Remote* push_to);
+  // These return false, after their first barrier, when some rank's buffer is out of reach
+  // (every rank returns false alike); the caller then moves the operation through the slots.
+  bool reduce_single_copy(char* data, size_t count, DType dtype, ReduceOp op, int root);
+  bool gather_single_copy(const char* in, void* const* outs, size_t bytes, int root);
+  bool reduce_scatter_single_copy(const void* const* ins, char* out, size_t count, DType dtype,
                                   ReduceOp op);
+  // Mapped device memory: open every peer's SharedHbm file (before negotiate_single_copy's
+  // barrier), then take the group's answer (after it).
+  void open_peer_hbm();
+  void agree_mapped_hbm();
 
   // Point to point.
   bool progress_locked();
   bool progress_one(P2pRequest& r);
+  // Gives the message at the head of `peer`'s ring to an any-source receive when one may take it.
+  bool match_any_source_locked(int peer);
+  // An unmatched any-source receive fails once every other rank has exited, or at the timeout.
+  void wait_any_source_health(const P2pRequest& request,
+                              std::chrono::steady_clock::time_point start);
 
   ShmSegment segment_;
   Layout* layout_ = nullptr;
@@ -209,12 +257,19 @@ class CollectiveTransport {
   std::chrono::steady_clock::time_point last_health_check_{};
   bool single_copy_ = false;
   std::string single_copy_status_ = "not negotiated";
+  bool mapped_ = false;
+  uint64_t mapped_ops_ = 0;
+  std::string mapped_status_ = "not negotiated";
+  std::unique_ptr<PeerHbm> peer_hbm_;
   uint64_t probe_token_ = 0;     // peers read (and write back) this word to test access
   std::vector<char> scratch_;    // peers' blocks on their way into a reduction
 
   std::mutex p2p_mutex_;
   std::vector<std::deque<std::shared_ptr<P2pRequest>>> sends_;  // per peer, in order
   std::vector<std::deque<std::shared_ptr<P2pRequest>>> recvs_;
+  std::deque<std::shared_ptr<P2pRequest>> any_source_recvs_;  // unmatched, in posting order
+  uint64_t recvs_posted_ = 0;
+  int any_source_cursor_ = 0;  // the peer checked first, rotating so no sender starves the others
 };
 
 }  // namespace nrtsim::transport

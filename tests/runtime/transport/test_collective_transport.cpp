@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "runtime/Error.h"
+#include "runtime/SharedHbm.h"
 #include "runtime/transport/CollectiveTransport.h"
 
 using namespace nrtsim::transport;
@@ -365,13 +366,33 @@ std::string cma_unavailable() {
   return why;
 }
 
+// Buffers in this process's device memory file, where HbmAllocator puts large device tensors.
+template <class T>
+struct InHbm {
+  using value_type = T;
+  InHbm() = default;
+  template <class U>
+  InHbm(const InHbm<U>&) {}
+  T* allocate(size_t n) {
+    void* p = nrtsim::SharedHbm::instance().allocate(n * sizeof(T));
+    return static_cast<T*>(p ? p : ::operator new(n * sizeof(T)));
+  }
+  void deallocate(T* p, size_t) {
+    if (!nrtsim::SharedHbm::instance().release(p)) ::operator delete(p);
+  }
+  bool operator==(const InHbm&) const { return true; }
+  bool operator!=(const InHbm&) const { return false; }
+};
+
 // Every collective with a single-copy path, on buffers whose sizes do not divide by the group
 // size or the copy block; each result checked exactly against the same arithmetic done here
-// (reductions combine in rank order on both paths).
+// (reductions combine in rank order on both paths). `Alloc` places the buffers: private memory
+// (std::allocator) or this process's device memory file (InHbm).
+template <template <class> class Alloc = std::allocator>
 bool single_copy_workload(int rank, CollectiveTransport& t) {
   const int n = t.size();
   const size_t count = 300'001;  // 1.2 MB of float: several cache blocks per rank's chunk
-  std::vector<float> data(count);
+  std::vector<float, Alloc<float>> data(count);
   for (size_t i = 0; i < count; ++i) data[i] = value(rank, i);
   t.allreduce(data.data(), count, DType::kFloat32, ReduceOp::kSum);
   for (size_t i = 0; i < count; ++i) {
@@ -380,26 +401,26 @@ bool single_copy_workload(int rank, CollectiveTransport& t) {
     REQUIRE(data[i] == expected);
   }
   // bf16 sums round once, the same on every rank: compare every rank's bits with rank 0's.
-  std::vector<uint16_t> bf(70'001, static_cast<uint16_t>(0x3f80 + rank));
+  std::vector<uint16_t, Alloc<uint16_t>> bf(70'001, static_cast<uint16_t>(0x3f80 + rank));
   t.allreduce(bf.data(), bf.size(), DType::kBFloat16, ReduceOp::kSum);
-  std::vector<uint16_t> bf0(bf);
+  std::vector<uint16_t, Alloc<uint16_t>> bf0(bf);
   t.broadcast(bf0.data(), bf0.size() * 2, 0);
   REQUIRE(bf0 == bf);
   // reduce: only the root's buffer changes.
-  std::vector<int64_t> ints(100'003);
+  std::vector<int64_t, Alloc<int64_t>> ints(100'003);
   for (size_t i = 0; i < ints.size(); ++i) ints[i] = static_cast<int64_t>(i % 5) + rank;
   t.reduce(ints.data(), ints.size(), DType::kInt64, ReduceOp::kMax, 1);
   for (size_t i = 0; i < ints.size(); i += 7) {
     REQUIRE(ints[i] == static_cast<int64_t>(i % 5) + (rank == 1 ? n - 1 : rank));
   }
   // broadcast from the last rank.
-  std::vector<uint8_t> bytes(1'000'003, 0);
+  std::vector<uint8_t, Alloc<uint8_t>> bytes(1'000'003, 0);
   if (rank == n - 1) std::iota(bytes.begin(), bytes.end(), 0);
   t.broadcast(bytes.data(), bytes.size(), n - 1);
   for (size_t i = 0; i < bytes.size(); i += 13) REQUIRE(bytes[i] == static_cast<uint8_t>(i));
   // all_gather in place (the input is this rank's part of the output, as FSDP calls it).
   const size_t part = 70'003;
-  std::vector<int32_t> gathered(part * n, -1);
+  std::vector<int32_t, Alloc<int32_t>> gathered(part * n, -1);
   for (size_t i = 0; i < part; ++i) gathered[rank * part + i] = rank * 1'000'000 + int32_t(i);
   std::vector<void*> outs(n);
   for (int r = 0; r < n; ++r) outs[r] = gathered.data() + r * part;
@@ -408,12 +429,12 @@ bool single_copy_workload(int rank, CollectiveTransport& t) {
     for (size_t i = 0; i < part; i += 11) REQUIRE(gathered[r * part + i] == r * 1'000'000 + int32_t(i));
   }
   // gather to rank 0 only.
-  std::vector<int32_t> mine(part, rank + 5), at_root(part * n, -1);
+  std::vector<int32_t, Alloc<int32_t>> mine(part, rank + 5), at_root(part * n, -1);
   for (int r = 0; r < n; ++r) outs[r] = at_root.data() + r * part;
   t.gather(mine.data(), outs.data(), part * 4, 0);
   REQUIRE(at_root[part * n - 1] == (rank == 0 ? n - 1 + 5 : -1));
   // reduce_scatter, the output aliasing this rank's input part.
-  std::vector<double> in(part * n);
+  std::vector<double, Alloc<double>> in(part * n);
   for (size_t i = 0; i < in.size(); ++i) in[i] = rank * 0.25 + static_cast<double>(i % 1000);
   std::vector<const void*> ins(n);
   for (int r = 0; r < n; ++r) ins[r] = in.data() + r * part;
@@ -570,4 +591,132 @@ TEST(CollectiveTransport, AutoSingleCopyStaysOffWhenRanksOutnumberCpus) {
     return true;
   });
   EXPECT_EQ(codes, std::vector<int>(ranks, 0));
+}
+
+// Mapped device memory: every rank maps the others' SharedHbm files, so collectives on buffers in
+// them move with plain loads and stores. Cross-memory attach is kept out of it (threshold beyond
+// any message), so what is not mapped must go through the slots.
+TransportOptions mapped_only_options() {
+  auto o = small_options();
+  o.single_copy = TransportOptions::SingleCopy::kOn;
+  o.single_copy_min_bytes = SIZE_MAX;
+  o.mapped_min_bytes = 0;
+  return o;
+}
+
+constexpr uint64_t kWorkloadCollectives = 8;  // single_copy_workload's, barrier aside
+
+TEST(CollectiveTransport, MappedDeviceMemoryGivesExactResults) {
+  const auto codes = run_ranks(
+      3,
+      [](int rank, CollectiveTransport& t) {
+        if (!t.mapped_hbm()) {
+          std::fprintf(stderr, "rank %d: %s\n", rank, t.mapped_hbm_status().c_str());
+          return false;
+        }
+        REQUIRE(single_copy_workload<InHbm>(rank, t));
+        REQUIRE(t.mapped_ops() == kWorkloadCollectives);
+        // Again on the same kind of buffers (the peers' mappings of freed buffers are stale now
+        // and must not be used for the new ones).
+        REQUIRE(single_copy_workload<InHbm>(rank, t));
+        REQUIRE(t.mapped_ops() == 2 * kWorkloadCollectives);
+        // Private buffers cannot be mapped: every rank sees that in the published table and the
+        // group takes the slots, with the same results.
+        REQUIRE(single_copy_workload<std::allocator>(rank, t));
+        REQUIRE(t.mapped_ops() == 2 * kWorkloadCollectives);
+        return true;
+      },
+      mapped_only_options());
+  EXPECT_EQ(codes, std::vector<int>({0, 0, 0}));
+}
+
+TEST(CollectiveTransport, MappedPathFallsBackTogetherWhenOneRanksBuffersArePrivate) {
+  // Rank 1's buffers are private, the others' mapped: all ranks must still agree on one path per
+  // operation (the slots), or they would wait for each other at different barriers.
+  const auto codes = run_ranks(
+      3,
+      [](int rank, CollectiveTransport& t) {
+        REQUIRE(t.mapped_hbm());
+        const bool ok = rank == 1 ? single_copy_workload<std::allocator>(rank, t)
+                                  : single_copy_workload<InHbm>(rank, t);
+        REQUIRE(ok);
+        REQUIRE(t.mapped_ops() == 0);
+        return true;
+      },
+      mapped_only_options());
+  EXPECT_EQ(codes, std::vector<int>({0, 0, 0}));
+}
+
+TEST(CollectiveTransport, MappedDeviceMemoryOffOnOneRankIsOffForTheGroup) {
+  const auto codes = run_ranks(
+      3,
+      [](int rank, CollectiveTransport& t) {
+        REQUIRE(!t.mapped_hbm());
+        REQUIRE(t.mapped_hbm_status().find("off on rank 2: off: NRTSIM_SHARED_HBM=0") !=
+                std::string::npos);
+        REQUIRE(single_copy_workload<InHbm>(rank, t));
+        REQUIRE(t.mapped_ops() == 0);
+        return true;
+      },
+      mapped_only_options(), [](int rank) {
+        if (rank == 2) ::setenv("NRTSIM_SHARED_HBM", "0", 1);
+      });
+  EXPECT_EQ(codes, std::vector<int>({0, 0, 0}));
+}
+
+TEST(CollectiveTransport, MappedPathDeadPeerFailsTheOthersNamingIt) {
+  auto o = mapped_only_options();
+  o.timeout = std::chrono::milliseconds(20'000);
+  const auto start = std::chrono::steady_clock::now();
+  const auto dead = run_ranks(
+      3,
+      [](int rank, CollectiveTransport& t) {
+        std::vector<float, InHbm<float>> v(4u << 20, 1.0f);  // 16 MiB
+        if (rank == 2) {
+          std::thread([] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            ::_exit(0);
+          }).detach();
+        }
+        try {
+          for (int i = 0; i < 50; ++i) t.allreduce(v.data(), v.size(), DType::kFloat32, ReduceOp::kSum);
+        } catch (const nrtsim::Error& e) {
+          const std::string m = e.what();
+          if (m.find("rank 2") != std::string::npos && m.find("exited") != std::string::npos) {
+            return true;
+          }
+          std::fprintf(stderr, "rank %d: unexpected error: %s\n", rank, m.c_str());
+        }
+        return false;
+      },
+      o);
+  EXPECT_EQ(dead, std::vector<int>({0, 0, 0}));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+}
+
+TEST(SharedHbm, AllocationsAreLocatedAndTheirPagesGoBackWhenFreed) {
+  nrtsim::SharedHbm& hbm = nrtsim::SharedHbm::instance();
+  EXPECT_EQ(hbm.allocate(nrtsim::SharedHbm::kMinBytes - 1), nullptr);  // small: private memory
+  char* a = static_cast<char*>(hbm.allocate(100'000));
+  char* b = static_cast<char*>(hbm.allocate(nrtsim::SharedHbm::kMinBytes));
+  ASSERT_NE(a, nullptr) << hbm.status();
+  ASSERT_NE(b, nullptr);
+  const auto at = hbm.locate(a + 1000, 5000);
+  ASSERT_TRUE(at.has_value());
+  EXPECT_EQ(at->alloc_bytes, 102'400u);  // rounded up to pages
+  EXPECT_EQ(at->offset_in_alloc, 1000u);
+  EXPECT_FALSE(hbm.locate(a + 100'000, 4096).has_value());  // runs past the allocation
+  const auto bt = hbm.locate(b, 1);
+  ASSERT_TRUE(bt.has_value());
+  EXPECT_NE(bt->alloc_offset, at->alloc_offset);
+  std::memset(a, 7, 100'000);
+  EXPECT_TRUE(hbm.release(a));
+  EXPECT_FALSE(hbm.locate(a, 1).has_value());
+  EXPECT_FALSE(hbm.release(a));
+  // A fresh allocation never takes a freed one's file offset (peers' mappings stay truthful).
+  char* c = static_cast<char*>(hbm.allocate(100'000));
+  ASSERT_NE(c, nullptr);
+  EXPECT_GT(hbm.locate(c, 1)->alloc_offset, bt->alloc_offset);
+  EXPECT_TRUE(hbm.release(b));
+  EXPECT_TRUE(hbm.release(c));
 }
