@@ -3,11 +3,11 @@
 Starts 4 ranks (one process per NeuronCore, as torchrun would) on this host. For all_reduce,
 all_gather_into_tensor and reduce_scatter_tensor from 4 KiB to 256 MiB, every rank times the same
 operation, repetitions taking turns, on neuron tensors over two neuron groups — the default
-transport (NRTSIM_COLLECTIVE_SINGLE_COPY=auto: the shared-memory slots, and single copy by
-cross-memory attach from 16 MiB where the ranks do not outnumber the CPUs) and one held to single
-copy from 1 MiB (NRTSIM_COLLECTIVE_SINGLE_COPY=1, NRTSIM_COLLECTIVE_SINGLE_COPY_BYTES=1MiB) — and on
-CPU tensors of the same size and contents over a Gloo group; the slowest rank's time counts, the
-median of the repetitions is reported as bus bandwidth (NCCL-tests convention: size x 2(n-1)/n for
+transport (from 1 MiB single copy through mapped device memory: each rank loads and stores its
+peers' buffers directly; below that the shared-memory slots) and one held to the slots at every
+size (NRTSIM_COLLECTIVE_SINGLE_COPY=0, the transport before single copy) — and on CPU tensors of the
+same size and contents over a Gloo group; the slowest rank's time counts, the median of the
+repetitions is reported as bus bandwidth (NCCL-tests convention: size x 2(n-1)/n for
 all_reduce, size x (n-1)/n for the others, where size is the largest buffer).
 
 The limit is this host's memcpy bandwidth, measured here two ways: one thread alone (the usual
@@ -79,10 +79,10 @@ def worker(args) -> None:
     # Both backends in one world: neuron tensors go to "neuron", CPU tensors to Gloo.
     dist.init_process_group("cpu:gloo,neuron:neuron")
     neuron = dist.new_group(backend="neuron")
-    # The transport reads its settings when the group is made: this one copies once from 1 MiB.
-    os.environ.update(NRTSIM_COLLECTIVE_SINGLE_COPY="1", NRTSIM_COLLECTIVE_SINGLE_COPY_BYTES="1MiB")
-    single = dist.new_group(backend="neuron")
-    del os.environ["NRTSIM_COLLECTIVE_SINGLE_COPY"], os.environ["NRTSIM_COLLECTIVE_SINGLE_COPY_BYTES"]
+    # The transport reads its settings when the group is made: this one keeps to the slots.
+    os.environ["NRTSIM_COLLECTIVE_SINGLE_COPY"] = "0"
+    slots = dist.new_group(backend="neuron")
+    del os.environ["NRTSIM_COLLECTIVE_SINGLE_COPY"]
     gloo = dist.new_group(backend="gloo")
     dev = torch.device("neuron")
 
@@ -146,7 +146,7 @@ def worker(args) -> None:
         n = size // 4
         for op in ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor"):
             variants, factor = {}, 1.0
-            for name, group, device in (("neuron", neuron, dev), ("single", single, dev),
+            for name, group, device in (("neuron", neuron, dev), ("slots", slots, dev),
                                         ("gloo", gloo, torch.device("cpu"))):
                 fn, factor = make(op, n, group, device)
                 sync = torch.neuron.synchronize if device.type == "neuron" else (lambda: None)
@@ -155,10 +155,11 @@ def worker(args) -> None:
             results = {name: (sec, size * factor / sec / 1e9) for name, sec in t.items()}
             rows.append((op, size, results))
             if rank == 0:
-                (tn, bn), (ts, bs), (tg, bg) = results["neuron"], results["single"], results["gloo"]
+                (tn, bn), (ts, bs), (tg, bg) = results["neuron"], results["slots"], results["gloo"]
                 print(f"{op:24s} {size / 1024:>10.0f} KiB  neuron {tn * 1e6:9.1f} us {bn:6.2f} GB/s   "
-                      f"single-copy {ts * 1e6:9.1f} us {bs:6.2f} GB/s   gloo {tg * 1e6:9.1f} us {bg:6.2f} GB/s   "
-                      f"neuron x{tg / tn:5.2f} gloo, single-copy x{tg / ts:5.2f} gloo", flush=True)
+                      f"slots-only {ts * 1e6:9.1f} us {bs:6.2f} GB/s   gloo {tg * 1e6:9.1f} us {bg:6.2f} GB/s   "
+                      f"neuron x{tg / tn:5.2f} gloo, slots-only x{tg / ts:5.2f} gloo, "
+                      f"neuron x{ts / tn:5.2f} slots-only", flush=True)
             del variants
         size *= 4
 
@@ -170,7 +171,7 @@ def worker(args) -> None:
         for op, size, results in rows:
             if size != big:
                 continue
-            for name in ("neuron", "single"):
+            for name in ("neuron", "slots"):
                 sec, bw = results[name]
                 line = (f"at {args.max_mib} MiB {op} ({name}): {bw:.2f} GB/s bus bandwidth = "
                         f"{100 * bw / (big / alone / 1e9):.0f}% of 1-thread memcpy, {100 * bw / share:.0f}% of "
