@@ -449,6 +449,28 @@ bool single_copy_workload(int rank, CollectiveTransport& t) {
   return true;
 }
 
+// Rank 2 dies 5 ms into `calls` allreduces of `data`: the others are reading its buffer, writing
+// into it, or waiting for it at a barrier; whichever, they must fail naming it.
+bool allreduce_while_rank_2_dies(int rank, CollectiveTransport& t, float* data, size_t count,
+                                 int calls) {
+  if (rank == 2) {
+    std::thread([] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      ::_exit(0);
+    }).detach();
+  }
+  try {
+    for (int i = 0; i < calls; ++i) t.allreduce(data, count, DType::kFloat32, ReduceOp::kSum);
+  } catch (const nrtsim::Error& e) {
+    const std::string m = e.what();
+    if (m.find("rank 2") != std::string::npos && m.find("exited") != std::string::npos) {
+      return true;
+    }
+    std::fprintf(stderr, "rank %d: unexpected error: %s\n", rank, m.c_str());
+  }
+  return false;
+}
+
 }  // namespace
 
 TEST(CollectiveTransport, SingleCopyPathGivesExactResults) {
@@ -552,22 +574,7 @@ TEST(CollectiveTransport, SingleCopyMismatchAndDeadPeerFailClearly) {
       3,
       [](int rank, CollectiveTransport& t) {
         std::vector<float> v(16u << 20, 1.0f);  // 64 MiB: the copies take a while
-        if (rank == 2) {
-          std::thread([] {
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));
-            ::_exit(0);
-          }).detach();
-        }
-        try {
-          for (int i = 0; i < 20; ++i) t.allreduce(v.data(), v.size(), DType::kFloat32, ReduceOp::kSum);
-        } catch (const nrtsim::Error& e) {
-          const std::string m = e.what();
-          if (m.find("rank 2") != std::string::npos && m.find("exited") != std::string::npos) {
-            return true;
-          }
-          std::fprintf(stderr, "rank %d: unexpected error: %s\n", rank, m.c_str());
-        }
-        return false;
+        return allreduce_while_rank_2_dies(rank, t, v.data(), v.size(), 20);
       },
       o);
   EXPECT_EQ(dead, std::vector<int>({0, 0, 0}));
@@ -672,22 +679,7 @@ TEST(CollectiveTransport, MappedPathDeadPeerFailsTheOthersNamingIt) {
       3,
       [](int rank, CollectiveTransport& t) {
         std::vector<float, InHbm<float>> v(4u << 20, 1.0f);  // 16 MiB
-        if (rank == 2) {
-          std::thread([] {
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));
-            ::_exit(0);
-          }).detach();
-        }
-        try {
-          for (int i = 0; i < 50; ++i) t.allreduce(v.data(), v.size(), DType::kFloat32, ReduceOp::kSum);
-        } catch (const nrtsim::Error& e) {
-          const std::string m = e.what();
-          if (m.find("rank 2") != std::string::npos && m.find("exited") != std::string::npos) {
-            return true;
-          }
-          std::fprintf(stderr, "rank %d: unexpected error: %s\n", rank, m.c_str());
-        }
-        return false;
+        return allreduce_while_rank_2_dies(rank, t, v.data(), v.size(), 50);
       },
       o);
   EXPECT_EQ(dead, std::vector<int>({0, 0, 0}));
