@@ -212,7 +212,10 @@ class P2pWork : public c10d::Work {
     return true;
   }
   void synchronize() override {}
-  int sourceRank() const override { return peer_; }
+  // A receive from any rank names its sender once complete (-1 before), as Gloo's does.
+  int sourceRank() const override {
+    return peer_ >= 0 ? peer_ : finished_ ? request_->peer() : -1;
+  }
   std::vector<at::Tensor> result() override { return {staged_.original}; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
@@ -1056,10 +1059,28 @@ void ProcessGroupNeuron::monitoredBarrier(const c10d::BarrierOptions& opts, bool
 // ---- point to point ----------------------------------------------------------------------------
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::post_p2p(at::Tensor& tensor, int peer, int tag,
-                                                            bool is_send) {
+                                                            bool is_send, bool any_source) {
   Staged s = stage(tensor, is_send ? "send" : "recv");
   dtype_of(s.work, is_send ? "send" : "recv");
   const uint64_t bytes = nbytes(s.work);
+  if (any_source) {
+    // The hosts' rings and the flat Gloo group are separate channels: a receive would have to
+    // wait on both and could not withdraw from the one that did not deliver.
+    if (span_) {
+      dist_error("neuron process group: recv without a source rank is not supported in a group "
+                 "whose ranks are on several hosts (its ranks on this host come over shared "
+                 "memory, the others over Gloo); pass src=");
+    }
+    std::shared_ptr<tp::P2pRequest> request;
+    run("c10d::recv_any_source", c10d::OpType::RECVANYSOURCE, {s.work}, 0, bytes, {},
+        [&](tp::CollectiveTransport& t) {
+          request = t.post_recv_any(static_cast<uint64_t>(tag), ptr(s.work), bytes);
+        });
+    if (coalescing_) coalesced_.pop_back();  // the P2pWork below stands for it
+    return collect(c10::make_intrusive<P2pWork>(
+        c10::intrusive_ptr<ProcessGroupNeuron>::reclaim_copy(this), std::move(request),
+        std::move(s), false, -1));
+  }
   if (peer < 0 || peer >= size_) {
     dist_error(std::string("neuron process group: ") + (is_send ? "send to" : "recv from") +
                " rank " + std::to_string(peer) + ", outside the group of " +
@@ -1106,10 +1127,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recv(std::vector<at::Tensor>&
   return post_p2p(tensors[0], src_rank, tag, false);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recvAnysource(std::vector<at::Tensor>&, int) {
-  dist_error(
-      "neuron process group: recv without a source rank is not supported (messages between two "
-      "ranks are ordered per pair); pass src=");
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recvAnysource(std::vector<at::Tensor>& tensors,
+                                                                 int tag) {
+  TORCH_CHECK(tensors.size() == 1, "neuron process group: recv takes one tensor");
+  return post_p2p(tensors[0], -1, tag, false, true);
 }
 
 c10::intrusive_ptr<c10d::Backend> ProcessGroupNeuron::split(

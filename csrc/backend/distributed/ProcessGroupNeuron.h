@@ -129,7 +129,9 @@ class ProcessGroupNeuron : public c10d::Backend {
   // The group size within this rank's host (the whole group without a span).
   int local_size() const;
   c10::intrusive_ptr<c10d::Work> collect(c10::intrusive_ptr<c10d::Work> work);
-  c10::intrusive_ptr<c10d::Work> post_p2p(at::Tensor& tensor, int peer, int tag, bool send);
+  // `peer` -1 with `any_source`: a receive from whichever rank sends `tag` first.
+  c10::intrusive_ptr<c10d::Work> post_p2p(at::Tensor& tensor, int peer, int tag, bool send,
+                                          bool any_source = false);
 
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<Options> options_;
