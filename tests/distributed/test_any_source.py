@@ -30,3 +30,9 @@ def test_recv_without_source_matches_gloo_at_three_ranks():
     gloo = received("gloo")
     assert gloo == EXPECTED, gloo  # the reference behaves as the test assumes
     assert received("neuron") == gloo
+
+
+def test_recv_without_source_in_a_group_spanning_hosts_raises_clearly():
+    results = run_ranks("any_source.py", 2, args=["neuron", "across-hosts"], timeout=120)
+    assert_all_ok(results)
+    assert all(f"rank {r.rank} any source ok" in r.output for r in results)

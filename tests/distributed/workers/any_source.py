@@ -92,7 +92,28 @@ def check_neuron_record():
         dist.send(t.fill_(1.0), dst=0)
 
 
+def across_hosts():
+    # Each rank its own simulated host: the group spans hosts, where recv without a source is
+    # refused with a clear error (the group stays usable).
+    os.environ["NRTSIM_HOST_ID"] = f"any-source-host-{RANK}"
+    dist.init_process_group("neuron")
+    if RANK == 0:
+        try:
+            dist.recv(torch.empty(1, device=DEV))
+        except dist.DistBackendError as e:
+            assert "several hosts" in str(e) and "pass src=" in str(e), str(e)
+        else:
+            raise AssertionError("recv without a source across hosts did not raise")
+    x = torch.ones(2, device=DEV)
+    dist.all_reduce(x)
+    assert torch.equal(x.cpu(), torch.full((2,), float(dist.get_world_size())))
+    dist.destroy_process_group()
+    print(f"rank {RANK} any source ok", flush=True)
+
+
 def main():
+    if len(sys.argv) > 2 and sys.argv[2] == "across-hosts":
+        return across_hosts()
     dist.init_process_group(BACKEND)
     result = rank0() if RANK == 0 else others()
     if BACKEND == "neuron":
