@@ -500,17 +500,21 @@ CollectiveTransport::Remote CollectiveTransport::remote(int peer, int index) {
   const uint64_t* e = reinterpret_cast<const uint64_t*>(half_of(peer)) + index * kEntryWords;
   Remote r{e[0], nullptr};
   if (peer == rank_ || e[2] == 0 || !peer_hbm_) return r;
-  char* base = peer_hbm_->map(peer, e[1], e[2], op_seq_);
+  r.mapped = map_entry(peer, e);
+  return r;
+}
+
+char* CollectiveTransport::map_entry(int peer, const uint64_t* entry) {
+  char* base = peer_hbm_->map(peer, entry[1], entry[2], op_seq_);
   if (base == nullptr) {
     const std::string reason = "rank " + std::to_string(rank_) + " could not map " +
-                               std::to_string(e[2]) + " bytes of rank " + std::to_string(peer) +
-                               "'s device memory during " + op_kind_name(current_op_) + " (" +
-                               std::strerror(errno) + ")";
+                               std::to_string(entry[2]) + " bytes of rank " +
+                               std::to_string(peer) + "'s device memory during " +
+                               op_kind_name(current_op_) + " (" + std::strerror(errno) + ")";
     abort(reason);
     fail(reason);
   }
-  r.mapped = base + e[3];
-  return r;
+  return base + entry[3];
 }
 
 void CollectiveTransport::peer_read(int peer, const Remote& remote, void* local, size_t bytes) {
@@ -969,6 +973,20 @@ void CollectiveTransport::alltoall(const void* const* ins, const size_t* send_by
     table[r] = send_bytes[r];
     table[n + r] = recv_bytes[r];
   }
+  // Behind the sizes, where each send buffer is, for peers to read it in place (mapped device
+  // memory only: cross-memory attach does not pay for the splits' sizes here).
+  uint64_t* places = table + 2 * n;
+  for (int d = 0; d < n; ++d) {
+    uint64_t* e = places + d * kEntryWords;
+    e[0] = reinterpret_cast<uint64_t>(ins[d]);
+    e[1] = e[2] = e[3] = 0;
+    if (!mapped_ || d == rank_ || send_bytes[d] == 0) continue;
+    if (const auto at = SharedHbm::instance().locate(ins[d], send_bytes[d])) {
+      e[1] = at->alloc_offset;
+      e[2] = at->alloc_bytes;
+      e[3] = at->offset_in_alloc;
+    }
+  }
   sync();
   uint64_t largest = 0;
   std::string mismatch;
@@ -987,6 +1005,31 @@ void CollectiveTransport::alltoall(const void* const* ins, const size_t* send_by
   if (!mismatch.empty()) {
     fail("alltoall: the split sizes of the ranks disagree:" + mismatch +
          " each rank's output split for a peer must equal that peer's input split for it");
+  }
+  // Mapped: every rank copies what each peer sends it straight from the peer's buffer, when every
+  // buffer that crosses between two ranks is mapped (all ranks read the same tables, so all agree).
+  bool mapped = mapped_ && largest * n >= options_.mapped_min_bytes;
+  for (int s = 0; s < n && mapped; ++s) {
+    const auto* sent = reinterpret_cast<const uint64_t*>(half_of(s));
+    for (int d = 0; d < n && mapped; ++d) {
+      mapped = d == s || sent[d] == 0 || sent[2 * n + d * kEntryWords + 2] != 0;
+    }
+  }
+  if (mapped) {
+    ++mapped_ops_;
+    for (int s = 0; s < n; ++s) {
+      if (recv_bytes[s] == 0) continue;
+      if (s == rank_) {
+        std::memmove(outs[s], ins[s], recv_bytes[s]);
+        continue;
+      }
+      const uint64_t* e =
+          reinterpret_cast<const uint64_t*>(half_of(s)) + 2 * n + rank_ * kEntryWords;
+      std::memcpy(outs[s], map_entry(s, e), recv_bytes[s]);
+    }
+    sync();  // nobody reads this rank's send buffers any more
+    next_step();
+    return;
   }
   next_step();
   const size_t region = half_bytes() / n / 64 * 64;

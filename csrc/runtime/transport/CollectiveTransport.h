@@ -214,6 +214,8 @@ class CollectiveTransport {
     }
   };
   Remote remote(int peer, int index);
+  // The buffer a published entry of `peer` names, mapped here; a refused mapping fails the group.
+  char* map_entry(int peer, const uint64_t* entry);
   // Moves `bytes` between local memory and `remote` in `peer`'s memory; a dead peer, an abort or
   // an unreadable buffer becomes an Error naming the rank (the group is aborted).
   void peer_read(int peer, const Remote& remote, void* local, size_t bytes);

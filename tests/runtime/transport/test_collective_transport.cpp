@@ -445,6 +445,24 @@ bool single_copy_workload(int rank, CollectiveTransport& t) {
     for (int r = 0; r < n; ++r) expected += r * 0.25 + static_cast<double>((rank * part + i) % 1000);
     REQUIRE(out[i] == expected);
   }
+  // Uneven alltoall: rank s sends (s + 2d + 1) * 40'001 bytes of (s, d) to rank d.
+  std::vector<std::vector<uint8_t, Alloc<uint8_t>>> send(n), recv(n);
+  std::vector<size_t> send_bytes(n), recv_bytes(n);
+  std::vector<const void*> sp(n);
+  std::vector<void*> rp(n);
+  for (int d = 0; d < n; ++d) {
+    send_bytes[d] = (rank + 2 * d + 1) * size_t{40'001};
+    recv_bytes[d] = (d + 2 * rank + 1) * size_t{40'001};
+    send[d].assign(send_bytes[d], static_cast<uint8_t>(rank * 16 + d));
+    recv[d].assign(recv_bytes[d], 0xff);
+    sp[d] = send[d].data();
+    rp[d] = recv[d].data();
+  }
+  t.alltoall(sp.data(), send_bytes.data(), rp.data(), recv_bytes.data());
+  for (int s = 0; s < n; ++s) {
+    for (size_t i = 0; i < recv_bytes[s]; i += 997) REQUIRE(recv[s][i] == s * 16 + rank);
+    REQUIRE(recv[s].back() == s * 16 + rank);
+  }
   t.barrier();
   return true;
 }
@@ -611,7 +629,7 @@ TransportOptions mapped_only_options() {
   return o;
 }
 
-constexpr uint64_t kWorkloadCollectives = 8;  // single_copy_workload's, barrier aside
+constexpr uint64_t kWorkloadCollectives = 9;  // single_copy_workload's, barrier aside
 
 TEST(CollectiveTransport, MappedDeviceMemoryGivesExactResults) {
   const auto codes = run_ranks(
