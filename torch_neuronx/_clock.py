@@ -5,21 +5,25 @@ import torch
 from torch_neuronx import _C
 
 
+def _checked_index(device) -> int:
+    # Through torch.neuron's check, so that neuron:<LOCAL_RANK> names a torchrun rank's one core
+    # here too, and a bad index gets the same message as everywhere else.
+    from torch_neuronx.neuron._device import _check_device_index, _device_index
+
+    return _check_device_index(_device_index(device), RuntimeError)
+
+
 def simulated_time(device=None) -> dict:
     """Where a device's simulated clock stands: ``now_ns``, the modelled time at which its latest
     launch ends, and ``busy_ns``, how long each engine (tensor, vector, scalar, gpsimd, dma) has
     been occupied in total. The model's rates come from ``torch_neuronx/data/neuron_cores.ini``
     (or the file ``NRTSIM_ENGINE_MODEL`` names)."""
-    from torch_neuronx.neuron._device import _device_index
-
     torch.neuron._lazy_init()
-    return dict(_C._simulated_time(_device_index(device)))
+    return dict(_C._simulated_time(_checked_index(device)))
 
 
 def core_model(device=None) -> dict:
     """The per-engine rates of a device's logical core, as its clock uses them (FLOPs or elements
     per ns, bytes per ns, fixed launch costs in ns)."""
-    from torch_neuronx.neuron._device import _device_index
-
     torch.neuron._lazy_init()
-    return dict(_C._core_model(_device_index(device)))
+    return dict(_C._core_model(_checked_index(device)))

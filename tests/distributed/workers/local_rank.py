@@ -8,7 +8,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-import torch_neuronx  # noqa: F401
+import torch_neuronx
 
 RANK = int(os.environ["RANK"])
 WORLD = int(os.environ["WORLD_SIZE"])
@@ -43,6 +43,9 @@ def check_device_api():
     assert torch.equal(torch.rand(4, device=MINE, generator=g).cpu(), torch.rand(4, device=ZERO, generator=h).cpu())
     assert torch.neuron.memory_allocated(LOCAL_RANK) == torch.neuron.memory_allocated(0) > 0
     torch.neuron.synchronize(LOCAL_RANK)
+    # The simulated clock and core model answer for the alias as for neuron:0.
+    assert torch_neuronx.simulated_time(LOCAL_RANK) == torch_neuronx.simulated_time(0)
+    assert torch_neuronx.core_model(MINE) == torch_neuronx.core_model(ZERO)
     # autograd: a leaf made on neuron:LOCAL_RANK
     w = torch.full((3,), 2.0, device=MINE, requires_grad=True)
     (w * w).sum().backward()
