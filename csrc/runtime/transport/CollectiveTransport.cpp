@@ -448,7 +448,8 @@ void CollectiveTransport::open_peer_hbm() {
 void CollectiveTransport::agree_mapped_hbm() {
   const RankControl* controls = layout_->controls;
   for (int r = 0; r < size_; ++r) {  // every rank takes the same threshold
-    options_.mapped_min_bytes = std::max<size_t>(options_.mapped_min_bytes, controls[r].mapped_min_bytes);
+    options_.mapped_min_bytes =
+        std::max<size_t>(options_.mapped_min_bytes, controls[r].mapped_min_bytes);
   }
   mapped_ = size_ > 1;
   mapped_status_ = size_ > 1 ? "on" : "off: a group of one rank moves nothing";
