@@ -743,3 +743,65 @@ def test_metrics_api():
     torch_neuronx.reset_dynamo_metrics()
     m = torch_neuronx.get_dynamo_metrics()
     assert m["graphs"] == 0 and m["recompile_reasons"] == [] and m["compile_seconds"] == 0.0
+
+
+def test_program_launch_reuses_host_views_with_fresh_inputs():
+    """The launch keeps one host view per argument position and re-points it each call: calls
+    with other tensors (other storages, an input aliasing another, a view with an offset) compute
+    on those tensors, and results of earlier calls stay intact."""
+    def f(x, w):
+        return torch.tanh(x @ w) + x.sum()
+
+    compiled = torch.compile(f, backend="neuron", dynamic=False)
+    kept = []
+    for seed in range(4):
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(3, 5, generator=g)
+        w = torch.randn(5, 5, generator=g)
+        if seed == 2:
+            base = torch.randn(40, generator=g).to("neuron")
+            xn, wn = base[1:16].view(3, 5), base[15:40].view(5, 5)  # overlapping, offset views
+            x, w = xn.cpu(), wn.cpu()
+        else:
+            xn, wn = x.to("neuron"), w.to("neuron")
+        out = compiled(xn, wn)
+        # tanh(x @ w): 5-term dot products; the sum of x: 15 terms.
+        assert_close(out, f(x, w).to("neuron"), terms=20)
+        kept.append((out, f(x, w)))
+    for out, expected in kept:
+        assert_close(out, expected.to("neuron"), terms=20)
+
+
+def _threads_op():
+    """A custom op whose CPU kernel reports the intra-op thread count it runs with."""
+    if not hasattr(torch.ops, "neuron_test") or not hasattr(torch.ops.neuron_test, "threads"):
+        lib = torch.library.Library("neuron_test", "FRAGMENT")
+        lib.define("threads(Tensor x) -> Tensor")
+        lib.impl("threads", lambda x: torch.full_like(x, torch.get_num_threads()), "CPU")
+        lib.impl("threads", lambda x: torch.empty_like(x), "Meta")
+        _threads_op.lib = lib  # keep the registration alive
+    return torch.ops.neuron_test.threads
+
+
+def test_tiny_programs_run_single_threaded_large_ones_threaded():
+    """A program whose every op is below the single-thread work (one-token decode sizes) runs
+    with one intra-op thread; one with a large matmul keeps the process's threads; the count is
+    restored after the call either way."""
+    threads = _threads_op()
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        def f(x, w):
+            return threads(x @ w)[0, :1]
+
+        small = torch.compile(f, backend="neuron", dynamic=False)
+        x, w = torch.randn(1, 64), torch.randn(64, 64)  # 8K FLOPs
+        assert small(x.to("neuron"), w.to("neuron")).item() == 1
+        assert torch.get_num_threads() == 2
+
+        large = torch.compile(f, backend="neuron", dynamic=False)
+        x, w = torch.randn(128, 128), torch.randn(128, 128)  # 4M FLOPs
+        assert large(x.to("neuron"), w.to("neuron")).item() == 2
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(previous)

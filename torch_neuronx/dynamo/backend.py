@@ -271,8 +271,14 @@ class _Program:
         self.cost = cost
         self.output_devices = output_devices
         self._dynamic = cost.is_dynamic
+        # A graph whose every op is tiny (a one-token decode step) runs on one thread: waking
+        # the intra-op workers for its small matrix-vector products and attention costs more
+        # than splitting them saves.
+        self.single_threaded = (cost.largest_op is not None
+                                and cost.largest_op < _C._ProgramLauncher.single_thread_work)
         self._launch = _C._ProgramLauncher(device, name, cost.ops([]) if not self._dynamic else {},
-                                           cost.bytes_engine, compiled, output_devices)
+                                           cost.bytes_engine, compiled, output_devices,
+                                           self.single_threaded)
 
     def __call__(self, *call_args):
         if len(call_args) == 1 and isinstance(call_args[0], list):
