@@ -488,25 +488,32 @@ def _run_compiled(model, dtype, input_ids):
         # first two non-empty lines so the column shows the cause.
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
         res["error"] = f"{type(e).__name__}: {' '.join(lines[:2])}"[:300]
-        if isinstance(e, torch._dynamo.exc.Unsupported) and graph_breaks_without_neuron(
+        if isinstance(e, DYNAMO_TRACE_ERRORS) and graph_breaks_without_neuron(
                 cpu_model.to(dtype=dtype), input_ids):
-            res["error"] = ("graph break in the model's code (also on the CPU with Dynamo alone, "
-                            "backend='eager'): " + res["error"])[:300]
+            what = ("graph break" if isinstance(e, torch._dynamo.exc.Unsupported)
+                    else "untraceable code")
+            res["error"] = f"{what} {MODEL_CODE_MARK}: {res['error']}"[:300]
     finally:
         torch._dynamo.reset()
     return res
 
 
+# What Dynamo raises when it cannot trace a model's code as one graph: a graph break, or a
+# user-code error such as a data-dependent size it cannot specialise under fullgraph=True.
+DYNAMO_TRACE_ERRORS = (torch._dynamo.exc.Unsupported, torch._dynamo.exc.UserError)
+MODEL_CODE_MARK = "in the model's code (also on the CPU with Dynamo alone, backend='eager')"
+
+
 def graph_breaks_without_neuron(model, input_ids) -> bool:
-    """Whether `model`'s forward with labels breaks the graph under fullgraph=True on the CPU
-    with Dynamo alone (backend="eager"): a graph break that is a property of the model's code,
-    not of the neuron backend (or of any backend)."""
+    """Whether `model`'s forward with labels fails to trace as one graph (fullgraph=True) on the
+    CPU with Dynamo alone (backend="eager"): a property of the model's code, not of the neuron
+    backend (or of any backend)."""
     torch._dynamo.reset()
     try:
         compiled = torch.compile(model.eval(), backend="eager", fullgraph=True)
         compiled(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), labels=input_ids)
         return False
-    except torch._dynamo.exc.Unsupported:
+    except DYNAMO_TRACE_ERRORS:
         return True
     except Exception:  # noqa: BLE001 - another failure says nothing about a graph break
         return False
@@ -714,6 +721,20 @@ def _cell(text):
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _compiled_count_line(rows, where):
+    """The totals line of the compiled column over `rows` (architectures that pass eagerly)."""
+    passed = sum(r["compiled"] == "pass" for r in rows)
+    model_code = sum(r["compiled"] == "fail" and MODEL_CODE_MARK in r.get("compiled_detail", "")
+                     for r in rows)
+    line = (f"- compiled (`torch.compile(backend=\"neuron\", fullgraph=True)` forward+backward "
+            f"against eager neuron, same tolerances; {where}): **{passed}** pass of {len(rows)} "
+            "that pass eagerly")
+    if model_code:
+        line += (f"; {model_code} of the {len(rows) - passed} others cannot be traced as one graph "
+                 "by Dynamo alone on the CPU either (the model's code, not the backend)")
+    return line
+
+
 def write_reports(records, meta, out_dir):
     os.makedirs(out_dir, exist_ok=True)
     stem = "hf_coverage" if meta["dtype"] == "float32" else f"hf_coverage_{meta['dtype']}"
@@ -760,23 +781,16 @@ def write_reports(records, meta, out_dir):
         f"- CPU-fallback ops seen over the sweep: {', '.join(f'`{o}`' for o in fallback) or 'none'}",
     ]
     if with_compiled:
-        passed = sum(r["compiled"] == "pass" for r in with_compiled)
-        lines.append(
-            f"- compiled (`torch.compile(backend=\"neuron\", fullgraph=True)` forward+backward "
-            f"against eager neuron, same tolerances; `--compiled`): **{passed}** pass of "
-            f"{len(with_compiled)} that pass eagerly")
+        lines.append(_compiled_count_line(with_compiled, "`--compiled`"))
     compiled_report = os.path.join(out_dir, stem + "_compiled.json")
     if not meta.get("compiled") and not with_compiled and os.path.exists(compiled_report):
         # The compiled column runs on its own (`--compiled`, CI subset by default): its count here.
         with open(compiled_report) as f:
             other = json.load(f)
         rows = [r for r in other["architectures"] if "compiled" in r]
-        passed = sum(r["compiled"] == "pass" for r in rows)
-        lines.append(
-            f"- compiled (`torch.compile(backend=\"neuron\", fullgraph=True)` forward+backward "
-            f"against eager neuron, same tolerances; `--compiled`, run {other['meta']['date']} over "
-            f"{len(other['architectures'])} architectures): **{passed}** pass of {len(rows)} that pass "
-            f"eagerly — [{stem}_compiled.md]({stem}_compiled.md)")
+        lines.append(_compiled_count_line(
+            rows, f"`--compiled`, run {other['meta']['date']} over {len(other['architectures'])} "
+            "architectures") + f" — [{stem}_compiled.md]({stem}_compiled.md)")
     lines += [
         f"- wall time of the passing architectures' runs (per architecture the median of "
         f"{meta.get('repeats', 1)} timed runs per device, devices taking turns): neuron {neu_s:.1f} s, "

@@ -104,6 +104,19 @@ def test_compiled_column_tells_the_models_graph_breaks_from_ours():
     res = hf_sweep._run_compiled(Tiny(log=True), torch.float32, ids)
     assert "model's code" in res["error"] and "Dynamo alone" in res["error"], res
 
+    # Code Dynamo cannot trace at all under fullgraph (a size read from data, as dbrx's expert
+    # loop does) is the model's too.
+    class DataDependent(torch.nn.Module):
+        def forward(self, input_ids, attention_mask=None, labels=None):
+            total = input_ids.float().sum()
+            for i in range(torch.nonzero(input_ids > 0).shape[0]):  # a loop over a data size
+                total = total + i
+            return total
+
+    assert hf_sweep.graph_breaks_without_neuron(DataDependent(), ids)
+    res = hf_sweep._run_compiled(DataDependent(), torch.float32, ids)
+    assert res["error"].startswith("untraceable code in the model's code"), res
+
 
 def test_eager_report_carries_the_compiled_columns_count(tmp_path):
     """The compiled column runs on its own (`--compiled`); the eager report states its count when
@@ -123,5 +136,12 @@ def test_eager_report_carries_the_compiled_columns_count(tmp_path):
     assert json.loads((tmp_path / "hf_coverage_compiled.json").read_text())["meta"]["date"] == "c"
     hf_sweep.write_reports(records, meta, str(tmp_path))
     text = (tmp_path / "hf_coverage.md").read_text()
-    assert "run c over 3 architectures): **2** pass of 3 that pass eagerly" in text
+    assert "run c over 3 architectures): **2** pass of 3 that pass eagerly —" in text
+    # Failures that Dynamo alone hits on the CPU are counted apart.
+    compiled[1]["compiled_detail"] = "graph break " + hf_sweep.MODEL_CODE_MARK + ": Unsupported"
+    hf_sweep.write_reports(compiled, dict(meta, compiled=True, date="c"), str(tmp_path))
+    hf_sweep.write_reports(records, meta, str(tmp_path))
+    text = (tmp_path / "hf_coverage.md").read_text()
+    assert ("**2** pass of 3 that pass eagerly; 1 of the 1 others cannot be traced as one graph by "
+            "Dynamo alone") in text
     assert "[hf_coverage_compiled.md](hf_coverage_compiled.md)" in text
