@@ -18,7 +18,7 @@ concurrent memcpy of the buffer on every rank is its floor, reported as a fracti
 Last, the TP x FSDP training step of the tiny Llama (TP=2 x FSDP=2) on neuron vs the same step on
 CPU with Gloo.
 
-    python bench/collectives.py [--max-mib 256] [--reps 5] [--ranks 4] [--skip-step]
+    python bench/collectives.py [--max-mib 256] [--reps 11] [--ranks 4] [--skip-step]
 """
 
 from __future__ import annotations
@@ -224,7 +224,7 @@ def worker(args) -> None:
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--max-mib", type=int, default=256)
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--reps", type=int, default=11)
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--skip-step", action="store_true", help="collectives only, no TP x FSDP step")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

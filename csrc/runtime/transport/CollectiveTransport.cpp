@@ -820,7 +820,7 @@ void CollectiveTransport::barrier() {
 void CollectiveTransport::broadcast(void* data, size_t bytes, int root) {
   begin(OpKind::kBroadcast, DType::kOpaque1, bytes, root, 0);
   char* p = static_cast<char*>(data);
-  if (use_single_copy(bytes)) {
+  if (use_single_copy(bytes, bytes)) {
     const void* mine[1] = {data};
     publish(mine, 1, bytes);
     sync();
@@ -898,7 +898,7 @@ void CollectiveTransport::allgather(const void* in, void* const* outs, size_t by
 void CollectiveTransport::gather(const void* in, void* const* outs, size_t bytes, int root) {
   begin(root < 0 ? OpKind::kAllgather : OpKind::kGather, DType::kOpaque1, bytes, root, 0);
   const char* src = static_cast<const char*>(in);
-  if (use_single_copy(bytes * size_)) {
+  if (use_single_copy(bytes * size_, bytes)) {
     if (gather_single_copy(src, outs, bytes, root)) return;
     next_step();  // some buffer is out of reach: the slots, from the other half
   }

@@ -200,9 +200,14 @@ class CollectiveTransport {
   // descriptor matches); publishing where `n` buffers of `bytes` each are, in this rank's slot
   // half; after the barrier, whether every rank can reach every published buffer (all ranks read
   // the same tables, so all agree; false: the op goes through the slots); and a peer's buffer.
-  bool use_single_copy(size_t bytes) const {
-    return size_ > 1 && ((mapped_ && bytes >= options_.mapped_min_bytes) ||
-                         (single_copy_ && bytes >= options_.single_copy_min_bytes));
+  // `slot_part`, for operations that only copy (broadcast, gather): what one rank's slot carries
+  // of the message on the slot path. There mapped memory saves only that one copy but costs a
+  // second barrier (with more ranks than cores, about as much as copying a few MiB), so it is
+  // taken once the slots would need more than one step, and barriers, anyway.
+  bool use_single_copy(size_t bytes, size_t slot_part = 0) const {
+    const bool mapped = mapped_ && bytes >= options_.mapped_min_bytes &&
+                        (slot_part == 0 || slot_part > half_bytes());
+    return size_ > 1 && (mapped || (single_copy_ && bytes >= options_.single_copy_min_bytes));
   }
   void publish(const void* const* addresses, int n, size_t bytes);
   bool all_reachable(int n, size_t bytes);
