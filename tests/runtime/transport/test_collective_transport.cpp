@@ -25,18 +25,11 @@
 #include "runtime/Error.h"
 #include "runtime/SharedHbm.h"
 #include "runtime/transport/CollectiveTransport.h"
+#include "forked_ranks.h"
 
 using namespace nrtsim::transport;
 
 namespace {
-
-#define REQUIRE(cond)                                                                        \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
-      std::fprintf(stderr, "rank check failed at %s:%d: %s\n", __FILE__, __LINE__, #cond);   \
-      return false;                                                                          \
-    }                                                                                        \
-  } while (0)
 
 TransportOptions small_options() {
   TransportOptions o;
@@ -46,57 +39,12 @@ TransportOptions small_options() {
   return o;
 }
 
-std::unique_ptr<CollectiveTransport> connect(const std::string& name, int rank, int size,
-                                             const TransportOptions& o) {
-  if (rank == 0) return CollectiveTransport::create(name, size, o);
-  // Rank 0 may not have created the segment yet (the backend layer orders this with its Store).
-  for (int attempt = 0;; ++attempt) {
-    try {
-      return CollectiveTransport::join(name, rank, size, o);
-    } catch (const nrtsim::Error&) {
-      if (attempt > 2000) throw;
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-  }
-}
-
 // Runs body(rank, transport) in `size` processes; returns the exit codes of ranks 0..size-1.
 // `setup(rank)` runs in each child rank before it connects.
 std::vector<int> run_ranks(int size, const std::function<bool(int, CollectiveTransport&)>& body,
                            TransportOptions o = small_options(),
                            const std::function<void(int)>& setup = {}) {
-  const std::string name = ShmSegment::unique_name("nrtsim-test");
-  std::vector<pid_t> children;
-  for (int r = 1; r < size; ++r) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      int code = 1;
-      try {
-        if (setup) setup(r);
-        auto t = connect(name, r, size, o);
-        code = body(r, *t) ? 0 : 1;
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
-        code = 2;
-      }
-      ::_exit(code);
-    }
-    children.push_back(pid);
-  }
-  std::vector<int> codes(size, 0);
-  try {
-    auto t = connect(name, 0, size, o);
-    codes[0] = body(0, *t) ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank 0: %s\n", e.what());
-    codes[0] = 2;
-  }
-  for (int r = 1; r < size; ++r) {
-    int status = 0;
-    ::waitpid(children[r - 1], &status, 0);
-    codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
-  }
-  return codes;
+  return forked_ranks::run("nrtsim-test", size, body, o, setup);
 }
 
 float value(int rank, size_t i) { return static_cast<float>((rank + 1) * 0.5 + (i % 97) * 0.25); }

@@ -14,18 +14,11 @@
 
 #include "runtime/Error.h"
 #include "runtime/transport/CollectiveTransport.h"
+#include "forked_ranks.h"
 
 using namespace nrtsim::transport;
 
 namespace {
-
-#define REQUIRE(cond)                                                                      \
-  do {                                                                                     \
-    if (!(cond)) {                                                                         \
-      std::fprintf(stderr, "rank check failed at %s:%d: %s\n", __FILE__, __LINE__, #cond); \
-      return false;                                                                        \
-    }                                                                                      \
-  } while (0)
 
 TransportOptions options(int timeout_ms = 10'000) {
   TransportOptions o;
@@ -35,53 +28,10 @@ TransportOptions options(int timeout_ms = 10'000) {
   return o;
 }
 
-std::unique_ptr<CollectiveTransport> connect(const std::string& name, int rank, int size,
-                                             const TransportOptions& o) {
-  if (rank == 0) return CollectiveTransport::create(name, size, o);
-  for (int attempt = 0;; ++attempt) {
-    try {
-      return CollectiveTransport::join(name, rank, size, o);
-    } catch (const nrtsim::Error&) {
-      if (attempt > 2000) throw;
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-  }
-}
-
 // body(rank, transport) in `size` forked processes; the exit codes of ranks 0..size-1.
 std::vector<int> run_ranks(int size, const std::function<bool(int, CollectiveTransport&)>& body,
                            const TransportOptions& o = options()) {
-  const std::string name = ShmSegment::unique_name("nrtsim-any");
-  std::vector<pid_t> children;
-  for (int r = 1; r < size; ++r) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      int code = 1;
-      try {
-        auto t = connect(name, r, size, o);
-        code = body(r, *t) ? 0 : 1;
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
-        code = 2;
-      }
-      ::_exit(code);
-    }
-    children.push_back(pid);
-  }
-  std::vector<int> codes(size, 0);
-  try {
-    auto t = connect(name, 0, size, o);
-    codes[0] = body(0, *t) ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank 0: %s\n", e.what());
-    codes[0] = 2;
-  }
-  for (int r = 1; r < size; ++r) {
-    int status = 0;
-    ::waitpid(children[r - 1], &status, 0);
-    codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
-  }
-  return codes;
+  return forked_ranks::run("nrtsim-any", size, body, o);
 }
 
 // Receives one int32 message of `n` elements with `tag` from any rank; returns the sender.
