@@ -1,6 +1,7 @@
 // ATen's intra-op thread count set to one on this thread for a scope, for compiled code whose
 // every operation is too small for a split over threads to pay for waking the OpenMP workers
-// (a one-token decode step: matrix-vector products and attention over a short cache). Measured
+// (a one-token decode step: matrix-vector products and attention over a short cache; the NKI
+// interpreter's tile-sized GEMMs). Measured
 // on the 2-core host: the decode step's attention, 262K FLOPs, took 23 us on one thread and 113 us
 // on two while other jobs ran; the whole decode program ran in half the time on one thread.
 // at::set_num_threads sets the calling thread's OpenMP and MKL counts (the NKI interpreter does

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/compiler/SingleThreaded.h"
 #include "backend/core/KernelLaunch.h"
 #include "backend/core/NeuronRuntime.h"
 #include "runtime/EngineModel.h"
@@ -42,25 +43,11 @@ void aten_matmul(int64_t m, int64_t n, int64_t k, const float* stationary, const
   }
 }
 
-// Runs the interpreter with ATen's intra-op threads set to one on this thread. Its GEMMs are
-// tile-sized (at most 128 x 512 x 128): waking OpenMP workers for each costs more than it saves,
-// and between them the idle workers spin on the cores the interpreter needs (measured: flash
-// attention S=2048 took 3.6 s with two threads on a busy 2-core host, 0.14 s with one).
-// at::set_num_threads sets the calling thread's OpenMP and MKL thread counts.
-class SingleThreadedMath {
- public:
-  SingleThreadedMath() : saved_(at::get_num_threads()) {
-    if (saved_ != 1) at::set_num_threads(1);
-  }
-  ~SingleThreadedMath() {
-    if (saved_ != 1) at::set_num_threads(saved_);
-  }
-  SingleThreadedMath(const SingleThreadedMath&) = delete;
-  SingleThreadedMath& operator=(const SingleThreadedMath&) = delete;
-
- private:
-  int saved_;
-};
+// The interpreter runs with ATen's intra-op threads set to one on this thread
+// (torch_neuronx::SingleThreaded). Its GEMMs are tile-sized (at most 128 x 512 x 128): waking
+// OpenMP workers for each costs more than it saves, and between them the idle workers spin on the
+// cores the interpreter needs (measured: flash attention S=2048 took 3.6 s with two threads on a
+// busy 2-core host, 0.14 s with one).
 
 nrtsim::nki::View view_from(const py::handle& h) {
   nrtsim::nki::View v;
@@ -201,7 +188,7 @@ class NkiExecutable {
   // Standalone run on host memory (NumPy arrays, CPU tensors): no device, no launch record.
   py::list run_host(const py::list& memory) const {
     const auto ext = externals_from(memory);
-    const SingleThreadedMath one_thread;
+    const SingleThreaded one_thread(true);
     std::vector<std::string> printed = runtime_call([&] { return exe_->run(ext); });
     return py::cast(printed);
   }
@@ -224,7 +211,7 @@ class NkiExecutable {
     work.timeline_end_ns = t.engine_end_ns;
     std::vector<std::string> printed;
     launch_on(index, op_, LaunchKind::kNkiKernel, work, [&] {
-      const SingleThreadedMath one_thread;
+      const SingleThreaded one_thread(true);
       printed = exe_->run(ext);
     });
     return py::make_tuple(py::cast(printed), timeline_dict(t, spec, false));
