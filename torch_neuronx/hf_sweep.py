@@ -735,11 +735,15 @@ def _compiled_count_line(rows, where):
     return line
 
 
+def report_stem(dtype: str, compiled: bool) -> str:
+    stem = "hf_coverage" if dtype == "float32" else f"hf_coverage_{dtype}"
+    # The compiled column is its own report, next to the eager sweep's.
+    return stem + "_compiled" if compiled else stem
+
+
 def write_reports(records, meta, out_dir):
     os.makedirs(out_dir, exist_ok=True)
-    stem = "hf_coverage" if meta["dtype"] == "float32" else f"hf_coverage_{meta['dtype']}"
-    if meta.get("compiled"):
-        stem += "_compiled"  # its own report: the compiled column, next to the eager sweep's
+    stem = report_stem(meta["dtype"], meta.get("compiled"))
     counts, fallback, neu_s, cpu_s = summarize(records)
     meta = dict(meta, counts=counts, fallback_ops=fallback, neuron_s=round(neu_s, 2), cpu_s=round(cpu_s, 2))
     with open(os.path.join(out_dir, stem + ".json"), "w") as f:
@@ -838,6 +842,10 @@ def main(argv=None):
                         "forward+backward of each eagerly passing architecture against eager neuron")
     p.add_argument("--repeats", type=int, default=3,
                    help="timed runs per device of each passing architecture; the median is reported")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the architectures already in the output directory's report of this "
+                        "dtype and column, sweep only the others; the report is rewritten after "
+                        "every architecture, so an interrupted sweep resumes where it stopped")
     args = p.parse_args(argv)
     transformers.logging.set_verbosity_error()
     dtype = getattr(torch, args.dtype)
@@ -852,24 +860,42 @@ def main(argv=None):
         entries = [(k, v) for k, v in entries if k in wanted]
     if args.limit:
         entries = entries[: args.limit]
-    print(f"sweeping {len(entries)} ({args.dtype})", flush=True)
+    done, earlier_wall_s = {}, 0.0
+    report = os.path.join(args.output_dir, report_stem(args.dtype, args.compiled) + ".json")
+    if args.resume and os.path.exists(report):
+        with open(report) as f:
+            previous = json.load(f)
+        done = {r["model_type"]: r for r in previous["architectures"]}
+        earlier_wall_s = previous["meta"].get("wall_s", 0.0)
+        print(f"resuming: {len(done)} architectures already in {report}", flush=True)
+    print(f"sweeping {sum(mt not in done for mt, _ in entries)} ({args.dtype})", flush=True)
 
     t0 = time.perf_counter()
+
+    def meta_now():
+        return dict(
+            date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            machine=f"{platform.machine()}, {os.cpu_count()} cores",
+            torch=torch.__version__, transformers=transformers.__version__, dtype=args.dtype,
+            torch_dtype=dtype, wall_s=earlier_wall_s + time.perf_counter() - t0,
+            argv=sys.argv[1:], repeats=args.repeats, compiled=args.compiled,
+        )
+
     records = []
     for i, (mt, cls) in enumerate(entries, 1):
+        if mt in done:
+            records.append(done[mt])
+            continue
         r = sweep_one(mt, cls, dtype, args.time_limit, args.repeats, compiled=args.compiled)
         records.append(r)
+        if args.resume:
+            write_reports(records + [done[m] for m, _ in entries[i:] if m in done], meta_now(),
+                          args.output_dir)
         extra = r.get("stage", "") + (": " + (r.get("error") or r.get("reason", "")) if r["status"] != "pass" else "")
         if "compiled" in r:
             extra += f" | compiled: {r['compiled']} {r.get('compiled_detail', '')}"
         print(f"[{i}/{len(entries)}] {mt}: {r['status']} {extra}"[:240], flush=True)
-    meta = dict(
-        date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        machine=f"{platform.machine()}, {os.cpu_count()} cores",
-        torch=torch.__version__, transformers=transformers.__version__, dtype=args.dtype,
-        torch_dtype=dtype, wall_s=time.perf_counter() - t0, argv=sys.argv[1:], repeats=args.repeats,
-        compiled=args.compiled,
-    )
+    meta = meta_now()
     write_reports(records, meta, args.output_dir)
     counts, fallback, neu_s, cpu_s = summarize(records)
     print(json.dumps(counts), flush=True)

@@ -126,6 +126,34 @@ def test_checkpoint_from_larger_machine(tmp_path, python_subprocess):
     assert "ok" in result.stdout
 
 
+
+def test_checkpoint_loads_onto_the_one_core_by_its_instance_number(tmp_path, python_subprocess):
+    """Under torchrun's layout (NEURON_RT_VISIBLE_CORES=$LOCAL_RANK) neuron:<LOCAL_RANK> names the
+    process's one core: a checkpoint saved from neuron:3 loads onto neuron:0 with no map_location,
+    and every map_location form naming core 3 works; any other index is still an error."""
+    path = tmp_path / "ckpt.pt"
+    torch.save({"w": reference().to("neuron:3")}, path)
+    result = python_subprocess(
+        f"""
+        import torch, torch_neuronx
+        assert torch.neuron.device_count() == 1
+        expected = torch.arange(24, dtype=torch.float32).reshape(4, 6) * 0.5 - 3
+        for location in (None, "neuron:3", torch.device("neuron", 3), {{"neuron:3": "neuron:3"}}):
+            w = torch.load({str(path)!r}, map_location=location)["w"]
+            assert w.device == torch.device("neuron", 0), (location, w.device)
+            assert torch.equal(w.cpu(), expected), location
+        try:
+            torch.load({str(path)!r}, map_location="neuron:2")
+            raise SystemExit("loaded onto neuron:2, which this process does not have")
+        except RuntimeError as e:
+            assert "device_count" in str(e), e
+        print("ok")
+        """,
+        env={"NEURON_RT_VISIBLE_CORES": "3"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ok" in result.stdout
+
 @pytest.mark.parametrize(
     "dtype",
     [

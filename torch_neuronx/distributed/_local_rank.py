@@ -12,12 +12,20 @@ visible (Accelerate prepares models with DDP(device_ids=[local_process_index])):
   inputs' neuron:0, so a copy each step) through a per-device stream list indexed by i, sized by
   device_count() (an IndexError for i > 0).
 
-Both get the alias rewritten to neuron:0 on the way in, which is what it names; every other
-argument passes through unchanged (and meets torch's own errors)."""
+- FullyShardedDataParallel(device_id=i) (FSDP1) compares the parameters' device with neuron:i
+  and raises "Inconsistent compute device".
+
+Each gets the alias rewritten to neuron:0 on the way in, which is what it names; every other
+argument passes through unchanged (and meets torch's own errors). FSDP1 is wrapped when its
+module is first imported, not before: importing it costs most of a second, which `import torch`
+should not pay."""
 
 from __future__ import annotations
 
 import functools
+import importlib.abc
+import inspect
+import sys
 
 import torch
 
@@ -65,19 +73,12 @@ def _wrap_init_process_group() -> None:
     if getattr(original, _MARK, False):
         return
 
-    def device_id_of(device_id):
-        if isinstance(device_id, int) and not isinstance(device_id, bool):
-            # An int means the current accelerator's device (torch builds the device from it).
-            acc = torch.accelerator.current_accelerator()
-            return one_core_index(device_id) if acc is not None and acc.type == "neuron" else device_id
-        return one_core_device(device_id)
-
     @functools.wraps(original)
     def init_process_group(*args, **kwargs):
         if "device_id" in kwargs:
-            kwargs["device_id"] = device_id_of(kwargs["device_id"])
+            kwargs["device_id"] = _device_id_of(kwargs["device_id"])
         elif len(args) > 8:  # device_id is the ninth parameter
-            args = (*args[:8], device_id_of(args[8]), *args[9:])
+            args = (*args[:8], _device_id_of(args[8]), *args[9:])
         return original(*args, **kwargs)
 
     setattr(init_process_group, _MARK, True)
@@ -104,7 +105,73 @@ def _wrap_ddp() -> None:
     ddp.__init__ = __init__
 
 
+def _device_id_of(device_id):
+    """init_process_group's and FSDP1's `device_id`: an int names a device of the current
+    accelerator's type (torch builds the device from it), a torch.device or string itself."""
+    if isinstance(device_id, int) and not isinstance(device_id, bool):
+        acc = torch.accelerator.current_accelerator()
+        return one_core_index(device_id) if acc is not None and acc.type == "neuron" else device_id
+    return one_core_device(device_id)
+
+
+_FSDP1_MODULE = "torch.distributed.fsdp.fully_sharded_data_parallel"
+
+
+def _wrap_fsdp1(module) -> None:
+    fsdp = module.FullyShardedDataParallel
+    original = fsdp.__init__
+    if getattr(original, _MARK, False):
+        return
+
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        bound = signature.bind(self, *args, **kwargs)
+        if bound.arguments.get("device_id") is not None:
+            bound.arguments["device_id"] = _device_id_of(bound.arguments["device_id"])
+        original(*bound.args, **bound.kwargs)
+
+    setattr(__init__, _MARK, True)
+    fsdp.__init__ = __init__
+
+
+class _WrapFsdp1OnImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds FSDP1's module through the regular finders, runs it, then wraps its class."""
+
+    def __init__(self):
+        self._spec = None
+
+    def find_spec(self, name, path, target=None):
+        if name != _FSDP1_MODULE or self._spec is not None:
+            return None
+        sys.meta_path.remove(self)  # one shot: the regular finders locate the module
+        from importlib.util import find_spec
+
+        spec = find_spec(name)
+        if spec is None or spec.loader is None:
+            return None
+        self._spec = spec
+        spec.loader, self._loader = self, spec.loader
+        return spec
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        _wrap_fsdp1(module)
+
+
+def _wrap_fsdp1_when_imported() -> None:
+    if _FSDP1_MODULE in sys.modules:
+        _wrap_fsdp1(sys.modules[_FSDP1_MODULE])
+    elif not any(isinstance(f, _WrapFsdp1OnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _WrapFsdp1OnImport())
+
+
 def accept_local_rank_device_indices() -> None:
-    """Installs both (idempotent); called when the backend is registered."""
+    """Installs all three (idempotent); called when the backend is registered."""
     _wrap_init_process_group()
     _wrap_ddp()
+    _wrap_fsdp1_when_imported()

@@ -2,6 +2,8 @@
 
 import torch
 
+from torch_neuronx.neuron import _utils  # noqa: F401  (torch.load reads torch.neuron._utils)
+from torch_neuronx.neuron._utils import _get_device_index  # noqa: F401
 from torch_neuronx.neuron._device import (  # noqa: F401
     NeuronDeviceProperties,
     _is_in_bad_fork,
@@ -59,14 +61,6 @@ from torch_neuronx.neuron.streams import (  # noqa: F401
     set_stream,
     stream,
 )
-
-
-def _get_device_index(device, optional: bool = False, allow_cpu: bool = False) -> int:
-    if isinstance(device, torch.device) and device.type == "cpu" and allow_cpu:
-        return -1
-    from torch_neuronx.neuron._device import _device_index
-
-    return _device_index(device)
 
 
 def __getattr__(name: str):

@@ -4,6 +4,7 @@ of the process's one core, neuron:0 (see docs/distributed.md, "Device indices").
 
 import os
 import sys
+import tempfile
 
 import torch
 import torch.distributed as dist
@@ -94,11 +95,42 @@ def check_process_group():
     dist.all_reduce(y, group=mesh.get_group())
     assert torch.equal(y.cpu(), torch.full((3,), float(WORLD)))
     dist.barrier(device_ids=[LOCAL_RANK])
+    check_fsdp1()
     dist.destroy_process_group()
+
+
+def check_fsdp1():
+    # FSDP1 with device_id=local_rank, as a CUDA script writes it (an int and a torch.device); the
+    # module starts on the CPU and FSDP moves it to the named device.
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    for device_id in (LOCAL_RANK, MINE):
+        model = torch.nn.Linear(4, 2, bias=False)
+        with torch.no_grad():
+            model.weight.fill_(1.0)
+        fsdp = FSDP(model, device_id=device_id, use_orig_params=True)
+        assert fsdp.compute_device == ZERO, fsdp.compute_device
+        out = fsdp(torch.full((3, 4), float(RANK), device=MINE))
+        out.sum().backward()
+        # Every rank's gradient is the mean over ranks: 3 rows of x, each element RANK.
+        with FSDP.summon_full_params(fsdp, with_grads=True):
+            want = torch.full((2, 4), 3.0 * sum(range(WORLD)) / WORLD)
+            assert torch.allclose(fsdp.weight.grad.cpu(), want), fsdp.weight.grad
+
+
+def check_load_map_location(tmp_dir):
+    # torch.load(map_location=...) naming this core by its instance number, in each form.
+    path = os.path.join(tmp_dir, f"rank{RANK}.pt")
+    torch.save({"w": torch.arange(4.0, device=MINE)}, path)
+    for location in (f"neuron:{LOCAL_RANK}", MINE, {"neuron:0": f"neuron:{LOCAL_RANK}"}):
+        loaded = torch.load(path, map_location=location)["w"]
+        assert loaded.device == ZERO and torch.equal(loaded.cpu(), torch.arange(4.0)), (location, loaded)
 
 
 if __name__ == "__main__":
     check_device_api()
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        check_load_map_location(tmp_dir)
     check_process_group()
     print(f"rank {RANK} local rank ok", flush=True)
     sys.exit(0)
