@@ -8,9 +8,9 @@ Inductor on the CPU, side by side in one run, on the eager benchmark's tiny Llam
     and empty Inductor cache, a fresh process) and warm (a fresh process over the caches the cold
     run left: TorchNeuron's "cache hit after restart"), neuron against Inductor on the CPU.
 
-Steps: medians of >= 7 repetitions, the variants taking turns within each repetition so a slow
-spell of the machine falls on all alike. Compile times: medians of --compile-repeats (>= 5)
-fresh processes each, neuron and Inductor alternating.
+Steps: medians of 12 repetitions, the variants taking turns within each repetition so a slow
+spell of the machine falls on all alike, in an order that rotates each repetition. Compile
+times: medians of --compile-repeats (>= 5) fresh processes each, neuron and Inductor alternating.
 
     python bench/compile.py                 # prints the table
     python bench/compile.py --write         # also rewrites the table in docs/benchmarks.md
@@ -32,7 +32,7 @@ import torch
 
 import torch_neuronx  # noqa: F401
 
-REPEATS = 7
+REPEATS = 12  # a multiple of the four variants: each takes each slot of the rotation alike
 VOCAB, BATCH, SEQ, CACHE_LEN = 1024, 8, 128, 256
 
 
@@ -112,21 +112,27 @@ def sync(device: str):
 
 
 def taking_turns(make, variants, repeats=REPEATS, warmup=2) -> dict:
-    """Median seconds per call of each variant's step, the variants taking turns."""
+    """Median seconds per call of each variant's step, the variants taking turns. The order
+    rotates by one each repetition, so every variant runs after every other equally often: the
+    step before evicts caches (each variant has its own weights; four models' exceed the last
+    level cache), and a fixed order measured the same program up to 10% slower in the slot
+    after the CPU eager step than in another slot."""
     steps = {v: make(v) for v in variants}
     for v, step in steps.items():
         for _ in range(warmup):  # compiles, then one steady call
             step()
         sync(_compiler(v)[0])
     times = {v: [] for v in variants}
+    order = list(variants)
     for _ in range(repeats):
-        for v, step in steps.items():
+        for v in order:
             device = _compiler(v)[0]
             sync(device)
             start = time.perf_counter()
-            step()
+            steps[v]()
             sync(device)
             times[v].append(time.perf_counter() - start)
+        order = order[1:] + order[:1]
     return {v: statistics.median(t) for v, t in times.items()}
 
 
@@ -243,7 +249,7 @@ def main():
         start, end = "<!-- compile:start -->", "<!-- compile:end -->"
         block = (f"{start}\nMeasured {time.strftime('%Y-%m-%d')} on {machine()} (start: "
                  f"{load_before:.2f}); steps: medians of {args.repeats} repetitions, the four "
-                 f"variants taking turns; compile: medians of {args.compile_repeats} fresh "
+                 f"variants taking turns in a rotating order; compile: medians of {args.compile_repeats} fresh "
                  f"processes each (`python bench/compile.py`).\n\n{text}\n{end}")
         if start in content:
             content = content[: content.index(start)] + block + content[content.index(end)

@@ -204,29 +204,8 @@ def _graph_for_cpu(gm: torch.fx.GraphModule, example_inputs, fake_mode, device: 
                 x = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cpu")
             cpu_inputs.append(x)
     _CpuFakeTensorProp(cpu_gm, mode=fake_mode).propagate_dont_convert_inputs(*cpu_inputs)
-    _one_row_products(cpu_gm)
     cpu_gm.recompile()
     return cpu_gm, cpu_inputs
-
-
-def _one_row_products(cpu_gm: torch.fx.GraphModule) -> None:
-    """aten.mm of one float32 row by a transposed row-major weight (a linear layer on one token)
-    becomes neuron_program.row_gemv (csrc/backend/compiler/ProgramGemv.cpp): the same product,
-    its rows split over the cores. The product streams the whole weight from memory once, and
-    MKL, which mm calls, runs this shape on one core, which draws only part of the host's memory
-    bandwidth."""
-    row_gemv = torch.ops.neuron_program.row_gemv.default
-    for node in cpu_gm.graph.nodes:
-        if node.op != "call_function" or node.target is not torch.ops.aten.mm.default:
-            continue
-        x, weight_t = (arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
-                       for arg in node.args[:2])
-        if not (isinstance(x, torch.Tensor) and isinstance(weight_t, torch.Tensor)):
-            continue
-        if (x.dtype == weight_t.dtype == torch.float32 and x.dim() == 2
-                and isinstance(x.shape[0], int) and x.shape[0] == 1
-                and isinstance(weight_t.stride(0), int) and weight_t.stride(0) == 1):
-            node.target = row_gemv
 
 
 class _CpuFakeTensorProp(FakeTensorProp):

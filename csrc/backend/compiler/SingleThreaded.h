@@ -20,50 +20,17 @@ constexpr double kSingleThreadWork = 1 << 20;
 class SingleThreaded {
  public:
   explicit SingleThreaded(bool on)
-      : saved_(on && !at::in_parallel_region() ? at::get_num_threads() : 1),
-        outer_(outer_threads_) {
-    if (saved_ != 1) {
-      at::set_num_threads(1);
-      outer_threads_ = saved_;
-    }
+      : saved_(on && !at::in_parallel_region() ? at::get_num_threads() : 1) {
+    if (saved_ != 1) at::set_num_threads(1);
   }
   ~SingleThreaded() {
-    if (saved_ != 1) {
-      at::set_num_threads(saved_);
-      outer_threads_ = outer_;
-    }
+    if (saved_ != 1) at::set_num_threads(saved_);
   }
   SingleThreaded(const SingleThreaded&) = delete;
   SingleThreaded& operator=(const SingleThreaded&) = delete;
 
-  // The thread count a SingleThreaded scope on this thread put aside (0: none is active).
-  static int outer_threads() { return outer_threads_; }
-
  private:
-  static inline thread_local int outer_threads_ = 0;
   int saved_;
-  int outer_;
-};
-
-// Inside a SingleThreaded scope, the thread count it put aside, back for one operation whose time
-// is memory traffic rather than arithmetic: a matrix-vector product streams its whole matrix from
-// memory once, and one core alone draws only about half of this host's memory bandwidth, so a
-// split over the cores pays even where the FLOP count is tiny. Elsewhere a no-op.
-class OuterThreads {
- public:
-  OuterThreads()
-      : restored_(SingleThreaded::outer_threads() > 1 && !at::in_parallel_region() &&
-                  at::get_num_threads() == 1) {
-    if (restored_) at::set_num_threads(SingleThreaded::outer_threads());
-  }
-  ~OuterThreads() {
-    if (restored_) at::set_num_threads(1);
-  }
-  OuterThreads(const OuterThreads&) = delete;
-  OuterThreads& operator=(const OuterThreads&) = delete;
-
- private:
-  bool restored_;
 };
 
 }  // namespace torch_neuronx
