@@ -136,31 +136,28 @@ def _wrap_fsdp1(module) -> None:
     fsdp.__init__ = __init__
 
 
-class _WrapFsdp1OnImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds FSDP1's module through the regular finders, runs it, then wraps its class."""
-
-    def __init__(self):
-        self._spec = None
+class _WrapFsdp1OnImport(importlib.abc.MetaPathFinder):
+    """Finds FSDP1's module through the regular finders and has its loader wrap the class once
+    the module has run. The loader stays the regular one (its source, resources and reload work
+    as before); only its exec_module is wrapped, for this module alone."""
 
     def find_spec(self, name, path, target=None):
-        if name != _FSDP1_MODULE or self._spec is not None:
+        if name != _FSDP1_MODULE:
             return None
         sys.meta_path.remove(self)  # one shot: the regular finders locate the module
         from importlib.util import find_spec
 
         spec = find_spec(name)
-        if spec is None or spec.loader is None:
-            return None
-        self._spec = spec
-        spec.loader, self._loader = self, spec.loader
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            _wrap_fsdp1(module)
+
+        spec.loader.exec_module = exec_module
         return spec
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module):
-        self._loader.exec_module(module)
-        _wrap_fsdp1(module)
 
 
 def _wrap_fsdp1_when_imported() -> None:
