@@ -18,7 +18,7 @@ concurrent memcpy of the buffer on every rank is its floor, reported as a fracti
 Last, the TP x FSDP training step of the tiny Llama (TP=2 x FSDP=2) on neuron vs the same step on
 CPU with Gloo.
 
-    python bench/collectives.py [--max-mib 256] [--reps 11] [--ranks 4] [--skip-step]
+    python bench/collectives.py [--max-mib 256] [--reps 12] [--ranks 4] [--skip-step]
 """
 
 from __future__ import annotations
@@ -104,17 +104,22 @@ def worker(args) -> None:
 
     def timed_in_turns(variants) -> dict:
         """variants: name -> (fn, sync). Repetitions alternate between them, so that load from
-        other jobs falls on all alike."""
+        other jobs falls on all alike, in an order that rotates each repetition (the same on
+        every rank), so that no variant always follows the same one: what runs before leaves
+        caches and scheduling in its own state."""
         times = {name: [] for name in variants}
         for fn, _ in variants.values():
             fn()  # warm-up: first touch of buffers and shared memory
+        order = list(variants)
         for _ in range(args.reps):
-            for name, (fn, sync) in variants.items():
+            for name in order:
+                fn, sync = variants[name]
                 dist.barrier(group=gloo)
                 t = time.perf_counter()
                 fn()
                 sync()
                 times[name].append(slowest(time.perf_counter() - t))
+            order = order[1:] + order[:1]
         return {name: statistics.median(v) for name, v in times.items()}
 
     def make(op, n, group, device):
@@ -224,7 +229,7 @@ def worker(args) -> None:
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--max-mib", type=int, default=256)
-    parser.add_argument("--reps", type=int, default=11)
+    parser.add_argument("--reps", type=int, default=12)
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--skip-step", action="store_true", help="collectives only, no TP x FSDP step")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
