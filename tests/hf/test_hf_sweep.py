@@ -145,3 +145,34 @@ def test_eager_report_carries_the_compiled_columns_count(tmp_path):
     assert ("**2** pass of 3 that pass eagerly; 1 of the 1 others cannot be traced as one graph by "
             "Dynamo alone") in text
     assert "[hf_coverage_compiled.md](hf_coverage_compiled.md)" in text
+
+
+def test_resume_keeps_what_is_done_and_writes_after_each_architecture(tmp_path, monkeypatch):
+    """`--resume`: architectures already in the report are kept, not swept again; each newly swept
+    one is in the report as soon as it is done (an interrupted sweep loses nothing)."""
+    import json
+
+    def record(model_type, status="skipped"):
+        return {"model_type": model_type, "class": "X", "status": status, "reason": "test record",
+                "config": ""}
+
+    # An earlier, interrupted sweep left llama done.
+    hf_sweep.write_reports([record("llama")], dict(
+        date="earlier", machine="m", torch="t", transformers="tr", dtype="float32",
+        torch_dtype=torch.float32, wall_s=5.0, argv=[], repeats=1, compiled=False), str(tmp_path))
+    report = tmp_path / "hf_coverage.json"
+    swept = []
+
+    def sweep_one(model_type, cls, dtype, time_limit, repeats, compiled=False):
+        # The report already holds every architecture swept before this one.
+        done = [r["model_type"] for r in json.loads(report.read_text())["architectures"]]
+        assert done == ["llama"] + swept, done
+        swept.append(model_type)
+        return record(model_type)
+
+    monkeypatch.setattr(hf_sweep, "sweep_one", sweep_one)
+    hf_sweep.main(["--only", "llama,qwen3,mistral", "--resume", "--output-dir", str(tmp_path)])
+    assert swept == ["mistral", "qwen3"] or swept == ["qwen3", "mistral"]
+    final = json.loads(report.read_text())
+    assert sorted(r["model_type"] for r in final["architectures"]) == ["llama", "mistral", "qwen3"]
+    assert final["meta"]["wall_s"] >= 5.0  # the earlier sweep's time is carried over
