@@ -126,7 +126,6 @@ def test_checkpoint_from_larger_machine(tmp_path, python_subprocess):
     assert "ok" in result.stdout
 
 
-
 def test_checkpoint_loads_onto_the_one_core_by_its_instance_number(tmp_path, python_subprocess):
     """Under torchrun's layout (NEURON_RT_VISIBLE_CORES=$LOCAL_RANK) neuron:<LOCAL_RANK> names the
     process's one core: a checkpoint saved from neuron:3 loads onto neuron:0 with no map_location,
@@ -153,6 +152,7 @@ def test_checkpoint_loads_onto_the_one_core_by_its_instance_number(tmp_path, pyt
     )
     assert result.returncode == 0, result.stderr
     assert "ok" in result.stdout
+
 
 @pytest.mark.parametrize(
     "dtype",

@@ -32,19 +32,12 @@ import torch
 _MARK = "_neuron_local_rank_alias"
 
 
-def _alias() -> int:
-    """The instance number of this process's one core when it is not 0 (its second name), else -1."""
-    from torch_neuronx import _C
-
-    if torch.neuron.device_count() != 1:
-        return -1
-    return _C._single_core_alias()
-
-
 def one_core_index(index):
     """0 for the alias of the process's one core, anything else unchanged."""
-    if isinstance(index, int) and not isinstance(index, bool) and index > 0 and index == _alias():
-        return 0
+    from torch_neuronx.neuron._device import _resolve_alias
+
+    if isinstance(index, int) and not isinstance(index, bool):
+        return _resolve_alias(index)
     return index
 
 

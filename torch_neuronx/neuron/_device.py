@@ -101,6 +101,17 @@ def _out_of_range_message(index: int, count: int, alias: int = -1) -> str:
     )
 
 
+def _resolve_alias(index: int) -> int:
+    """0 for the number on the instance of the process's one core (its second name, torchrun's
+    layout: see _check_device_index), any other index unchanged and unchecked. The rule of
+    resolve_device_index_unchecked (csrc/backend/core/NeuronRuntime.cpp), for the Python callers
+    whose index may not fit C++'s 8-bit device index. The alias exists only when exactly one core
+    is visible, so it is never an index the process already has."""
+    if index > 0 and index == _C._single_core_alias():
+        return 0
+    return index
+
+
 def _check_device_index(index: int, error: type = ValueError) -> int:
     """The device `index` names: `index` if this process sees neuron:<index>, 0 if it is the
     number on the instance of the process's one core (torchrun's layout: each rank sees only

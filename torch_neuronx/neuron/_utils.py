@@ -14,8 +14,7 @@ def _get_device_index(device, optional: bool = False, allow_cpu: bool = False) -
     CPU device when `allow_cpu`; the current device for an index-less device when `optional`;
     0 for the alias of the process's one core. An index out of range otherwise is returned as
     given, for the caller's own range check and message."""
-    from torch_neuronx import _C
-    from torch_neuronx.neuron._device import current_device, device_count
+    from torch_neuronx.neuron._device import _resolve_alias, current_device
 
     if isinstance(device, str):
         device = torch.device(device)
@@ -36,6 +35,4 @@ def _get_device_index(device, optional: bool = False, allow_cpu: bool = False) -
         return current_device()
     else:
         raise ValueError(f"Expected a neuron device or an integer, but got: {device!r}")
-    if index > 0 and index >= device_count() and index == _C._single_core_alias():
-        return 0
-    return index
+    return _resolve_alias(index)
