@@ -1108,26 +1108,35 @@ std::shared_ptr<P2pRequest> CollectiveTransport::post_recv_any(uint64_t tag, voi
   return r;
 }
 
-bool CollectiveTransport::match_any_source_locked(int peer) {
+CollectiveTransport::AnySourceMatch CollectiveTransport::match_any_source_locked(int peer) {
   auto& queue = recvs_[peer];
   // Only between messages: one already being received belongs to its receive.
-  if (!queue.empty() && queue.front()->header_done_ > 0) return false;
+  if (!queue.empty() && queue.front()->header_done_ > 0) return kNotClaimed;
   Ring& ring = layout_->ring(peer, rank_);
   const uint64_t head = ring.head.load(std::memory_order_acquire);
   const uint64_t tail = ring.tail.load(std::memory_order_relaxed);
-  if (head - tail < kMessageHeader) return false;  // no whole header yet
+  if (head - tail < kMessageHeader) {
+    // No whole header yet: the tag is unknown, so the peer's own receive may not start on this
+    // message while an any-source receive posted before it might be the one to take it.
+    return !queue.empty() && std::any_of(any_source_recvs_.begin(), any_source_recvs_.end(),
+                                         [&](const auto& r) {
+                                           return r->posted_ < queue.front()->posted_;
+                                         })
+               ? kWait
+               : kNotClaimed;
+  }
   uint64_t header[2];
   copy_from_ring(layout_->ring_bytes(peer, rank_), options_.channel_bytes, tail,
                  reinterpret_cast<char*>(header), kMessageHeader);  // a peek: tail stays
   const auto taker = std::find_if(any_source_recvs_.begin(), any_source_recvs_.end(),
                                   [&](const auto& r) { return r->tag_ == header[0]; });
-  if (taker == any_source_recvs_.end()) return false;
+  if (taker == any_source_recvs_.end()) return kNotClaimed;
   // The peer's own next receive, if posted earlier, takes the message (and checks it) as before.
-  if (!queue.empty() && queue.front()->posted_ < (*taker)->posted_) return false;
+  if (!queue.empty() && queue.front()->posted_ < (*taker)->posted_) return kNotClaimed;
   (*taker)->peer_ = peer;
   queue.push_front(*taker);
   any_source_recvs_.erase(taker);
-  return true;
+  return kClaimed;
 }
 
 bool CollectiveTransport::progress_one(P2pRequest& r) {
@@ -1227,7 +1236,7 @@ bool CollectiveTransport::progress_locked() {
     const int peer = (any_source_cursor_ + k) % size_;
     auto& queue = recvs_[peer];
     for (;;) {
-      if (!any_source_recvs_.empty()) match_any_source_locked(peer);
+      if (!any_source_recvs_.empty() && match_any_source_locked(peer) == kWait) break;
       if (queue.empty()) break;
       moved = progress_one(*queue.front()) || moved;
       if (!queue.front()->done()) break;

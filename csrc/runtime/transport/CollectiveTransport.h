@@ -246,7 +246,12 @@ class CollectiveTransport {
   bool progress_locked();
   bool progress_one(P2pRequest& r);
   // Gives the message at the head of `peer`'s ring to an any-source receive when one may take it.
-  bool match_any_source_locked(int peer);
+  // Whether an any-source receive took the peer's next message (kClaimed), did not
+  // (kNotClaimed: the peer's own receives go on), or cannot tell yet (kWait: the message's
+  // header is not whole, and an any-source receive posted before the peer's next receive might
+  // be the one to take it, so that receive must not start).
+  enum AnySourceMatch { kClaimed, kNotClaimed, kWait };
+  AnySourceMatch match_any_source_locked(int peer);
   // An unmatched any-source receive fails once every other rank has exited, or at the timeout.
   void wait_any_source_health(const P2pRequest& request,
                               std::chrono::steady_clock::time_point start);
