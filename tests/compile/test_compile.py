@@ -805,3 +805,41 @@ def test_tiny_programs_run_single_threaded_large_ones_threaded():
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(previous)
+
+
+def test_multi_query_split_by_list_indices_backward():
+    """Falcon's multi-query attention: key and value split off the fused projection with list
+    indices (`qkv[..., [-2], :]`), one key/value head broadcast over the query heads. The
+    backward accumulates into the fused gradient (index_put, accumulate=True) inside a 2-D tiled
+    kernel; compiled for more than one thread, torch 2.13's Inductor offsets that store twice
+    (inductor_fixes.py). Two threads at compile time make the kernel take that path on any host."""
+    b, s, heads, d, width = 2, 8, 4, 16, 64
+
+    def loss_of(h, w, mask):
+        qkv = (h @ w).view(b, s, heads + 2, d)
+        q, k, v = qkv[..., :-2, :], qkv[..., [-2], :], qkv[..., [-1], :]
+        q = q.transpose(1, 2).reshape(b, heads, s, d)
+        k, v = (x.transpose(1, 2).reshape(b, 1, s, d) for x in (k, v))
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return out.square().sum()
+
+    torch.manual_seed(0)
+    h = torch.randn(b, s, width, device="neuron")
+    w_eager = torch.randn(width, (heads + 2) * d, device="neuron", requires_grad=True)
+    w_compiled = w_eager.detach().clone().requires_grad_()
+    mask = torch.ones(s, s, dtype=torch.bool, device="neuron").tril()[None, None]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        torch._dynamo.reset()
+        loss_c = torch.compile(loss_of, backend="neuron", fullgraph=True)(h, w_compiled, mask)
+        loss_c.backward()
+    finally:
+        torch.set_num_threads(threads)
+        torch._dynamo.reset()
+    loss_e = loss_of(h, w_eager, mask)
+    loss_e.backward()
+    # The weight gradient sums over the b*s tokens, each a key/value gradient summed over the
+    # query heads and the s queries.
+    assert_close(loss_c, loss_e, terms=b * s * heads * d)
+    assert_close(w_compiled.grad, w_eager.grad, terms=b * s * heads * s)

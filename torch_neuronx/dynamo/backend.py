@@ -22,8 +22,8 @@ from torch._dynamo.utils import counters
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from torch_neuronx import _C
-from torch_neuronx.dynamo import (attention, device_interface, legality, metrics, neff_cache,
-                                  random_ops)
+from torch_neuronx.dynamo import (attention, device_interface, inductor_fixes, legality, metrics,
+                                  neff_cache, random_ops)
 from torch_neuronx.dynamo.graph_cost import GraphCost
 
 # Dynamo asks this interface about the device of the tensors it traces (current device, streams,
@@ -353,7 +353,8 @@ def _inductor_compile(gm, example_inputs, inner: dict, store):
     # Random ops run as ATen's CPU ops inside the program (drawing from the CPU generator, which
     # torch.manual_seed seeds too): Inductor's own random lowering needs its joint-graph seed
     # pass, which this pipeline does not run.
-    with torch._inductor.config.patch(fallback_random=True):
+    # corrected_codegen: Inductor's C++ code generation with our corrections (inductor_fixes.py).
+    with torch._inductor.config.patch(fallback_random=True), inductor_fixes.corrected_codegen():
         if store is None:
             return compile_fx_inner(gm, example_inputs, **inner)
         compiled = None
