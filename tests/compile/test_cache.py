@@ -1,7 +1,8 @@
 """The persistent program cache (TorchNeuron's NEFF cache, torch_neuronx/dynamo/neff_cache.py):
-hit after a restart, a corrupted or truncated entry rebuilt and reported, two processes compiling
-into one directory at once, the switch-off variable, the lock timeout, and torch.compiler's
-save_cache_artifacts() / load_cache_artifacts() round trip.
+hit after a restart (programs and the graph entry that lets a restart skip AOTAutograd), a
+corrupted or truncated entry rebuilt and reported, two processes compiling into one directory at
+once, the switch-off variable, the lock timeout, and torch.compiler's save_cache_artifacts() /
+load_cache_artifacts() round trip.
 
 Each test uses its own empty cache directory (tmp_path); Inductor's kernel cache stays the
 suite's shared one, so a "miss" here is quick when the kernels were built before.
@@ -29,6 +30,7 @@ EPS = torch.finfo(torch.float32).eps
 # A training step (forward and backward programs) compiled and run eagerly on the same inputs.
 _STEP = """
 import json, torch
+from torch._dynamo.utils import counters
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(),
                             torch.nn.Linear(16, 4)).to("neuron")
@@ -49,6 +51,7 @@ print(json.dumps({
     "worst": max((c - e).abs().max().item() for c, e in zip(compiled, eager)),
     "metrics": {k: metrics[k] for k in ("programs", "compiles", "cache_hits", "cache_misses",
                                         "cache_corrupted")},
+    "graph_hits": counters["aot_autograd"]["autograd_cache_hit"],
 }))
 """
 
@@ -78,15 +81,24 @@ def _entries(cache_dir):
     return sorted(pathlib.Path(cache_dir).glob("*/*.neff"))
 
 
+def _graph_entries(cache_dir):
+    return sorted(pathlib.Path(cache_dir).glob("*/*.graph"))
+
+
 def test_hit_after_restart(tmp_path):
     first = _run_step(tmp_path)
     assert first["metrics"]["cache_misses"] == first["metrics"]["programs"] == 2, first
     assert first["worst"] <= _BOUND
     assert len(_entries(tmp_path)) == 2  # forward and backward program
 
+    assert len(_graph_entries(tmp_path)) == 1  # the Dynamo graph's AOTAutograd result
+    assert first["graph_hits"] == 0
+
     second = _run_step(tmp_path)
     assert second["metrics"]["cache_hits"] == 2, second
     assert second["metrics"]["compiles"] == 0 and second["metrics"]["cache_misses"] == 0
+    # The restart took the graph entry: no AOTAutograd trace or partition, programs loaded.
+    assert second["graph_hits"] == 1, second
     assert second["values"] == first["values"]  # the same programs, bit for bit
 
 
@@ -156,13 +168,71 @@ def test_corrupted_entry_is_reported_and_rebuilt(tmp_path, monkeypatch, damage):
     assert torch.neuron.get_dynamo_metrics()["cache_hits"] == 2
 
 
+def test_corrupted_graph_entry_is_reported_and_rebuilt(tmp_path, monkeypatch):
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path))
+    model, x = _model_and_input()
+    reference = _in_process_step(model, x)
+    (graph_entry,) = _graph_entries(tmp_path)
+    content = bytearray(graph_entry.read_bytes())
+    content[-50] ^= 0xFF
+    graph_entry.write_bytes(bytes(content))
+
+    torch._dynamo.reset()
+    torch.neuron.reset_dynamo_metrics()
+    counters.clear()
+    with pytest.warns(UserWarning, match=r"cache entry .*\.graph is corrupted"):
+        rebuilt = _in_process_step(model, x)
+    m = torch.neuron.get_dynamo_metrics()
+    # Only the graph is traced again: its programs come from their intact entries.
+    assert m["cache_corrupted"] == 1 and m["cache_hits"] == 2 and m["compiles"] == 0, m
+    assert counters["aot_autograd"]["autograd_cache_hit"] == 0
+    for a, b in zip(rebuilt, reference):
+        assert torch.equal(a, b)
+    (graph_entry,) = _graph_entries(tmp_path)
+    neff_cache.decode_entry(graph_entry.read_bytes(), field="aot_result")  # rewritten whole
+
+    torch._dynamo.reset()
+    counters.clear()
+    _in_process_step(model, x)
+    assert counters["aot_autograd"]["autograd_cache_hit"] == 1
+
+
+def test_program_names_and_legality_follow_a_loaded_graph(tmp_path, monkeypatch):
+    """Programs loaded with a graph entry are named after the graph that loads them, and their
+    Trainium findings are reported again, as for a program compiled in this process."""
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path))
+
+    def widened(t):
+        return (t.double() * 3).float()
+
+    x = torch.arange(4.0, device="neuron")
+    with pytest.warns(UserWarning, match="float64"):
+        first = torch.compile(widened, backend="neuron", options={"model_name": "m1"})(x)
+    torch._dynamo.reset()
+    torch.neuron.reset_dynamo_metrics()
+    counters.clear()
+    with pytest.warns(UserWarning, match="float64"):
+        second = torch.compile(widened, backend="neuron", options={"model_name": "m1"})(x)
+    assert counters["aot_autograd"]["autograd_cache_hit"] == 1
+    assert torch.equal(first.cpu(), second.cpu())
+    m = torch.neuron.get_dynamo_metrics()
+    (entry,) = m["trainium_legality"]
+    assert entry["program"].startswith("neuron::program/m1_")
+    assert entry["issues"]["float64"]["count"] >= 2
+    assert m["cache_hits"] == 1 and m["compiles"] == 0
+
+
 def test_disabled_cache_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("TORCH_NEURONX_DISABLE_NEFF_CACHE", "1")
     model, x = _model_and_input()
     _in_process_step(model, x)
     assert torch.neuron.get_dynamo_metrics()["programs"] == 2
-    assert _entries(tmp_path) == []
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_lock_timeout_compiles_without_the_lock(tmp_path, monkeypatch):
@@ -212,10 +282,13 @@ def test_save_and_load_cache_artifacts_round_trip(tmp_path, monkeypatch):
     reference = _in_process_step(model, x)
     artifacts, info = torch.compiler.save_cache_artifacts()
     assert len(info.neuron_neff_artifacts) == 2
+    assert len(info.neuron_graph_artifacts) == 1
+    assert not info.aot_autograd_artifacts  # a neuron graph never goes to Inductor's cache
 
     monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(second))
     torch.compiler.load_cache_artifacts(artifacts)
     assert [e.name for e in _entries(second)] == [e.name for e in _entries(first)]
+    assert [e.name for e in _graph_entries(second)] == [e.name for e in _graph_entries(first)]
     torch._dynamo.reset()
     torch.neuron.reset_dynamo_metrics()
     result = _in_process_step(model, x)

@@ -8,9 +8,11 @@ of kind ``program`` that carries the summed work of the graph (graph_cost.py). d
 says why this route and what is left.
 """
 
+import contextlib
 import functools
 import itertools
 import os
+import pickle
 import threading
 import time
 import warnings
@@ -19,6 +21,8 @@ import torch
 import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.utils import counters
+from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
+from torch._inductor.output_code import OutputCode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from torch_neuronx import _C
@@ -38,8 +42,10 @@ _NO_AUTOCOPY_ENV = "TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY"
 _KNOWN_OPTIONS = {"model_name", "fallback_execution", "static_shapes"}
 _graph_ids = itertools.count()
 # Set while neuron_backend runs: the forward program compiles inside it (its time is counted
-# there), the backward program usually later, at the first backward().
+# there), the backward program too with the program cache on, else at the first backward().
 _inside_backend = threading.local()
+# The backend call a graph entry's programs are loaded for (their names follow its graph).
+_loading = threading.local()
 
 
 class NeuronCompileError(RuntimeError):
@@ -252,33 +258,80 @@ def _program_device(example_inputs, output_devices):
     return devices.pop() if devices else None
 
 
-class _Program:
+class _Program(OutputCode):
     """One compiled graph: its CPU code run as one launch record per call. Boxed calling
     convention (takes the argument list and empties it, so inputs free as early as possible);
     AOTAutograd's wrapper around backward programs calls with the arguments unpacked instead.
     A graph's inputs are tensors and sizes, never a list, so the two cannot be confused.
 
     The launch itself is C++ (``_C._ProgramLauncher``, csrc/backend/compiler/ProgramLaunch.cpp),
-    built once here: a call of a static graph does no more Python than this method."""
+    built once here: a call of a static graph does no more Python than this method.
+
+    A program is also AOTAutograd's output code, so a graph entry of the program cache
+    (neff_cache.GraphStore) can hold it: serialized it keeps what it is (name, kind, device,
+    cost, Trainium legality findings) and the key of its program entry, not its code, which
+    :meth:`post_compile` loads from that entry on a restart."""
 
     _boxed_call = True
+    _fx_graph_cache_key = None  # not Inductor's FX graph: AOTAutograd bundles programs whole
 
-    def __init__(self, name, kind, device, compiled, cost, output_devices):
+    def __init__(self, name, kind, device, compiled, cost, output_devices, issues, entry_key):
         self.name = name
         self.kind = kind
         self.device = device
         self.compiled = compiled
         self.cost = cost
         self.output_devices = output_devices
+        self.issues = issues
+        self.entry_key = entry_key
         self._dynamic = cost.is_dynamic
+        self._start()
+
+    def _start(self) -> None:
+        cost = self.cost
         # A graph whose every op is tiny (a one-token decode step) runs on one thread: waking
         # the intra-op workers for its small matrix-vector products and attention costs more
         # than splitting them saves.
         self.single_threaded = (cost.largest_op is not None
                                 and cost.largest_op < _C._ProgramLauncher.single_thread_work)
-        self._launch = _C._ProgramLauncher(device, name, cost.ops([]) if not self._dynamic else {},
-                                           cost.bytes_engine, compiled, output_devices,
-                                           self.single_threaded)
+        self._launch = _C._ProgramLauncher(
+            self.device, self.name, cost.ops([]) if not self._dynamic else {}, cost.bytes_engine,
+            self.compiled, self.output_devices, self.single_threaded)
+
+    # OutputCode: a program in a graph entry of the program cache ----------------------------
+    def prepare_for_serialization(self) -> None:
+        from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
+
+        if self.entry_key is None:
+            raise BypassAOTAutogradCache(
+                f"{self.name} has no program cache entry (Inductor did not cache its graph)")
+        self.compiled = None
+        self._launch = None
+
+    def post_compile(self, example_inputs, constants, graph_kwargs) -> None:
+        if self._launch is not None:
+            return  # compiled in this process: Inductor's post-compile steps have run
+        from torch._inductor.codecache import FxGraphCache
+
+        fx_graph = neff_cache.load_program(self.entry_key)
+        if fx_graph is None:
+            # AOTAutograd takes this for a miss of the graph entry and compiles the graph: the
+            # program compile reports a corrupted entry and rebuilds it.
+            raise NeuronCompileError(f"program cache entry of {self.name} is gone")
+        compiled, _ = FxGraphCache.cache_hit_post_compile(pickle.loads(fx_graph), {}, constants)
+        if compiled is None:
+            raise NeuronCompileError(f"{self.name}: Inductor could not load its cached code")
+        compiled.post_compile(example_inputs, constants, graph_kwargs)
+        self.compiled = compiled
+        self.name = f"neuron::program/{_loading.base_name}_{self.kind}"
+        if self.issues:
+            _report_legality(self.name, self.issues)
+        self._start()
+        metrics.record("programs")
+        metrics.record("cache_hits")
+
+    def set_triton_bundle(self, triton_bundle) -> None:
+        pass  # CPU code: no Triton kernels
 
     def __call__(self, *call_args):
         if len(call_args) == 1 and isinstance(call_args[0], list):
@@ -301,6 +354,11 @@ class _Program:
         return outputs
 
 
+def _report_legality(name: str, issues: dict) -> None:
+    metrics.record_legality(name, issues, flagged=any(k in issues for k in legality.WARNED))
+    legality.report(name, issues)
+
+
 def _compile_program(gm, example_inputs, *, base_name: str, kind: str):
     started = time.perf_counter()
     name = f"neuron::program/{base_name}_{kind}"
@@ -308,12 +366,9 @@ def _compile_program(gm, example_inputs, *, base_name: str, kind: str):
         _check_runnable(gm, name)
         output_devices = _output_devices(gm)
         device = _program_device(example_inputs, output_devices)
-        if device is not None:
-            issues = legality.check(gm)
-            if issues:
-                metrics.record_legality(name, issues, flagged=any(
-                    k in issues for k in legality.WARNED))
-                legality.report(name, issues)
+        issues = legality.check(gm) if device is not None else {}
+        if issues:
+            _report_legality(name, issues)
         hits_before = counters["inductor"]["fxgraph_cache_hit"]
         inner = dict(is_backward=kind == "backward", is_inference=kind == "inference")
         store = neff_cache.ProgramStore() if neff_cache.enabled() else None
@@ -330,7 +385,7 @@ def _compile_program(gm, example_inputs, *, base_name: str, kind: str):
                     f"torch.compile(backend='neuron'): graph {name} could not be compiled: "
                     f"{type(error).__name__}: {error}") from error
             program = _Program(name, kind, device, compiled, GraphCost(gm, example_inputs),
-                               output_devices)
+                               output_devices, issues, store.stored_key if store else None)
         metrics.record("programs")
         # With the program cache on, Inductor's only cache is the store: a hit is the store's.
         # Off, it is Inductor's own FX graph cache (TORCHINDUCTOR_CACHE_DIR).
@@ -389,6 +444,16 @@ def _partition(joint_gm, joint_inputs, **kwargs):
 
     with torch._inductor.config.patch(fallback_random=True):
         return partition_fn(joint_gm, joint_inputs, **kwargs)
+
+
+@contextlib.contextmanager
+def _loading_for(base_name: str):
+    previous = getattr(_loading, "base_name", None)
+    _loading.base_name = base_name
+    try:
+        yield
+    finally:
+        _loading.base_name = previous
 
 
 def _timed_compile(compile_for, inputs):
@@ -482,8 +547,17 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
         return wrapped
 
     compile_backward._is_wrapped_bw_compiler = True
+    # With the program cache on, AOTAutograd's result for the whole graph is cached too (a graph
+    # entry, neff_cache.GraphStore): AOTAutograd looks a graph up only for a compiler whose
+    # output it can serialize, which programs are.
+    # Keyed with the options and the effective shape mode (strict mode compiles per shape).
+    graph_store = (neff_cache.GraphStore({**options, "static_shapes": strict})
+                   if neff_cache.enabled() else None)
+    compile_forward = compilers["forward"]
+    if graph_store is not None:
+        compile_forward = SerializableAOTDispatchCompiler(OutputCode, compile_forward)
     compile_graph = aot_autograd(
-        fw_compiler=compilers["forward"],
+        fw_compiler=compile_forward,
         bw_compiler=compile_backward,
         inference_compiler=compilers["inference"],
         decompositions=neuron_decompositions(),
@@ -494,7 +568,10 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
     def compile_for(inputs):
         # SDPA on neuron tensors stays the fused overrideable attention op, which programs run
         # with the CPU kernel attention.py registers (ATen's CPU flash attention, as eager).
-        return compile_graph(gm, inputs)
+        if graph_store is None:
+            return compile_graph(gm, inputs)
+        with neff_cache.serving_graphs(graph_store), _loading_for(base_name):
+            return compile_graph(gm, inputs)
 
     if strict and _is_symbolic(example_inputs):
         return _ProgramPerShape(compile_for, base_name)

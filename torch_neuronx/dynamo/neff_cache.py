@@ -10,6 +10,10 @@ holds what it takes to run a program again without compiling it:
 - the compiled C++ kernel libraries (.so) that wrapper loads, so a warm start needs no C++
   compiler run even when Inductor's own cache directory has been emptied.
 
+A second kind of entry, one per Dynamo graph (GraphStore, ``.graph``), holds AOTAutograd's result
+for the graph with its programs named by their entries' keys, so a restart skips AOTAutograd's
+trace and partition too.
+
 The key is Inductor's FX graph key (graph, input shapes/strides/dtypes, Inductor configuration,
 torch version, C++ compiler and CPU) hashed together with our compiler's version (the
 torch_neuronx version and the source of the compile pipeline), so a change on either side misses.
@@ -29,7 +33,8 @@ timeout is reported and the process compiles without it (writes stay atomic, so 
 safe).
 
 ``torch.compiler.save_cache_artifacts()`` carries the entries written or read in this process
-(artifact type ``neuron_neff``); ``load_cache_artifacts()`` puts them back into this directory.
+(artifact types ``neuron_neff`` and ``neuron_graph``); ``load_cache_artifacts()`` puts them back
+into this directory.
 """
 
 import base64
@@ -60,6 +65,7 @@ DEFAULT_LOCK_TIMEOUT_S = 600.0
 _MAGIC = b"TNXNEFF\x01"
 _FORMAT = 1
 _SUFFIX = ".neff"
+_GRAPH_SUFFIX = ".graph"
 
 
 def _truthy(value: str) -> bool:
@@ -142,8 +148,10 @@ def encode_entry(key: str, payload: dict) -> bytes:
     return _MAGIC + struct.pack(">Q", len(header)) + header + body
 
 
-def decode_entry(content: bytes, key: str | None = None) -> dict:
-    """The payload of an entry, after checking magic, header, length and checksum."""
+def decode_entry(content: bytes, key: str | None = None, field: str = "fx_graph") -> dict:
+    """The payload of an entry, after checking magic, header, length and checksum. `field` is
+    what the payload must hold: a program's compiled graph, or a graph entry's AOTAutograd
+    result."""
     if len(content) < len(_MAGIC) + 8 or content[:len(_MAGIC)] != _MAGIC:
         raise CorruptedEntry("not a neuron program cache entry (bad magic number)")
     (header_len,) = struct.unpack(">Q", content[len(_MAGIC):len(_MAGIC) + 8])
@@ -168,8 +176,8 @@ def decode_entry(content: bytes, key: str | None = None) -> dict:
         payload = pickle.loads(body)
     except Exception as error:  # a checksum-valid body that still does not load
         raise CorruptedEntry(f"payload does not load ({type(error).__name__})") from None
-    if not isinstance(payload, dict) or not isinstance(payload.get("fx_graph"), bytes):
-        raise CorruptedEntry("payload has no compiled graph")
+    if not isinstance(payload, dict) or not isinstance(payload.get(field), bytes):
+        raise CorruptedEntry(f"payload has no {field}")
     return payload
 
 
@@ -197,6 +205,25 @@ def _report_corrupted(path: pathlib.Path, why: str) -> None:
         f"it is removed and the program compiled again.", stacklevel=3)
     with contextlib.suppress(OSError):
         path.unlink()
+
+
+def _read_entry(path: pathlib.Path, key: str, field: str, artifact) -> dict | None:
+    """The payload of the entry at `path`; None when there is none, or when it is corrupted
+    (reported, removed: the caller compiles again)."""
+    try:
+        content = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        _report_corrupted(path, f"unreadable: {error}")
+        return None
+    try:
+        payload = decode_entry(content, key, field)
+    except CorruptedEntry as error:
+        _report_corrupted(path, str(error))
+        return None
+    CacheArtifactManager.record_artifact(artifact.type(), key, content)
+    return payload
 
 
 # --- kernel libraries ---------------------------------------------------------------------------
@@ -242,6 +269,22 @@ def _install_kernel_libraries(libraries: dict) -> None:
             _write_atomic(target, content)
 
 
+def load_program(key: str) -> bytes | None:
+    """Inductor's serialized compiled graph from the program entry `key`, with its kernel
+    libraries installed where its wrapper loads them; None when the entry is missing or corrupted
+    (reported and removed)."""
+    path = entry_path(key)
+    payload = _read_entry(path, key, "fx_graph", NeffCacheArtifact)
+    if payload is None:
+        return None
+    try:
+        _install_kernel_libraries(payload.get("libraries", {}))
+    except (CorruptedEntry, OSError) as error:
+        _report_corrupted(path, str(error))
+        return None
+    return payload["fx_graph"]
+
+
 # --- the store Inductor reads and writes during one program compile ------------------------------
 
 class ProgramStore:
@@ -252,6 +295,8 @@ class ProgramStore:
     def __init__(self):
         self._lock = None
         self._pending = None  # (key, Inductor's serialized graph) to write at finish()
+        self.key = None  # the program's entry key, once Inductor has asked for it
+        self.stored_key = None  # the key of the entry this program was loaded from or written to
         self.hit = False
         self.looked_up = False
 
@@ -259,24 +304,22 @@ class ProgramStore:
     def get(self, inductor_key: str):
         self.looked_up = True
         key = entry_key(inductor_key)
-        payload = self._read(key)
-        if payload is None:
+        self.key = key
+        fx_graph = load_program(key)
+        if fx_graph is None:
             self._acquire(key)
             # Another process may have written the entry while this one waited for the lock.
-            payload = self._read(key)
-        if payload is None:
+            fx_graph = load_program(key)
+        if fx_graph is None:
             return None
         self._release()
-        try:
-            _install_kernel_libraries(payload.get("libraries", {}))
-        except (CorruptedEntry, OSError) as error:
-            _report_corrupted(entry_path(key), str(error))
-            return None
         self.hit = True
-        return {"data": base64.b64encode(payload["fx_graph"]).decode("ascii")}
+        self.stored_key = key
+        return {"data": base64.b64encode(fx_graph).decode("ascii")}
 
     def put(self, inductor_key: str, value) -> None:
-        self._pending = (entry_key(inductor_key), base64.b64decode(value["data"]))
+        self.key = entry_key(inductor_key)
+        self._pending = (self.key, base64.b64decode(value["data"]))
 
     # ours ----------------------------------------------------------------------------------
     def finish(self, compiled) -> None:
@@ -297,27 +340,11 @@ class ProgramStore:
                         f"entry {entry_path(key)} ({error}); the program runs, uncached.",
                         stacklevel=2)
                 else:
+                    self.stored_key = key
                     CacheArtifactManager.record_artifact(NeffCacheArtifact.type(), key, content)
         finally:
             self._pending = None
             self._release()
-
-    def _read(self, key: str):
-        path = entry_path(key)
-        try:
-            content = path.read_bytes()
-        except FileNotFoundError:
-            return None
-        except OSError as error:
-            _report_corrupted(path, f"unreadable: {error}")
-            return None
-        try:
-            payload = decode_entry(content, key)
-        except CorruptedEntry as error:
-            _report_corrupted(path, str(error))
-            return None
-        CacheArtifactManager.record_artifact(NeffCacheArtifact.type(), key, content)
-        return payload
 
     def _acquire(self, key: str) -> None:
         import filelock
@@ -355,10 +382,106 @@ def serving(store: ProgramStore):
     from unittest import mock
 
     import torch._inductor.config as inductor_config
+    from torch._functorch import config as functorch_config
     from torch._inductor.codecache import FxGraphCache
 
+    # Inside a graph's compile AOTAutograd bundles its cache entry (serving_graphs), which makes
+    # Inductor skip its FX graph cache: a program compile turns that off again.
     with _serving, inductor_config.patch(fx_graph_cache=False, fx_graph_remote_cache=True), \
+            functorch_config.patch(bundled_autograd_cache=False), \
             mock.patch.object(FxGraphCache, "get_remote_cache", staticmethod(lambda: store)):
+        yield store
+
+
+# --- graph entries: AOTAutograd's result for a Dynamo graph -------------------------------------
+
+def graph_entry_path(key: str) -> pathlib.Path:
+    return cache_dir() / key[:2] / (key + _GRAPH_SUFFIX)
+
+
+class GraphStore:
+    """This cache as AOTAutograd's remote cache for one Dynamo graph (``get`` and ``put`` are what
+    AOTAutograd calls). A graph entry holds AOTAutograd's result for the graph: its runtime
+    metadata and wrappers, and the graph's programs, each naming its own program entry (a
+    program is stored once, in its .neff file). A restart that finds it skips AOTAutograd's
+    trace and partition, our CPU copy of each graph and Inductor's graph key, and loads the
+    programs' entries directly; one that does not, or finds a program entry missing or
+    corrupted, compiles as before. Keyed by AOTAutograd's key (the graph, its inputs'
+    metadata, the configuration) hashed with our compiler version and the backend's options.
+    Written atomically like program entries; no lock: two processes missing the same graph
+    both trace it, and the programs' locks keep them from compiling a program twice."""
+
+    def __init__(self, options: dict):
+        self._options = json.dumps(sorted(options.items()), default=str)
+
+    def _key(self, aot_key: str) -> str:
+        return entry_key(f"graph|{self._options}|{aot_key}")
+
+    def get(self, aot_key: str):
+        key = self._key(aot_key)
+        payload = _read_entry(graph_entry_path(key), key, "aot_result", NeffGraphArtifact)
+        if payload is None:
+            return None
+        return {"data": base64.b64encode(payload["aot_result"]).decode("ascii")}
+
+    def put(self, aot_key: str, value) -> None:
+        key = self._key(aot_key)
+        content = encode_entry(key, {"aot_result": base64.b64decode(value["data"])})
+        try:
+            _write_atomic(graph_entry_path(key), content)
+        except OSError as error:
+            warnings.warn(
+                f"torch.compile(backend='neuron'): could not write the graph cache entry "
+                f"{graph_entry_path(key)} ({error}); its programs are cached, so a restart "
+                f"traces the graph again and loads them.", stacklevel=2)
+        else:
+            CacheArtifactManager.record_artifact(NeffGraphArtifact.type(), key, content)
+
+
+class _NotRecorded:
+    """Stands in for torch's artifact recorder while AOTAutograd caches a neuron graph: graph
+    entries travel in torch.compiler's artifacts as ``neuron_graph`` (below), never as
+    AOTAutograd entries Inductor would load into its own cache."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def record(self, content) -> None:
+        pass
+
+    def record_if_present(self, content) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def serving_graphs(store: GraphStore):
+    """AOTAutograd caches the Dynamo graph compiled inside this context in `store` only (its
+    bundled form, which carries our programs' own serialization), never in Inductor's
+    directory. The backward program is compiled with the forward one (not lazily at the first
+    backward()), so the entry is written while this context holds."""
+    from unittest import mock
+
+    from torch._functorch import config as functorch_config
+    from torch._functorch._aot_autograd import aot_autograd_result, autograd_cache
+
+    cache = autograd_cache.AOTAutogradCache
+    backward = aot_autograd_result.GenericCompiledBackward
+    disabled_backward = backward.post_compile
+
+    def boxed_backward(self, result, fx_config):
+        # A loaded backward program comes back inside torch._dynamo.disable, which drops its
+        # boxed calling convention (as the backend's own wrapper does not): keep it.
+        wrapped = disabled_backward(self, result, fx_config)
+        wrapped._boxed_call = getattr(result, "_boxed_call", False)
+        return wrapped
+
+    with _serving, functorch_config.patch(
+            enable_autograd_cache=False, enable_remote_autograd_cache=True,
+            bundled_autograd_cache=True, force_non_lazy_backward_lowering=True), \
+            mock.patch.object(cache, "get_remote_cache", staticmethod(lambda: store)), \
+            mock.patch.object(cache, "_write_to_local_cache", staticmethod(lambda *_: None)), \
+            mock.patch.object(autograd_cache, "CacheArtifactRecorder", _NotRecorded), \
+            mock.patch.object(backward, "post_compile", boxed_backward):
         yield store
 
 
@@ -367,22 +490,45 @@ def serving(store: ProgramStore):
 class NeffCacheArtifact(CacheArtifact):
     """A program cache entry in torch.compiler's portable cache artifacts."""
 
+    _what = "program"
+    _field = "fx_graph"
+
+    @staticmethod
+    def _path(key: str) -> pathlib.Path:
+        return entry_path(key)
+
     def populate_cache(self) -> None:
         if not enabled():
             return
         try:
-            decode_entry(self.content, self.key)
+            decode_entry(self.content, self.key, self._field)
         except CorruptedEntry as error:
             warnings.warn(
-                f"torch.compiler.load_cache_artifacts: neuron program cache entry {self.key[:16]} "
-                f"is corrupted ({error}); skipped.", stacklevel=2)
+                f"torch.compiler.load_cache_artifacts: neuron {self._what} cache entry "
+                f"{self.key[:16]} is corrupted ({error}); skipped.", stacklevel=2)
             return
-        _write_atomic(entry_path(self.key), self.content)
+        _write_atomic(self._path(self.key), self.content)
 
     @staticmethod
     def type() -> str:
         return "neuron_neff"
 
 
-if NeffCacheArtifact.type() not in CacheArtifactFactory._artifact_types:
-    CacheArtifactFactory.register(NeffCacheArtifact)
+class NeffGraphArtifact(NeffCacheArtifact):
+    """A graph cache entry (GraphStore) in torch.compiler's portable cache artifacts."""
+
+    _what = "graph"
+    _field = "aot_result"
+
+    @staticmethod
+    def _path(key: str) -> pathlib.Path:
+        return graph_entry_path(key)
+
+    @staticmethod
+    def type() -> str:
+        return "neuron_graph"
+
+
+for _artifact in (NeffCacheArtifact, NeffGraphArtifact):
+    if _artifact.type() not in CacheArtifactFactory._artifact_types:
+        CacheArtifactFactory.register(_artifact)
