@@ -783,26 +783,24 @@ def _threads_op():
     return torch.ops.neuron_test.threads
 
 
-def test_tiny_programs_run_single_threaded_large_ones_threaded():
-    """A program whose every op is below the single-thread work (one-token decode sizes) runs
-    with one intra-op thread; one with a large matmul keeps the process's threads; the count is
-    restored after the call either way."""
+def test_programs_run_with_the_callers_intra_op_threads():
+    """A program runs with the calling thread's intra-op threads, a tiny one (one-token decode
+    sizes) as well as a large one, as Inductor's CPU code does; the count is unchanged after."""
     threads = _threads_op()
     previous = torch.get_num_threads()
-    torch.set_num_threads(2)
+
+    def f(x, w):
+        return threads(x @ w)[0, :1]
+
     try:
-        def f(x, w):
-            return threads(x @ w)[0, :1]
-
-        small = torch.compile(f, backend="neuron", dynamic=False)
-        x, w = torch.randn(1, 64), torch.randn(64, 64)  # 8K FLOPs
-        assert small(x.to("neuron"), w.to("neuron")).item() == 1
-        assert torch.get_num_threads() == 2
-
-        large = torch.compile(f, backend="neuron", dynamic=False)
-        x, w = torch.randn(128, 128), torch.randn(128, 128)  # 4M FLOPs
-        assert large(x.to("neuron"), w.to("neuron")).item() == 2
-        assert torch.get_num_threads() == 2
+        for count in (2, 1):
+            torch.set_num_threads(count)
+            for n in (1, 128):  # 8K and 4M FLOPs
+                torch._dynamo.reset()
+                compiled = torch.compile(f, backend="neuron", dynamic=False)
+                x, w = torch.randn(n, 64 if n == 1 else 128), torch.randn(64 if n == 1 else 128, 64)
+                assert compiled(x.to("neuron"), w.to("neuron")).item() == count
+                assert torch.get_num_threads() == count
     finally:
         torch.set_num_threads(previous)
 

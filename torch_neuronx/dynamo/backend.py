@@ -285,18 +285,16 @@ class _Program(OutputCode):
         self.issues = issues
         self.entry_key = entry_key
         self._dynamic = cost.is_dynamic
+        # Also on the instance: AOTAutograd's wrapper around an inference program copies the
+        # program's __dict__, and without the flag it would call the program unboxed.
+        self._boxed_call = True
         self._start()
 
     def _start(self) -> None:
         cost = self.cost
-        # A graph whose every op is tiny (a one-token decode step) runs on one thread: waking
-        # the intra-op workers for its small matrix-vector products and attention costs more
-        # than splitting them saves.
-        self.single_threaded = (cost.largest_op is not None
-                                and cost.largest_op < _C._ProgramLauncher.single_thread_work)
         self._launch = _C._ProgramLauncher(
             self.device, self.name, cost.ops([]) if not self._dynamic else {}, cost.bytes_engine,
-            self.compiled, self.output_devices, self.single_threaded)
+            self.compiled, self.output_devices)
 
     # OutputCode: a program in a graph entry of the program cache ----------------------------
     def prepare_for_serialization(self) -> None:

@@ -106,21 +106,12 @@ class GraphCost:
 
     def __init__(self, gm: GraphModule, example_inputs):
         totals: dict = {}
-        largest = 0
         for node in gm.graph.nodes:
             if node.op != "call_function":
                 continue
             work = _node_work(node)
             for engine, n in work.items():
                 totals[engine] = totals.get(engine, 0) + n
-            node_total = sympy.sympify(sum(work.values()))
-            # A size no input determines (symbolic): the op's work is unknown until the call.
-            largest = None if largest is None or node_total.free_symbols else max(
-                largest, int(node_total))
-        # The work of the graph's largest operation (FLOPs or elements), None when a size is
-        # symbolic: the program runs single-threaded when even this op is too small for a split
-        # over threads to pay (csrc/backend/compiler/SingleThreaded.h).
-        self.largest_op = largest
         self._totals = {e: sympy.sympify(n) for e, n in totals.items()}
         self.bytes_engine = "tensor" if "tensor" in totals else "vector"
         # Totals no input size determines (a data-dependent size: rare) count as 0.

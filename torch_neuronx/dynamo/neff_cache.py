@@ -490,12 +490,7 @@ def serving_graphs(store: GraphStore):
 class NeffCacheArtifact(CacheArtifact):
     """A program cache entry in torch.compiler's portable cache artifacts."""
 
-    _what = "program"
-    _field = "fx_graph"
-
-    @staticmethod
-    def _path(key: str) -> pathlib.Path:
-        return entry_path(key)
+    _what, _field, _path = "program", "fx_graph", staticmethod(entry_path)
 
     def populate_cache(self) -> None:
         if not enabled():
@@ -517,12 +512,7 @@ class NeffCacheArtifact(CacheArtifact):
 class NeffGraphArtifact(NeffCacheArtifact):
     """A graph cache entry (GraphStore) in torch.compiler's portable cache artifacts."""
 
-    _what = "graph"
-    _field = "aot_result"
-
-    @staticmethod
-    def _path(key: str) -> pathlib.Path:
-        return graph_entry_path(key)
+    _what, _field, _path = "graph", "aot_result", staticmethod(graph_entry_path)
 
     @staticmethod
     def type() -> str:

@@ -23,7 +23,6 @@
 #include <tuple>
 #include <vector>
 
-#include "backend/compiler/SingleThreaded.h"
 
 namespace torch_neuronx {
 namespace {
@@ -56,11 +55,8 @@ at::Tensor in_query_layout(const at::Tensor& result, const at::Tensor& query) {
   return laid_out;
 }
 
-// Small attention (a one-token decode step over a short cache: a few microseconds of work per
-// head) runs on the calling thread alone: ATen's CPU flash attention splits its work over the
-// intra-op threads in chunks of one (batch, head, query block), and waking the workers for such
-// chunks costs more than the split saves (SingleThreaded.h). Larger attention, such as a prefill
-// or a long cache, keeps ATen's threading.
+// ATen's CPU flash attention with its own threading over (batch, head, query block), as
+// Inductor's CPU code runs it.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt, at::Tensor,
            at::Tensor, at::Tensor>
 fused_attention_cpu(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
@@ -71,14 +67,9 @@ fused_attention_cpu(const at::Tensor& query, const at::Tensor& key, const at::Te
               dropout_p, "); scaled_dot_product_attention routes dropout to the math backend");
   std::optional<at::Tensor> mask;
   if (attn_bias.has_value() && attn_bias->defined()) mask = *attn_bias;
-  const double flops =
-      4.0 * static_cast<double>(query.numel()) * static_cast<double>(key.size(-2));
   at::Tensor out, logsumexp;
-  {
-    const SingleThreaded serial(flops < kSingleThreadWork);
-    std::tie(out, logsumexp) = at::native::_scaled_dot_product_flash_attention_cpu(
-        query, key, value, 0.0, is_causal, mask, scale);
-  }
+  std::tie(out, logsumexp) = at::native::_scaled_dot_product_flash_attention_cpu(
+      query, key, value, 0.0, is_causal, mask, scale);
   // The meta kernel's layouts: the output in query's dimension order, a contiguous logsumexp
   // (the CPU kernel's is (B, L, H) transposed).
   out = in_query_layout(out, query);

@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "backend/compiler/ProgramLaunch.h"
-#include "backend/compiler/SingleThreaded.h"
 #include "backend/core/CachingAllocator.h"
 #include "backend/core/Generator.h"
 #include "backend/core/HostView.h"
@@ -148,22 +147,20 @@ class OutputAdopter {
 // its storage each have one owner), so a view the CPU code kept, or one still in use by another
 // thread's call of the same program, is never re-pointed under it; a fresh one replaces it then.
 //
-// A program whose every operation is below kSingleThreadWork (decided at compile time from the
-// graph, torch_neuronx/dynamo/graph_cost.py) runs with one intra-op thread (SingleThreaded.h).
+// A program runs with the calling thread's intra-op threads, as Inductor's CPU code does.
 class ProgramLauncher {
  public:
   static constexpr int kNotTensor = std::numeric_limits<int>::min();
 
   ProgramLauncher(int device, const std::string& name, const py::dict& engine_ops,
                   const std::string& bytes_engine, py::function program,
-                  const py::list& output_devices, bool single_threaded)
+                  const py::list& output_devices)
       : device_(static_cast<c10::DeviceIndex>(device)),
         name_(name),
         op_(nrtsim::intern(name)),
         bytes_engine_(engine_named(bytes_engine)),
         ops_(parse_ops(engine_ops)),
-        program_(std::move(program)),
-        single_threaded_(single_threaded) {
+        program_(std::move(program)) {
     check_device_index(device_);
     for (py::handle target : output_devices) {
       output_devices_.push_back(target.is_none() ? kNotTensor : py::cast<int>(target));
@@ -206,7 +203,6 @@ class ProgramLauncher {
       py::object returned;
       {
         const HostAllocationsInHbm results_in_hbm(device_);
-        const SingleThreaded serial(single_threaded_);
         returned = program_(host_args);
       }
       host_args = py::list();  // the CPU code's hold on the inputs ends with the program
@@ -300,7 +296,6 @@ class ProgramLauncher {
   nrtsim::Engine bytes_engine_;
   EngineOps ops_;
   py::function program_;
-  bool single_threaded_;  // every op of the graph is below kSingleThreadWork
   std::vector<int> output_devices_;
   std::vector<py::object> views_;
 };
@@ -309,8 +304,7 @@ class ProgramLauncher {
 py::list launch_program(int device, const std::string& name, const py::dict& engine_ops,
                         const std::string& bytes_engine, const py::function& program,
                         const py::list& args, const py::list& output_devices) {
-  ProgramLauncher launcher(device, name, engine_ops, bytes_engine, program, output_devices,
-                           /*single_threaded=*/false);
+  ProgramLauncher launcher(device, name, engine_ops, bytes_engine, program, output_devices);
   return launcher(args, py::none());
 }
 
@@ -329,11 +323,9 @@ py::object program_host_generator(int device, uint64_t count) {
 void init_compiler_bindings(py::module& m) {
   py::class_<ProgramLauncher>(m, "_ProgramLauncher")
       .def(py::init<int, const std::string&, const py::dict&, const std::string&, py::function,
-                    const py::list&, bool>(),
+                    const py::list&>(),
            py::arg("device"), py::arg("name"), py::arg("engine_ops"), py::arg("bytes_engine"),
-           py::arg("program"), py::arg("output_devices"), py::arg("single_threaded") = false)
-      .def_property_readonly_static(
-          "single_thread_work", [](const py::object&) { return kSingleThreadWork; })
+           py::arg("program"), py::arg("output_devices"))
       .def("__call__", &ProgramLauncher::operator(), py::arg("args"),
            py::arg("engine_ops") = py::none());
   m.def("_launch_program", &launch_program, py::arg("device"), py::arg("name"),

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/compiler/SingleThreaded.h"
+#include "backend/nki/SingleThreaded.h"
 #include "backend/core/KernelLaunch.h"
 #include "backend/core/NeuronRuntime.h"
 #include "runtime/EngineModel.h"
