@@ -247,9 +247,19 @@ def table(rows: list) -> str:
     return "\n".join(lines)
 
 
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def machine() -> str:
     load = os.getloadavg()
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+    return (f"{platform.machine()} ({_cpu_model()}), {os.cpu_count()} cores, "
             f"torch {torch.__version__}, {torch.get_num_threads()} intra-op threads, "
             f"load average at the end {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}")
 
