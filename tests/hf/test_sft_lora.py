@@ -66,13 +66,16 @@ def _exact_logits_and_bf16_bound(model, inputs):
     s_i = sum_j |h_j W_ij| (the dot product's size before cancellation), a bf16 forward is off by
       - u |z_i|                  the final rounding of the logit to bf16,
       - gamma_K s_i              float32 accumulation, gamma_K = K u32 / (1 - K u32),
-      - n u s_i                  h itself carries rounding: n = 2 L + 1 for L decoder layers,
+      - n u s_i                  h itself carries rounding: n = 2 L + 2 for L decoder layers,
                                  one rounding of relative size u for each write of the residual
-                                 stream (attention and MLP, twice per layer) and one for the
-                                 final norm's bf16 output.
+                                 stream (attention and MLP, twice per layer) and two for the
+                                 final norm (LlamaRMSNorm rounds the normalized value to bf16,
+                                 then its product with the bf16 weight).
     This is a first-order error model, not a rigorous bound (rounding errors inside a layer can
     be amplified, e.g. by a sharp softmax), so every use also checks its premise: the CPU's own
-    bf16 logits must satisfy it (on this model the CPU needs n = 2.1 to 3.7 of the allowed 5).
+    bf16 logits must satisfy it (on this model the CPU needed n = 2.1 to 3.7 of the allowed 6 on
+    an AMD EPYC host, and up to 5.15 on an Intel Xeon host with AVX-512 BF16 / AMX, where a bound
+    counting one rounding for the final norm failed the premise on one logit in 10944).
     Two correct bf16 implementations (neuron, CPU) are each within this bound of the exact logits,
     hence within twice it of each other; the test checks each against the exact logits, which is
     the tighter statement. Weights are bf16, so the float32 copy computes the same function
@@ -89,7 +92,7 @@ def _exact_logits_and_bf16_bound(model, inputs):
     spread = seen["h"].abs() @ head.weight.abs().T
     k = head.in_features
     gamma_k = k * U_FP32 / (1 - k * U_FP32)
-    roundings = 2 * exact_model.config.num_hidden_layers + 1
+    roundings = 2 * exact_model.config.num_hidden_layers + 2
     bound = U_BF16 * exact.abs() + (roundings * U_BF16 + gamma_k) * spread
     return exact.float(), bound.float()
 
