@@ -52,8 +52,12 @@ def test_dead_peer_of_a_recv_and_abort_raise_clearly():
 
 
 def test_destroy_then_init_again_is_clean():
+    """Destroyed and created again, with "neuron" and then with a backend per device
+    ("cpu:gloo,neuron:neuron"); the teardown of either says nothing (torch 2.13 left the second
+    kind without a default backend, and destroy_process_group warned about it on every rank)."""
     procs, results = run("destroy_and_reinit", 2)
     assert all(r.returncode == 0 and "reinit ok" in r.output for r in results), report(results)
+    assert not any("No backend of type" in r.output for r in results), report(results)
     assert segments_of([p.pid for p in procs]) == []
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from datetime import timedelta
 
@@ -155,6 +156,34 @@ def _options(self):
     return Options(BACKEND_NAME, dist.default_pg_timeout)
 
 
+def _set_default_backend_of_mixed_groups() -> None:
+    """A group made from a multi-backend string such as ``"cpu:gloo,neuron:neuron"`` gets the
+    registered plugin's type as its default backend in torch's intent, but torch compares the
+    plugin's upper-case key with the string's lower-case names and sets none (torch 2.13). Such a
+    group then warns "No backend of type 0 found ..." on every rank at destroy_process_group.
+    Its default becomes the plugin's type here, after torch built the group."""
+    from torch._C._distributed_c10d import ProcessGroup
+    from torch.distributed import distributed_c10d as c10d
+
+    build = c10d._new_process_group_helper
+    if getattr(build, "_neuron_default_backend", False):
+        return
+
+    @functools.wraps(build)
+    def build_with_default_backend(group_size, group_rank, global_ranks_in_group, backend, *args,
+                                   **kwargs):
+        pg, store = build(group_size, group_rank, global_ranks_in_group, backend, *args, **kwargs)
+        spec = str(backend)
+        if (isinstance(pg, ProcessGroup) and ("," in spec or ":" in spec)
+                and pg._get_backend_name() == "undefined"
+                and BACKEND_NAME in c10d.BackendConfig(backend).get_device_backend_map().values()):
+            pg._set_default_backend(ProcessGroup.BackendType.CUSTOM)
+        return pg, store
+
+    build_with_default_backend._neuron_default_backend = True
+    c10d._new_process_group_helper = build_with_default_backend
+
+
 def register() -> None:
     """Registers ``"neuron"`` with torch.distributed (idempotent)."""
     if ProcessGroupNeuron is None or not dist.is_available():
@@ -169,6 +198,7 @@ def register() -> None:
     # "cpu" too: CPU tensors on a neuron group (what compiled programs hand to functional
     # collectives, object collectives' size exchange) take the same transport.
     dist.Backend.register_backend(BACKEND_NAME, _create_backend, devices=["neuron", "cpu"])
+    _set_default_backend_of_mixed_groups()
     from torch_neuronx.distributed._local_rank import accept_local_rank_device_indices
 
     accept_local_rank_device_indices()

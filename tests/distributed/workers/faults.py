@@ -61,6 +61,16 @@ def main():
         dist.all_reduce(y)
         assert y.cpu().tolist() == [float(sum(range(WORLD)))] * 3
         dist.destroy_process_group()
+        # A backend per device: neuron tensors on the neuron group, CPU tensors on Gloo.
+        dist.init_process_group("cpu:gloo,neuron:neuron", timeout=TIMEOUT)
+        assert dist.get_backend() == "cpu:gloo,neuron:neuron", dist.get_backend()
+        y = torch.full((3,), float(RANK), device="neuron")
+        z = torch.full((2,), float(RANK))
+        dist.all_reduce(y)
+        dist.all_reduce(z)
+        assert y.cpu().tolist() == [float(sum(range(WORLD)))] * 3
+        assert z.tolist() == [float(sum(range(WORLD)))] * 2
+        dist.destroy_process_group()
         print(f"rank {RANK} reinit ok", flush=True)
         return
     elif SCENARIO == "abort":
