@@ -173,9 +173,7 @@ def _set_default_backend_of_mixed_groups() -> None:
     def build_with_default_backend(group_size, group_rank, global_ranks_in_group, backend, *args,
                                    **kwargs):
         pg, store = build(group_size, group_rank, global_ranks_in_group, backend, *args, **kwargs)
-        spec = str(backend)
-        if (isinstance(pg, ProcessGroup) and ("," in spec or ":" in spec)
-                and pg._get_backend_name() == "undefined"
+        if (isinstance(pg, ProcessGroup) and pg._get_backend_name() == "undefined"
                 and BACKEND_NAME in c10d.BackendConfig(backend).get_device_backend_map().values()):
             pg._set_default_backend(ProcessGroup.BackendType.CUSTOM)
         return pg, store

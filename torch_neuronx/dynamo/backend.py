@@ -272,7 +272,6 @@ class _Program(OutputCode):
     cost, Trainium legality findings) and the key of its program entry, not its code, which
     :meth:`post_compile` loads from that entry on a restart."""
 
-    _boxed_call = True
     _fx_graph_cache_key = None  # not Inductor's FX graph: AOTAutograd bundles programs whole
 
     def __init__(self, name, kind, device, compiled, cost, output_devices, issues, entry_key):
@@ -285,8 +284,8 @@ class _Program(OutputCode):
         self.issues = issues
         self.entry_key = entry_key
         self._dynamic = cost.is_dynamic
-        # Also on the instance: AOTAutograd's wrapper around an inference program copies the
-        # program's __dict__, and without the flag it would call the program unboxed.
+        # On the instance, not the class: AOTAutograd's wrapper around an inference program
+        # copies the program's __dict__, and without the flag it would call the program unboxed.
         self._boxed_call = True
         self._start()
 

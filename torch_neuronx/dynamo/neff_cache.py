@@ -295,16 +295,11 @@ class ProgramStore:
     def __init__(self):
         self._lock = None
         self._pending = None  # (key, Inductor's serialized graph) to write at finish()
-        self.key = None  # the program's entry key, once Inductor has asked for it
         self.stored_key = None  # the key of the entry this program was loaded from or written to
-        self.hit = False
-        self.looked_up = False
 
     # Inductor's remote cache interface -------------------------------------------------------
     def get(self, inductor_key: str):
-        self.looked_up = True
         key = entry_key(inductor_key)
-        self.key = key
         fx_graph = load_program(key)
         if fx_graph is None:
             self._acquire(key)
@@ -313,13 +308,11 @@ class ProgramStore:
         if fx_graph is None:
             return None
         self._release()
-        self.hit = True
         self.stored_key = key
         return {"data": base64.b64encode(fx_graph).decode("ascii")}
 
     def put(self, inductor_key: str, value) -> None:
-        self.key = entry_key(inductor_key)
-        self._pending = (self.key, base64.b64decode(value["data"]))
+        self._pending = (entry_key(inductor_key), base64.b64decode(value["data"]))
 
     # ours ----------------------------------------------------------------------------------
     def finish(self, compiled) -> None:
