@@ -251,6 +251,19 @@ def test_outputs_aliasing_inputs_stay_views():
     assert torch.equal(t.cpu(), x.cpu().t())
 
 
+def test_saved_input_keeps_its_autograd_identity():
+    """A forward program that returns an input unchanged (AOTAutograd saves x for the backward of
+    x ** 3) hands back that input itself, as Inductor's code does. Through it a double backward
+    reaches x and gets AOTAutograd's own answer, as on the CPU; a new alias of x instead cut the
+    graph and surfaced as "the differentiated tensor ... not used in the graph"."""
+    x = torch.randn(4, device="neuron", requires_grad=True)
+    f = torch.compile(lambda t: (t ** 3).sum(), backend="neuron")
+    (grad,) = torch.autograd.grad(f(x), x, create_graph=True)
+    assert_close(grad, 3 * x.detach() ** 2, terms=1)
+    with pytest.raises(RuntimeError, match="does not currently support double backward"):
+        torch.autograd.grad(grad.sum(), x)
+
+
 def test_input_mutation_writes_through_to_neuron_memory():
     def f(x, y):
         x.add_(y)

@@ -180,6 +180,9 @@ class ProgramLauncher {
     if (views_.size() < n) views_.resize(n);
     std::vector<std::pair<const void*, c10::Storage>> inputs;
     inputs.reserve(n);
+    // (host view, neuron argument) of each neuron input, borrowed: `args` holds both for the call.
+    std::vector<std::pair<PyObject*, PyObject*>> view_args;
+    view_args.reserve(n);
     py::list host_args(n);
     for (size_t i = 0; i < n; ++i) {
       PyObject* arg = PyList_GET_ITEM(args.ptr(), i);
@@ -189,6 +192,7 @@ class ProgramLauncher {
           cost.reads(t);
           PyObject* view = view_of(i, t);
           inputs.emplace_back(t.storage().data(), t.storage());
+          view_args.emplace_back(view, arg);
           Py_INCREF(view);
           PyList_SET_ITEM(host_args.ptr(), i, view);
           continue;
@@ -224,6 +228,14 @@ class ProgramLauncher {
           outputs.append(results[i]);
           continue;
         }
+        if (PyObject* arg = argument_returned(view_args, results[i].ptr())) {
+          // The program returned an input as it is: the output is that input itself, as from
+          // Inductor's code, not a new alias of it. AOTAutograd saves such outputs for the
+          // backward, and only the input itself keeps its autograd identity there (a double
+          // backward then reaches the input and reports it is not supported, as on the CPU).
+          outputs.append(py::reinterpret_borrow<py::object>(arg));
+          continue;
+        }
         at::Tensor out;
         if (target < 0) {
           out = adopter.to_cpu(tensors[i]);
@@ -247,6 +259,15 @@ class ProgramLauncher {
                        py::cast<uint64_t>(item.second));
     }
     return ops;
+  }
+
+  // The neuron argument whose host view is `returned`, or null.
+  static PyObject* argument_returned(const std::vector<std::pair<PyObject*, PyObject*>>& view_args,
+                                     PyObject* returned) {
+    for (const auto& [view, arg] : view_args) {
+      if (view == returned) return arg;
+    }
+    return nullptr;
   }
 
   // The host view for argument `i`, pointed at neuron tensor `t` (borrowed reference).
