@@ -228,7 +228,11 @@ class ProgramLauncher {
           outputs.append(results[i]);
           continue;
         }
-        if (PyObject* arg = argument_returned(view_args, results[i].ptr())) {
+        // Looked for only among outputs over an input's storage: fresh results skip the scan.
+        PyObject* arg = adopter.aliases_input(tensors[i])
+                            ? argument_returned(view_args, results[i].ptr())
+                            : nullptr;
+        if (arg != nullptr) {
           // The program returned an input as it is: the output is that input itself, as from
           // Inductor's code, not a new alias of it. AOTAutograd saves such outputs for the
           // backward, and only the input itself keeps its autograd identity there (a double
