@@ -17,6 +17,7 @@
 #include "backend/core/NeuronRuntime.h"
 #include "backend/core/NeuronStream.h"
 #include "backend/core/OpTracking.h"
+#include "backend/core/VmlDispatch.h"
 #include "runtime/EngineModel.h"
 #include "runtime/Event.h"
 #include "runtime/LaunchObserver.h"
@@ -52,6 +53,8 @@ void init_runtime() {
 PYBIND11_MODULE(_C, m) {
   using namespace torch_neuronx;
   m.doc() = "torch_neuronx native extension: PyTorch integration over the nrtsim runtime";
+  // Before any kernel can run multithreaded: oneMKL's first-call race (VmlDispatch.cpp).
+  resolve_vml_dispatch();
 
   m.def("_device_count", [] { return static_cast<int>(device_count()); });
   m.def("_configuration_error", [] { return nrtsim::Runtime::configuration_error(); });
