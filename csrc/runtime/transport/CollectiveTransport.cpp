@@ -19,6 +19,7 @@
 #include "runtime/Env.h"
 #include "runtime/Error.h"
 #include "runtime/SharedHbm.h"
+#include "runtime/transport/StreamingCopy.h"
 
 namespace nrtsim::transport {
 
@@ -533,9 +534,9 @@ void CollectiveTransport::peer_copy(bool write, int peer, const Remote& remote_b
     // The mapping holds the peer's pages even if it dies meanwhile; the barrier that closes the
     // operation notices a dead peer.
     if (write) {
-      std::memcpy(remote_buffer.mapped, local, bytes);
+      copy_large(remote_buffer.mapped, local, bytes);
     } else {
-      std::memcpy(local, remote_buffer.mapped, bytes);
+      copy_large(local, remote_buffer.mapped, bytes);
     }
     return;
   }
@@ -642,7 +643,7 @@ bool CollectiveTransport::gather_single_copy(const char* in, void* const* outs, 
       if (k != rank_) {
         peer_read(k, remote(k, 0), outs[k], bytes);
       } else if (outs[k] != in) {
-        std::memcpy(outs[k], in, bytes);
+        copy_large(outs[k], in, bytes);
       }
     }
   }
@@ -1026,7 +1027,7 @@ void CollectiveTransport::alltoall(const void* const* ins, const size_t* send_by
       }
       const uint64_t* e =
           reinterpret_cast<const uint64_t*>(half_of(s)) + 2 * n + rank_ * kEntryWords;
-      std::memcpy(outs[s], map_entry(s, e), recv_bytes[s]);
+      copy_large(outs[s], map_entry(s, e), recv_bytes[s]);
     }
     sync();  // nobody reads this rank's send buffers any more
     next_step();
