@@ -639,13 +639,19 @@ bool CollectiveTransport::gather_single_copy(const char* in, void* const* outs, 
   sync();
   if (!all_reachable(1, bytes * size_)) return false;
   if (root < 0 || root == rank_) {
+    // Every part mapped here: copied together (StreamingCopy.h). A part reached through
+    // cross-memory attach goes on its own, through the kernel.
+    std::vector<CopyPart> parts;
     for (int k = 0; k < size_; ++k) {
-      if (k != rank_) {
-        peer_read(k, remote(k, 0), outs[k], bytes);
-      } else if (outs[k] != in) {
-        copy_large(outs[k], in, bytes);
+      if (k == rank_) {
+        if (outs[k] != in) parts.push_back({outs[k], in, bytes});
+      } else if (const Remote r = remote(k, 0); r.mapped != nullptr) {
+        parts.push_back({outs[k], r.mapped, bytes});
+      } else {
+        peer_read(k, r, outs[k], bytes);
       }
     }
+    copy_parts(parts.data(), static_cast<int>(parts.size()));
   }
   sync();  // nobody reads this rank's input any more
   next_step();

@@ -1,5 +1,6 @@
-// copy_large copies exactly n bytes, whatever the alignment of either end, on both sides of the
-// size where it switches to streaming stores, and writes nothing outside the destination.
+// copy_large and copy_parts copy exactly the bytes asked, whatever the alignment of either end,
+// on both sides of the size where they switch to streaming stores, and write nothing outside
+// the destinations.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -27,6 +28,33 @@ TEST(StreamingCopy, CopiesExactlyTheBytesAtAnyAlignment) {
         for (size_t i = 0; i < kGuard + dst_offset; ++i) ASSERT_EQ(dst[i], 0xAB) << "before, " << n;
         for (size_t i = kGuard + dst_offset + n; i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xAB) << "after, " << n;
       }
+    }
+  }
+}
+
+TEST(StreamingCopy, PartsOfDifferentSizesAndAlignmentsCopyTogether) {
+  using nrtsim::transport::copy_parts;
+  using nrtsim::transport::CopyPart;
+  // Totals below and above the streaming size; parts of unequal lengths (one empty, one shorter
+  // than a line) at unequal offsets from a cache line.
+  for (size_t big : {size_t{1000}, kStreamingCopyBytes / 2 + 77}) {
+    const size_t sizes[] = {big, 0, 50, big + 129, big / 3};
+    const size_t offsets[] = {5, 0, 17, 64, 33};
+    constexpr int kParts = 5;
+    std::vector<std::vector<uint8_t>> src(kParts), dst(kParts);
+    CopyPart parts[kParts];
+    for (int k = 0; k < kParts; ++k) {
+      src[k].resize(sizes[k] + 3);
+      for (size_t i = 0; i < src[k].size(); ++i) src[k][i] = static_cast<uint8_t>(i * 31 + k);
+      dst[k].assign(offsets[k] + sizes[k] + 64, 0xCD);
+      parts[k] = {dst[k].data() + offsets[k], src[k].data() + 3, sizes[k]};
+    }
+    copy_parts(parts, kParts);
+    for (int k = 0; k < kParts; ++k) {
+      ASSERT_EQ(std::memcmp(dst[k].data() + offsets[k], src[k].data() + 3, sizes[k]), 0)
+          << "part " << k << " of total " << big;
+      for (size_t i = 0; i < offsets[k]; ++i) ASSERT_EQ(dst[k][i], 0xCD) << "part " << k;
+      for (size_t i = offsets[k] + sizes[k]; i < dst[k].size(); ++i) ASSERT_EQ(dst[k][i], 0xCD);
     }
   }
 }
