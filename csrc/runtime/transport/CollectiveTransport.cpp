@@ -1025,6 +1025,7 @@ void CollectiveTransport::alltoall(const void* const* ins, const size_t* send_by
   }
   if (mapped) {
     ++mapped_ops_;
+    std::vector<CopyPart> parts;  // every peer's part, copied together (StreamingCopy.h)
     for (int s = 0; s < n; ++s) {
       if (recv_bytes[s] == 0) continue;
       if (s == rank_) {
@@ -1033,8 +1034,9 @@ void CollectiveTransport::alltoall(const void* const* ins, const size_t* send_by
       }
       const uint64_t* e =
           reinterpret_cast<const uint64_t*>(half_of(s)) + 2 * n + rank_ * kEntryWords;
-      copy_large(outs[s], map_entry(s, e), recv_bytes[s]);
+      parts.push_back({outs[s], map_entry(s, e), recv_bytes[s]});
     }
+    copy_parts(parts.data(), static_cast<int>(parts.size()));
     sync();  // nobody reads this rank's send buffers any more
     next_step();
     return;
