@@ -42,8 +42,14 @@ def test_first_call_of_vml_functions_is_accurate_in_fresh_processes():
                              stderr=subprocess.PIPE, text=True)
             for _ in range(2)
         ]
-        for p in procs:
-            out, err = p.communicate(timeout=120)
-            assert p.returncode == 0, err
-            failures += json.loads(out.strip().splitlines()[-1])
+        try:
+            for p in procs:
+                out, err = p.communicate(timeout=120)
+                assert p.returncode == 0, err
+                failures += json.loads(out.strip().splitlines()[-1])
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
     assert failures == [], f"first calls less accurate than later ones: {failures}"
