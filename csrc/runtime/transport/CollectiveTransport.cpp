@@ -557,7 +557,7 @@ void CollectiveTransport::peer_copy(bool write, int peer, const Remote& remote_b
     if (err == EINTR) continue;
     const char* what = op_kind_name(current_op_);
     // A peer that gave up (abort, timeout) may have released its buffer: report why it gave up.
-    if (aborted()) check_health(what, std::chrono::steady_clock::now(), {});
+    if (aborted()) check_health(what, std::chrono::steady_clock::now(), nullptr);
     std::string reason;
     if (err == ESRCH || process_ended(pid)) {
       reason = "rank " + std::to_string(peer) + " (pid " + std::to_string(pid) +
@@ -712,14 +712,14 @@ void CollectiveTransport::wait_for(Ready&& ready, Awaited&& awaited, const char*
   while (true) {
     const uint32_t seen = word.load(std::memory_order_acquire);
     if (ready()) return;
-    check_health(what, start, awaited());
+    check_health(what, start, awaited);
     futex_wait(word, seen, 2'000'000);
   }
 }
 
 void CollectiveTransport::check_health(const char* what,
                                        std::chrono::steady_clock::time_point start,
-                                       const std::vector<int>& awaited) {
+                                       const std::function<std::vector<int>()>& awaited) {
   Header& h = *layout_->header;
   if (const uint32_t a = h.aborted.load(std::memory_order_acquire); a != 0) {
     for (int i = 0; i < 1000 && h.aborted.load(std::memory_order_acquire) != 2; ++i) {
@@ -733,11 +733,15 @@ void CollectiveTransport::check_health(const char* what,
   if (now - last_health_check_ > std::chrono::milliseconds(100)) {
     last_health_check_ = now;
     // Only the ranks still awaited matter: a peer that passed this barrier and then exited
-    // normally is no fault.
-    for (int r : awaited) {
+    // normally is no fault. It may have done both since `awaited` was read, so an exited rank
+    // is blamed only if it is still awaited when read again: its progress is final by then.
+    const std::vector<int> late = awaited ? awaited() : std::vector<int>{};
+    for (int r : late) {
       if (r == rank_) continue;
       const int pid = layout_->controls[r].pid.load(std::memory_order_acquire);
       if (process_ended(pid)) {
+        const std::vector<int> again = awaited();
+        if (std::find(again.begin(), again.end(), r) == again.end()) continue;
         const std::string reason = "rank " + std::to_string(r) + " (pid " +
                                    std::to_string(pid) +
                                    ") exited while the group still needed it during " + what;
@@ -749,7 +753,8 @@ void CollectiveTransport::check_health(const char* what,
   if (now - start > options_.timeout) {
     const std::string reason =
         std::string(what) + " timed out after " + std::to_string(options_.timeout.count()) +
-        " ms on rank " + std::to_string(rank_) + " waiting for rank(s) " + rank_list(awaited) +
+        " ms on rank " + std::to_string(rank_) + " waiting for rank(s) " +
+        rank_list(awaited ? awaited() : std::vector<int>{}) +
         " (a peer is hung, or the ranks called collectives in different orders)";
     abort(reason);
     fail(reason);
@@ -758,7 +763,7 @@ void CollectiveTransport::check_health(const char* what,
 
 void CollectiveTransport::begin(OpKind kind, DType dtype, uint64_t count, int64_t root,
                                 uint64_t aux) {
-  if (aborted()) check_health(op_kind_name(kind), std::chrono::steady_clock::now(), {});
+  if (aborted()) check_health(op_kind_name(kind), std::chrono::steady_clock::now(), nullptr);
   ++op_seq_;
   current_op_ = kind;
   Descriptor& d = layout_->controls[rank_].desc[op_seq_ % 2];
@@ -1266,9 +1271,11 @@ bool CollectiveTransport::test(P2pRequest& request) {
 }
 
 void CollectiveTransport::wait_any_source_health(const P2pRequest& request,
-                                                 std::chrono::steady_clock::time_point start) {
-  // Any rank may still send, so only when every other rank has exited can none come any more
-  // (their messages already in the rings were offered to the request first).
+                                                 std::chrono::steady_clock::time_point start,
+                                                 const std::function<bool()>& ready) {
+  // Any rank may still send, so only when every other rank has exited can none come any more.
+  // A rank may have sent and exited since the caller last looked: once all have exited, what
+  // they sent is final, so the request is offered the rings once more before it fails.
   bool all_ended = true;
   for (int r = 0; r < size_ && all_ended; ++r) {
     if (r != rank_ && !process_ended(layout_->controls[r].pid.load(std::memory_order_acquire))) {
@@ -1279,6 +1286,7 @@ void CollectiveTransport::wait_any_source_health(const P2pRequest& request,
                             std::to_string(request.tag_) + ", " + std::to_string(request.bytes_) +
                             " bytes)";
   if (all_ended) {
+    if (ready()) return;
     const std::string reason = which + " failed: every other rank of the group exited without "
                                        "sending a message with that tag";
     abort(reason);
@@ -1308,15 +1316,17 @@ void CollectiveTransport::wait(P2pRequest& request) {
   while (!request.done()) {
     const uint32_t seen = word.load(std::memory_order_acquire);
     if (ready()) break;
-    if (aborted()) check_health(what, start, {});
+    if (aborted()) check_health(what, start, nullptr);
     if (peer < 0) {
-      wait_any_source_health(request, start);
-      futex_wait(word, seen, 2'000'000);
+      wait_any_source_health(request, start, ready);
+      if (!request.done()) futex_wait(word, seen, 2'000'000);
       continue;
     }
-    // Only the peer matters to a point-to-point wait.
+    // Only the peer matters to a point-to-point wait. It may have finished its part and exited
+    // since `ready` ran: once it has exited, that part is final, so look once more.
     const int pid = layout_->controls[peer].pid.load(std::memory_order_acquire);
     if (process_ended(pid)) {
+      if (ready()) break;
       const std::string reason = std::string(what) + " on rank " + std::to_string(rank_) +
                                  " failed: rank " + std::to_string(peer) + " (pid " +
                                  std::to_string(pid) + ") exited before the message completed";

@@ -192,8 +192,10 @@ class CollectiveTransport {
   template <class Ready, class Awaited>
   void wait_for(Ready&& ready, Awaited&& awaited, const char* what, std::atomic<uint32_t>& word);
   // Throws (and aborts the group) on an abort by any rank, a dead awaited rank, or the timeout.
+  // `awaited` lists the ranks still awaited; it is called again before a rank that has exited is
+  // blamed, since that rank may have arrived, moved on and exited after the first call.
   void check_health(const char* what, std::chrono::steady_clock::time_point start,
-                    const std::vector<int>& awaited);
+                    const std::function<std::vector<int>()>& awaited);
   [[noreturn]] void fail(const std::string& message);
 
   // Single copy. Whether this op tries that path (the same answer on every rank whose
@@ -256,8 +258,10 @@ class CollectiveTransport {
   enum AnySourceMatch { kClaimed, kNotClaimed, kWait };
   AnySourceMatch match_any_source_locked(int peer);
   // An unmatched any-source receive fails once every other rank has exited, or at the timeout.
+  // `ready` makes progress and says whether the request is done.
   void wait_any_source_health(const P2pRequest& request,
-                              std::chrono::steady_clock::time_point start);
+                              std::chrono::steady_clock::time_point start,
+                              const std::function<bool()>& ready);
 
   ShmSegment segment_;
   Layout* layout_ = nullptr;

@@ -34,12 +34,16 @@ using nrtsim::transport::TransportOptions;
 inline std::unique_ptr<CollectiveTransport> connect(const std::string& name, int rank, int size,
                                                     const TransportOptions& o) {
   if (rank == 0) return CollectiveTransport::create(name, size, o);
-  // Rank 0 may not have created the segment yet (the backend layer orders this with its Store).
+  // Rank 0 may not have created the segment yet, or not written its header (the backend layer
+  // orders this with its Store). Only those errors are retried: any other is the test's finding.
   for (int attempt = 0;; ++attempt) {
     try {
       return CollectiveTransport::join(name, rank, size, o);
-    } catch (const nrtsim::Error&) {
-      if (attempt > 2000) throw;
+    } catch (const nrtsim::Error& e) {
+      const std::string m = e.what();
+      const bool not_ready_yet = m.rfind("shared-memory segment ", 0) == 0 ||
+                                 m.find("is not the group of") != std::string::npos;
+      if (!not_ready_yet || attempt > 2000) throw;
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   }
