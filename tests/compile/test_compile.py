@@ -9,6 +9,7 @@ magnitude.
 """
 
 import copy
+import operator
 import warnings
 
 import pytest
@@ -854,3 +855,95 @@ def test_multi_query_split_by_list_indices_backward():
     # query heads and the s queries.
     assert_close(loss_c, loss_e, terms=b * s * heads * d)
     assert_close(w_compiled.grad, w_eager.grad, terms=b * s * heads * s)
+
+
+def _attention_block(x, mask, wq, wo):
+    q = (x @ wq).view(1, -1, 2, 8).transpose(1, 2)  # (1, heads 2, length, 8)
+    attn = torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+    return torch.relu(attn.transpose(1, 2).reshape(1, -1, 16) @ wo)
+
+
+def _attention_inputs(length=6):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(1, length, 16, generator=g)
+    mask = torch.zeros(length, length).masked_fill_(
+        torch.ones(length, length, dtype=torch.bool).triu_(1), float("-inf"))
+    wq, wo = torch.randn(16, 16, generator=g), torch.randn(16, 16, generator=g)
+    return [t.to("neuron") for t in (x, mask, wq, wo)]
+
+
+@pytest.mark.parametrize("how", ["default", "option off", "env off"])
+def test_inference_programs_call_their_kernels_from_cpp(monkeypatch, how):
+    """An inference program (no grad: a decode step) is compiled in Inductor's C++ wrapper mode
+    unless turned off (TORCH_NEURONX_CPP_WRAPPER=0 or options={"cpp_wrapper": False}); its
+    fused attention becomes ATen's CPU op, which that wrapper calls through its C shim. The
+    results are eager neuron's either way."""
+    options = {"cpp_wrapper": False} if how == "option off" else {}
+    if how == "env off":
+        monkeypatch.setenv("TORCH_NEURONX_CPP_WRAPPER", "0")
+    inputs = _attention_inputs()
+    compiled = torch.compile(_attention_block, backend="neuron", options=options)
+    with torch.no_grad():
+        out = compiled(*inputs)
+        expected = _attention_block(*inputs)
+    # Projections of 16 terms, then attention over 6 keys of 8 dimensions: 16 + 6 * 8 + 16 terms.
+    assert_close(out, expected, terms=80)
+    m = torch.neuron.get_dynamo_metrics()
+    assert m["programs"] == 1, m
+    assert m["cpp_wrapper_programs"] == (1 if how == "default" else 0), m
+
+
+def test_training_programs_keep_the_python_wrapper():
+    inputs = _attention_inputs()
+    weights = [inputs[2].clone().requires_grad_(), inputs[3].clone().requires_grad_()]
+    out = torch.compile(_attention_block, backend="neuron")(inputs[0], inputs[1], *weights)
+    out.sum().backward()
+    m = torch.neuron.get_dynamo_metrics()
+    assert m["programs"] == 2 and m["cpp_wrapper_programs"] == 0, m
+
+
+def test_attention_becomes_the_cpu_op_only_where_its_other_outputs_are_unused():
+    from torch_neuronx.dynamo import attention
+
+    fused = torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default
+
+    def graph(dropout_p, used):
+        g = torch.fx.Graph()
+        q, k, v = g.placeholder("q"), g.placeholder("k"), g.placeholder("v")
+        node = g.call_function(fused, (q, k, v, None, dropout_p, True), {"scale": 0.5})
+        g.output(tuple(g.call_function(operator.getitem, (node, i)) for i in used))
+        return torch.fx.GraphModule(torch.nn.Module(), g)
+
+    gm = graph(0.0, (0, 1))
+    assert attention.use_cpu_attention_op(gm)
+    (node,) = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is not
+               operator.getitem]
+    assert node.target is torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    assert node.kwargs == {"dropout_p": 0.0, "is_causal": True, "attn_mask": None, "scale": 0.5}
+    q = torch.randn(1, 2, 5, 8)
+    out, lse = gm(q, q, q)
+    ref, ref_lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q, q, q, is_causal=True, scale=0.5)
+    assert torch.equal(out, ref) and torch.equal(lse, ref_lse)
+    # Dropout, or an output the CPU op does not have (the philox seed), keeps the fused op.
+    for dropout_p, used in ((0.1, (0,)), (0.0, (0, 6))):
+        gm = graph(dropout_p, used)
+        assert not attention.use_cpu_attention_op(gm)
+        assert any(n.target is fused for n in gm.graph.nodes)
+
+
+def test_inference_program_with_another_librarys_op_keeps_the_python_wrapper():
+    """Random draws from the device generator are our ops (random_ops.py), which Inductor's C++
+    wrapper would call back into Python for: such an inference program keeps the Python wrapper
+    and still draws eager neuron's numbers."""
+    def f(x):
+        return x + torch.rand(x.shape, device=x.device)
+
+    x = torch.ones(3, 4, device="neuron")
+    torch.neuron.manual_seed(5)
+    with torch.no_grad():
+        out = torch.compile(f, backend="neuron")(x)
+    torch.neuron.manual_seed(5)
+    assert torch.equal(out.cpu(), f(x).cpu())
+    m = torch.neuron.get_dynamo_metrics()
+    assert m["programs"] == 1 and m["cpp_wrapper_programs"] == 0, m

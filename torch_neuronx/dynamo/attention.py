@@ -16,6 +16,7 @@ backend (the CPU's own SDPA choice never returns it).
 """
 
 import math
+import operator
 
 import torch
 
@@ -85,3 +86,38 @@ def register() -> None:
     # its call cost more than the attention at that size.
     library.impl("_scaled_dot_product_fused_attention_overrideable_backward", _backward, "CPU")
     _library = library
+
+
+def use_cpu_attention_op(gm: torch.fx.GraphModule) -> bool:
+    """In a program's CPU graph, ATen's overrideable fused attention (forward) becomes ATen's own
+    CPU flash attention op, `_scaled_dot_product_flash_attention_for_cpu`, where nothing but its
+    output and logsumexp is used (inference programs): the same kernel as the CPU kernel this
+    module gives the overrideable op, which Inductor knows natively. That matters in Inductor's
+    C++ wrapper mode, which calls ATen ops through their C shims, past the dispatcher and so past
+    a kernel registered for the overrideable op. Returns whether the graph has no overrideable
+    attention op left (one with dropout, a debug mask, or more of its outputs used stays)."""
+    fused = torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default
+    flash_cpu = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    names = ("query", "key", "value", "attn_bias", "dropout_p", "is_causal", "return_debug_mask")
+    defaults = {"attn_bias": None, "dropout_p": 0.0, "is_causal": False,
+                "return_debug_mask": False, "scale": None}
+    all_rewritten = True
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not fused:
+            continue
+        args = dict(defaults, **dict(zip(names, node.args)), **node.kwargs)
+        used = all(user.op == "call_function" and user.target is operator.getitem
+                   and user.args[1] in (0, 1) for user in node.users)
+        if args["dropout_p"] != 0.0 or args["return_debug_mask"] or not used:
+            all_rewritten = False
+            continue
+        with gm.graph.inserting_before(node):
+            replacement = gm.graph.call_function(
+                flash_cpu, (args["query"], args["key"], args["value"]),
+                {"dropout_p": 0.0, "is_causal": args["is_causal"],
+                 "attn_mask": args["attn_bias"], "scale": args["scale"]})
+        replacement.meta.update({k: v for k, v in node.meta.items() if k != "val"})
+        # Both ops return the output first and logsumexp second.
+        node.replace_all_uses_with(replacement)
+        gm.graph.erase_node(node)
+    return all_rewritten

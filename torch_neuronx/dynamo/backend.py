@@ -39,7 +39,8 @@ attention.register()
 _FALLBACK_ENV = "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"
 _STATIC_ENV = "TORCH_NEURONX_STATIC_SHAPES"
 _NO_AUTOCOPY_ENV = "TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY"
-_KNOWN_OPTIONS = {"model_name", "fallback_execution", "static_shapes"}
+_CPP_WRAPPER_ENV = "TORCH_NEURONX_CPP_WRAPPER"
+_KNOWN_OPTIONS = {"model_name", "fallback_execution", "static_shapes", "cpp_wrapper"}
 _graph_ids = itertools.count()
 # Set while neuron_backend runs: the forward program compiles inside it (its time is counted
 # there), the backward program too with the program cache on, else at the first backward().
@@ -69,6 +70,21 @@ def _static_shapes(options: dict) -> bool:
     if "static_shapes" in options:
         return bool(options["static_shapes"])
     return os.environ.get(_STATIC_ENV, "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _cpp_wrapper(options: dict) -> bool:
+    """Whether inference programs are compiled in Inductor's C++ wrapper mode (on by default).
+
+    The wrapper is the code that calls a program's kernels in turn. Inductor's default writes it
+    in Python, which costs a few microseconds per kernel at every call; its C++ wrapper mode
+    compiles it with the kernels, at the price of a longer compile. An inference program is
+    typically a decode step, called once per token for the same graph, where that per-call cost
+    is a sizeable part of the step: in C++. Training programs (forward and backward) run kernels
+    long enough that the wrapper is a small part of a step, and their compile time counts more:
+    in Python."""
+    if "cpp_wrapper" in options:
+        return bool(options["cpp_wrapper"])
+    return os.environ.get(_CPP_WRAPPER_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _is_symbolic(example_inputs) -> bool:
@@ -191,8 +207,10 @@ def _integer_histc_in_float64(cpu_gm: torch.fx.GraphModule) -> None:
     cpu_gm.recompile()
 
 
-def _graph_for_cpu(gm: torch.fx.GraphModule, example_inputs, fake_mode, device: int):
-    """A copy of `gm` whose device arguments name the CPU, re-propagated with CPU fake inputs."""
+def _graph_for_cpu(gm: torch.fx.GraphModule, example_inputs, fake_mode, device: int,
+                   inference: bool = False):
+    """A copy of `gm` whose device arguments name the CPU, re-propagated with CPU fake inputs,
+    and whether Inductor's C++ wrapper can call all of its ops (see attention.py)."""
     graph = torch.fx.Graph()
     outputs = graph.graph_copy(gm.graph, {})
     graph.output(outputs)
@@ -203,6 +221,7 @@ def _graph_for_cpu(gm: torch.fx.GraphModule, example_inputs, fake_mode, device: 
     _constants_on_cpu(cpu_gm)
     random_ops.draw_from_device(cpu_gm, device)
     _integer_histc_in_float64(cpu_gm)
+    wrappable = inference and attention.use_cpu_attention_op(cpu_gm) and _only_aten_ops(cpu_gm)
     cpu_inputs = []
     with fake_mode:
         for x in example_inputs:
@@ -211,7 +230,19 @@ def _graph_for_cpu(gm: torch.fx.GraphModule, example_inputs, fake_mode, device: 
             cpu_inputs.append(x)
     _CpuFakeTensorProp(cpu_gm, mode=fake_mode).propagate_dont_convert_inputs(*cpu_inputs)
     cpu_gm.recompile()
-    return cpu_gm, cpu_inputs
+    return cpu_gm, cpu_inputs, wrappable
+
+
+def _only_aten_ops(gm: torch.fx.GraphModule) -> bool:
+    """Whether the graph calls ATen ops only. Inductor's C++ wrapper calls another library's op
+    (ours: random draws from the device generator, NKI kernels; a user's) through a Python
+    callback, a path that crashed on an NKI kernel in a program where the Python wrapper runs it
+    fine: such programs keep the Python wrapper."""
+    return all(not isinstance(n.target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket,
+                                         torch._ops.HigherOrderOperator))
+               or (isinstance(n.target, torch._ops.OpOverload)
+                   and n.target.namespace in ("aten", "prims"))
+               for n in gm.graph.nodes if n.op == "call_function")
 
 
 class _CpuFakeTensorProp(FakeTensorProp):
@@ -273,8 +304,10 @@ class _Program(OutputCode):
     :meth:`post_compile` loads from that entry on a restart."""
 
     _fx_graph_cache_key = None  # not Inductor's FX graph: AOTAutograd bundles programs whole
+    cpp_wrapper = False  # as in graph entries written before programs had C++ wrappers
 
-    def __init__(self, name, kind, device, compiled, cost, output_devices, issues, entry_key):
+    def __init__(self, name, kind, device, compiled, cost, output_devices, issues, entry_key,
+                 cpp_wrapper=False):
         self.name = name
         self.kind = kind
         self.device = device
@@ -283,6 +316,7 @@ class _Program(OutputCode):
         self.output_devices = output_devices
         self.issues = issues
         self.entry_key = entry_key
+        self.cpp_wrapper = cpp_wrapper  # Inductor's C++ wrapper calls its kernels (else Python)
         self._dynamic = cost.is_dynamic
         # On the instance, not the class: AOTAutograd's wrapper around an inference program
         # copies the program's __dict__, and without the flag it would call the program unboxed.
@@ -325,6 +359,8 @@ class _Program(OutputCode):
             _report_legality(self.name, self.issues)
         self._start()
         metrics.record("programs")
+        if self.cpp_wrapper:
+            metrics.record("cpp_wrapper_programs")
         metrics.record("cache_hits")
 
     def set_triton_bundle(self, triton_bundle) -> None:
@@ -356,7 +392,7 @@ def _report_legality(name: str, issues: dict) -> None:
     legality.report(name, issues)
 
 
-def _compile_program(gm, example_inputs, *, base_name: str, kind: str):
+def _compile_program(gm, example_inputs, *, base_name: str, kind: str, cpp_wrapper: bool = False):
     started = time.perf_counter()
     name = f"neuron::program/{base_name}_{kind}"
     try:
@@ -374,7 +410,9 @@ def _compile_program(gm, example_inputs, *, base_name: str, kind: str):
             program = _inductor_compile(gm, example_inputs, inner, store)
         else:
             fake_mode = torch._guards.detect_fake_mode(example_inputs)
-            cpu_gm, cpu_inputs = _graph_for_cpu(gm, example_inputs, fake_mode, device)
+            cpu_gm, cpu_inputs, wrappable = _graph_for_cpu(gm, example_inputs, fake_mode, device,
+                                                           inference=kind == "inference")
+            inner["cpp_wrapper"] = cpp_wrapper and wrappable
             try:
                 compiled = _inductor_compile(cpu_gm, cpu_inputs, inner, store)
             except Exception as error:
@@ -382,8 +420,11 @@ def _compile_program(gm, example_inputs, *, base_name: str, kind: str):
                     f"torch.compile(backend='neuron'): graph {name} could not be compiled: "
                     f"{type(error).__name__}: {error}") from error
             program = _Program(name, kind, device, compiled, GraphCost(gm, example_inputs),
-                               output_devices, issues, store.stored_key if store else None)
+                               output_devices, issues, store.stored_key if store else None,
+                               cpp_wrapper=inner["cpp_wrapper"])
         metrics.record("programs")
+        if getattr(program, "cpp_wrapper", False):
+            metrics.record("cpp_wrapper_programs")
         # With the program cache on, Inductor's only cache is the store: a hit is the store's.
         # Off, it is Inductor's own FX graph cache (TORCHINDUCTOR_CACHE_DIR).
         if counters["inductor"]["fxgraph_cache_hit"] > hits_before:
@@ -516,6 +557,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
             f"torch.compile(backend='neuron'): options {sorted(unknown)} are ignored; the backend "
             f"reads {sorted(_KNOWN_OPTIONS)}.", stacklevel=2)
     strict = _static_shapes(options)
+    cpp_wrapper = _cpp_wrapper(options)
     if strict and not torch._dynamo.config.assume_static_by_default:
         raise NeuronCompileError(
             f"torch.compile(backend='neuron'): dynamic=True is not supported with static shapes "
@@ -530,7 +572,8 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
         f"graph{graph_id}")
 
     compilers = {
-        kind: functools.partial(_compile_program, base_name=base_name, kind=kind)
+        kind: functools.partial(_compile_program, base_name=base_name, kind=kind,
+                                cpp_wrapper=cpp_wrapper)
         for kind in ("forward", "backward", "inference")
     }
     def compile_backward(bw_gm, bw_inputs):
@@ -547,8 +590,10 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
     # With the program cache on, AOTAutograd's result for the whole graph is cached too (a graph
     # entry, neff_cache.GraphStore): AOTAutograd looks a graph up only for a compiler whose
     # output it can serialize, which programs are.
-    # Keyed with the options and the effective shape mode (strict mode compiles per shape).
-    graph_store = (neff_cache.GraphStore({**options, "static_shapes": strict})
+    # Keyed with the options and the effective shape mode (strict mode compiles per shape) and
+    # wrapper language.
+    graph_store = (neff_cache.GraphStore({**options, "static_shapes": strict,
+                                          "cpp_wrapper": cpp_wrapper})
                    if neff_cache.enabled() else None)
     compile_forward = compilers["forward"]
     if graph_store is not None:

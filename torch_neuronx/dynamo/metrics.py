@@ -11,6 +11,7 @@ def _fresh() -> dict:
     return {
         "graphs": 0,              # Dynamo graphs handed to the backend (one per frame compile)
         "programs": 0,            # forward, backward and inference programs compiled
+        "cpp_wrapper_programs": 0,  # of them, those whose kernels a C++ wrapper calls
         "compiles": 0,            # programs compiled by Inductor (cache misses)
         "cache_hits": 0,          # programs served by the persistent program (NEFF) cache
         "cache_misses": 0,
