@@ -893,43 +893,86 @@ def test_inference_programs_call_their_kernels_from_cpp(monkeypatch, how):
     assert m["cpp_wrapper_programs"] == (1 if how == "default" else 0), m
 
 
-def test_training_programs_keep_the_python_wrapper():
-    inputs = _attention_inputs()
-    weights = [inputs[2].clone().requires_grad_(), inputs[3].clone().requires_grad_()]
-    out = torch.compile(_attention_block, backend="neuron")(inputs[0], inputs[1], *weights)
-    out.sum().backward()
-    m = torch.neuron.get_dynamo_metrics()
-    assert m["programs"] == 2 and m["cpp_wrapper_programs"] == 0, m
+def test_training_programs_call_their_kernels_from_cpp_too():
+    """Forward and backward programs get the C++ wrapper as well: their attention, saved
+    outputs included, becomes ATen's CPU ops. Gradients equal eager neuron's, with and without a
+    float mask that needs a gradient (for which SDPA takes its math path on neuron; a fused
+    backward that must compute the mask's gradient stays fused: the test above)."""
+    for mask_grad in (False, True):
+        torch._dynamo.reset()
+        torch.neuron.reset_dynamo_metrics()
+        x, mask, wq, wo = _attention_inputs()
+        leaves = {"compiled": [t.clone().requires_grad_() for t in (mask, wq, wo)],
+                  "eager": [t.clone().requires_grad_() for t in (mask, wq, wo)]}
+        for leaf in leaves.values():
+            leaf[0].requires_grad_(mask_grad)
+        run = {"compiled": torch.compile(_attention_block, backend="neuron"),
+               "eager": _attention_block}
+        for how in run:
+            run[how](x, *leaves[how]).pow(2).sum().backward()
+        for got, want in zip(leaves["compiled"], leaves["eager"]):
+            if want.grad is not None:
+                # Gradients through the projections (16 terms) and attention (6 keys x 8 dims),
+                # then summed over the 6 positions: bound by 6 * (16 + 48 + 16) terms.
+                assert_close(got.grad, want.grad, terms=480)
+        m = torch.neuron.get_dynamo_metrics()
+        assert m["programs"] == 2, m
+        assert m["cpp_wrapper_programs"] == 2, (mask_grad, m)
 
 
-def test_attention_becomes_the_cpu_op_only_where_its_other_outputs_are_unused():
+def test_attention_becomes_atens_cpu_ops_where_they_compute_what_is_used():
     from torch_neuronx.dynamo import attention
 
     fused = torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default
+    fused_backward = torch.ops.aten._scaled_dot_product_fused_attention_overrideable_backward.default
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
 
-    def graph(dropout_p, used):
+    def forward_graph(dropout_p, used):
         g = torch.fx.Graph()
         q, k, v = g.placeholder("q"), g.placeholder("k"), g.placeholder("v")
         node = g.call_function(fused, (q, k, v, None, dropout_p, True), {"scale": 0.5})
         g.output(tuple(g.call_function(operator.getitem, (node, i)) for i in used))
         return torch.fx.GraphModule(torch.nn.Module(), g)
 
-    gm = graph(0.0, (0, 1))
-    assert attention.use_cpu_attention_op(gm)
-    (node,) = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is not
-               operator.getitem]
-    assert node.target is torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
-    assert node.kwargs == {"dropout_p": 0.0, "is_causal": True, "attn_mask": None, "scale": 0.5}
+    def targets(gm):
+        return [n.target for n in gm.graph.nodes
+                if n.op == "call_function" and n.target is not operator.getitem]
+
+    # A training forward's saved outputs: output, logsumexp, philox seed and offset.
+    gm = forward_graph(0.0, (0, 1, 6, 7))
+    assert attention.use_cpu_attention_ops(gm)
+    assert flash in targets(gm) and fused not in targets(gm)
     q = torch.randn(1, 2, 5, 8)
-    out, lse = gm(q, q, q)
-    ref, ref_lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        q, q, q, is_causal=True, scale=0.5)
+    out, lse, seed, offset = gm(q, q, q)
+    ref, ref_lse = flash(q, q, q, is_causal=True, scale=0.5)
     assert torch.equal(out, ref) and torch.equal(lse, ref_lse)
-    # Dropout, or an output the CPU op does not have (the philox seed), keeps the fused op.
-    for dropout_p, used in ((0.1, (0,)), (0.0, (0, 6))):
-        gm = graph(dropout_p, used)
-        assert not attention.use_cpu_attention_op(gm)
-        assert any(n.target is fused for n in gm.graph.nodes)
+    assert seed.shape == offset.shape == () and seed.dtype == offset.dtype == torch.int64
+    # Dropout, or an output the CPU op does not have (the debug mask), keeps the fused op.
+    for dropout_p, used in ((0.1, (0,)), (0.0, (0, 8))):
+        gm = forward_graph(dropout_p, used)
+        assert not attention.use_cpu_attention_ops(gm)
+        assert fused in targets(gm)
+
+    def backward_graph(used):
+        g = torch.fx.Graph()
+        grad, q, k, v, o, lse = (g.placeholder(n) for n in ("grad", "q", "k", "v", "o", "lse"))
+        node = g.call_function(fused_backward, (grad, q, k, v, None, [True, True, True, False],
+                                                o, lse, None, None, 5, 5, 0.0, True, None, None),
+                               {"scale": 0.5})
+        g.output(tuple(g.call_function(operator.getitem, (node, i)) for i in used))
+        return torch.fx.GraphModule(torch.nn.Module(), g)
+
+    gm = backward_graph((0, 1, 2))
+    assert attention.use_cpu_attention_ops(gm)
+    assert targets(gm) == [flash_backward]
+    grad = torch.randn(1, 2, 5, 8)
+    got = gm(grad, q, q, q, ref, ref_lse)
+    want = flash_backward(grad, q, q, q, ref, ref_lse, 0.0, True, scale=0.5)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    gm = backward_graph((0, 1, 2, 3))  # the mask's gradient: only the fused op computes it
+    assert not attention.use_cpu_attention_ops(gm)
+    assert targets(gm) == [fused_backward]
 
 
 def test_inference_program_with_another_librarys_op_keeps_the_python_wrapper():
