@@ -990,3 +990,28 @@ def test_inference_program_with_another_librarys_op_keeps_the_python_wrapper():
     assert torch.equal(out.cpu(), f(x).cpu())
     m = torch.neuron.get_dynamo_metrics()
     assert m["programs"] == 1 and m["cpp_wrapper_programs"] == 0, m
+
+
+def test_a_graph_the_cpp_wrapper_cannot_build_compiles_with_the_python_wrapper(monkeypatch):
+    """Inductor's C++ wrapper fails on some graphs its Python wrapper builds: the program is
+    compiled again with the Python wrapper instead of the graph failing."""
+    from torch_neuronx.dynamo import backend
+
+    real = backend._inductor_compile
+    tried = []
+
+    def failing_cpp_wrapper(gm, example_inputs, inner, store):
+        tried.append(inner["cpp_wrapper"])
+        if inner["cpp_wrapper"]:
+            raise RuntimeError("C++ compile error (made by the test)")
+        return real(gm, example_inputs, inner, store)
+
+    monkeypatch.setattr(backend, "_inductor_compile", failing_cpp_wrapper)
+    monkeypatch.setenv("TORCH_NEURONX_DISABLE_NEFF_CACHE", "1")  # compile, not load
+    inputs = _attention_inputs()
+    with torch.no_grad():
+        out = torch.compile(_attention_block, backend="neuron")(*inputs)
+        assert_close(out, _attention_block(*inputs), terms=80)
+    assert tried == [True, False]
+    m = torch.neuron.get_dynamo_metrics()
+    assert m["programs"] == 1 and m["cpp_wrapper_programs"] == 0, m

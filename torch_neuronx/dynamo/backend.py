@@ -11,6 +11,7 @@ says why this route and what is left.
 import contextlib
 import functools
 import itertools
+import logging
 import os
 import pickle
 import threading
@@ -42,6 +43,7 @@ _NO_AUTOCOPY_ENV = "TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY"
 _CPP_WRAPPER_ENV = "TORCH_NEURONX_CPP_WRAPPER"
 _KNOWN_OPTIONS = {"model_name", "fallback_execution", "static_shapes", "cpp_wrapper"}
 _graph_ids = itertools.count()
+_log = logging.getLogger(__name__)
 # Set while neuron_backend runs: the forward program compiles inside it (its time is counted
 # there), the backward program too with the program cache on, else at the first backward().
 _inside_backend = threading.local()
@@ -410,7 +412,20 @@ def _compile_program(gm, example_inputs, *, base_name: str, kind: str, cpp_wrapp
             cpu_gm, cpu_inputs, wrappable = _graph_for_cpu(gm, example_inputs, fake_mode, device)
             inner["cpp_wrapper"] = cpp_wrapper and wrappable
             try:
-                compiled = _inductor_compile(cpu_gm, cpu_inputs, inner, store)
+                try:
+                    compiled = _inductor_compile(cpu_gm, cpu_inputs, inner, store)
+                except Exception as error:
+                    if not inner["cpp_wrapper"]:
+                        raise
+                    # Inductor's C++ wrapper does not build every graph its Python wrapper
+                    # builds (torch 2.13 emitted invalid C++ for an op returning integers): the
+                    # program is compiled again, from a fresh copy, with the Python wrapper.
+                    _log.info("%s: Inductor's C++ wrapper failed (%s: %s); compiling with the "
+                              "Python wrapper", name, type(error).__name__, error)
+                    inner["cpp_wrapper"] = False
+                    store = neff_cache.ProgramStore() if store is not None else None
+                    cpu_gm, cpu_inputs, _ = _graph_for_cpu(gm, example_inputs, fake_mode, device)
+                    compiled = _inductor_compile(cpu_gm, cpu_inputs, inner, store)
             except Exception as error:
                 raise NeuronCompileError(
                     f"torch.compile(backend='neuron'): graph {name} could not be compiled: "
