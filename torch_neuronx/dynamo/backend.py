@@ -67,11 +67,22 @@ def _fallback_allowed(options: dict) -> bool:
     return value in ("0", "false", "no", "off")
 
 
+def _switch(options: dict, key: str, env: str, default: bool) -> bool:
+    """An on/off setting: `options[key]` if given, else the variable `env` ("1", "true", "yes",
+    "on" or "0", "false", "no", "off"), else (unset or another value) `default`."""
+    if key in options:
+        return bool(options[key])
+    value = os.environ.get(env, "").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    return default
+
+
 def _static_shapes(options: dict) -> bool:
     """Strict mode: TorchNeuron's static-shape behaviour (one program per input shape)."""
-    if "static_shapes" in options:
-        return bool(options["static_shapes"])
-    return os.environ.get(_STATIC_ENV, "0").strip().lower() in ("1", "true", "yes", "on")
+    return _switch(options, "static_shapes", _STATIC_ENV, default=False)
 
 
 def _cpp_wrapper(options: dict) -> bool:
@@ -80,11 +91,9 @@ def _cpp_wrapper(options: dict) -> bool:
     The wrapper is the code that allocates a program's buffers and calls its kernels in turn.
     Inductor's default writes it in Python, a few microseconds per kernel at every call; its C++
     wrapper mode compiles it too. Measured on the tiny Llama (bench/compile.py): the decode step
-    0.88-0.95x Inductor CPU's time instead of 1.04-1.09x, the training step 0.97-1.01x instead of
-    1.01-1.03x."""
-    if "cpp_wrapper" in options:
-        return bool(options["cpp_wrapper"])
-    return os.environ.get(_CPP_WRAPPER_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    0.88-1.01x Inductor CPU's time instead of 1.03-1.09x, the training step 0.97-1.01x instead of
+    1.01-1.03x (docs/benchmarks.md)."""
+    return _switch(options, "cpp_wrapper", _CPP_WRAPPER_ENV, default=True)
 
 
 def _is_symbolic(example_inputs) -> bool:
