@@ -9,7 +9,10 @@ gradient of a float mask as the eager kernel computes it). The forward's is C++
 (csrc/backend/compiler/ProgramAttention.cpp, cheaper per call); the backward's is here. Graphs therefore keep the fused
 attention op, which Inductor calls as an external kernel, instead of the matmuls and softmax of
 the math backend: the same algorithm and rounding as eager neuron, and flash attention's speed
-on long sequences and the KV cache of a decode step.
+on long sequences and the KV cache of a decode step. In a program's CPU graph the op then becomes
+ATen's own CPU flash attention op wherever that computes every output the graph uses
+(``use_cpu_attention_ops`` below, for Inductor's C++ wrapper); the kernels registered here serve
+the rest (the mask's gradient, the forward's other outputs).
 
 A CPU kernel for these ops serves nothing else: no CPU code path selects the overrideable
 backend (the CPU's own SDPA choice never returns it).

@@ -4,11 +4,13 @@
 // (ops/Attention.cpp: ATen's CPU flash attention on the device buffers). A program is CPU code
 // over host views, and ATen gives the overrideable ops no CPU kernel (their default raises), so
 // the compiler gives them one: the same flash attention, with the outputs in the layouts of the
-// op's meta kernel, which Inductor planned the program's buffers with (and checks). The forward is
-// here, in C++, because a decode step calls it once per layer and a Python kernel cost more than
-// the attention itself at that size; the backward (with the float mask's gradient) stays in
-// torch_neuronx/dynamo/attention.py. No CPU code path selects the overrideable backend, so this
-// kernel serves only programs.
+// op's meta kernel, which Inductor planned the program's buffers with (and checks). The backward
+// (with the float mask's gradient) is in torch_neuronx/dynamo/attention.py. Since 2026-12-06 a
+// program's CPU graph calls ATen's own CPU flash attention op wherever it computes every output
+// the graph uses (attention.py, use_cpu_attention_ops: the C++ wrapper's C shims would bypass this
+// kernel), so this kernel serves the rest: graphs that use the op's other outputs. It was written
+// in C++ when a decode step called it once per layer, where a Python kernel cost more than the
+// attention. No CPU code path selects the overrideable backend, so it serves only programs.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_native.h>
 #include <ATen/ops/empty_like.h>
