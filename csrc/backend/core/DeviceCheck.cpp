@@ -36,6 +36,10 @@ std::optional<c10::Device> check_devices(const std::string& name, const c10::Fun
   const auto& args = schema.arguments();
   for (size_t i = 0; i < args.size() && first + i < stack.size(); ++i) {
     const c10::IValue& value = stack[first + i];
+    if (value.isTensor() && args[i].name() == "scalars" && value.toTensor().device().is_cpu() &&
+        schema.name().rfind("aten::_foreach_", 0) == 0) {
+      continue;  // a foreach op's scalar list as a tensor: on the host, as CUDA requires it too
+    }
     if (value.isTensor()) {
       visit(value.toTensor());
     } else if (value.isTensorList()) {

@@ -157,6 +157,11 @@ std::unordered_map<std::string, OpFamily>& families_by_op() {
 
 }  // namespace
 
+void run_host_math(const OpFamily& family, const c10::OperatorHandle& op,
+                   torch::jit::Stack* stack) {
+  HostMathKernel(family, op_name(op.operator_name()))(op, c10::DispatchKeySet(), stack);
+}
+
 const OpFamily* find_op_family(const std::string& op) {
   auto it = families_by_op().find(op);
   return it == families_by_op().end() ? nullptr : &it->second;

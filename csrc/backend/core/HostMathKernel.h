@@ -40,6 +40,11 @@ void register_host_math_ops(torch::Library& library, const OpFamily& family,
 void register_host_math_overloads(torch::Library& library, const OpFamily& family,
                                   std::initializer_list<const char*> overloads);
 
+// Runs one call of `op` as `family`'s host-math kernel does: the general case behind a dedicated
+// kernel that serves only some calls of its op itself (the foreach kernels).
+void run_host_math(const OpFamily& family, const c10::OperatorHandle& op,
+                   torch::jit::Stack* stack);
+
 // The family whose list names the overload `op` ("aten::mm", "aten::add.Tensor"), or nullptr.
 // The estimate (csrc/backend/estimate) derives a traced op's work from it, so that an op's work
 // has one definition whether it runs or is only traced.
