@@ -643,6 +643,25 @@ def test_trainium_legality_int64_reported_not_warned():
     assert any("int64" in i and set(i) == {"int64"} for i in issues), issues
 
 
+def test_trainium_legality_ops_without_a_torchneuron_kernel_reported_not_warned():
+    # median has no Neuron kernel in TorchNeuron 2.33 (its CPU fallback runs it in eager mode):
+    # evidence that its compiler may not lower it, so in the metrics, without a warning.
+    def f(x):
+        return torch.median(x * 2) + torch.sin(x).sum()
+
+    x = torch.randn(9).to("neuron")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = torch.compile(f, backend="neuron", fullgraph=True)(x)
+    assert not [w for w in caught if "Trainium" in str(w.message)]
+    assert_close(out, f(x), terms=9)
+    m = torch.neuron.get_dynamo_metrics()
+    assert m["trainium_flagged_programs"] == 0
+    (entry,) = m["trainium_legality"]
+    assert set(entry["issues"]) == {"no_torchneuron_kernel"}, entry
+    assert entry["issues"]["no_torchneuron_kernel"] == {"count": 1, "ops": ["median.default"]}
+
+
 def test_trainium_legality_data_dependent_sizes():
     def f(x):
         return torch.masked_select(x, x > 0).sum()

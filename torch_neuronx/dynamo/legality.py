@@ -15,11 +15,22 @@ Checked, from the graph's values (FX node metadata) -- every input, intermediate
 - int64: computed as int32 on Trainium, exact while values stay within +-2**31. Reported in the
   metrics only: every language model's token ids and positions are int64, and a warning per
   graph for them would be noise.
+
+Checked from the graph's ops:
+
+- ops without a Neuron kernel in TorchNeuron 2.33 (its eager op coverage,
+  portability/coverage.py: they run only through its CPU fallback there). Which ops neuronx-cc
+  lowers in a compiled graph is not public; an op TorchNeuron has no kernel for is the best
+  evidence there is that its compile path lacks a lowering too, and a graph that does not lower
+  fails to compile there (TorchNeuron 2.33's default). Reported in the metrics only, being
+  evidence, not certainty.
 """
 
 import warnings
 
 import torch
+
+from ..portability import coverage
 
 WARNED = ("float64", "complex", "data_dependent_shape")
 
@@ -30,6 +41,8 @@ _WHAT = {
     "data_dependent_shape": "data-dependent sizes (TorchNeuron's dynamic-shape analysis rejects "
                             "graphs with symbolic dimensions)",
     "int64": "int64 values (computed as int32: exact within +-2**31)",
+    "no_torchneuron_kernel": "ops TorchNeuron 2.33 has no Neuron kernel for (CPU fallback in its "
+                             "eager mode; its compiler may not lower them)",
 }
 
 _FIX = {
@@ -54,6 +67,18 @@ def _is_unbacked(size) -> bool:
     return bool(free_unbacked_symbols(size))
 
 
+def _without_torchneuron_kernel(op) -> bool:
+    """An ATen op TorchNeuron 2.33 runs only through its CPU fallback (a structured op: when
+    its out= form is such an op)."""
+    if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
+        return False
+    kind = coverage.classify(op.name())
+    if kind == coverage.OUT_VARIANT:
+        out = coverage.out_variant(op)
+        kind = coverage.classify(out) if out else coverage.CPU_FALLBACK
+    return kind == coverage.CPU_FALLBACK
+
+
 def check(gm: torch.fx.GraphModule) -> dict:
     """Issue kind -> {"count": values, "ops": the first few ops (or inputs) producing them}."""
     found: dict = {}
@@ -69,6 +94,8 @@ def check(gm: torch.fx.GraphModule) -> dict:
     for node in gm.graph.nodes:
         if node.op not in ("placeholder", "call_function"):
             continue
+        if node.op == "call_function" and _without_torchneuron_kernel(node.target):
+            note("no_torchneuron_kernel", node)
         for value in _values(node):
             if value.dtype == torch.float64:
                 note("float64", node)
