@@ -72,11 +72,8 @@ def _without_torchneuron_kernel(op) -> bool:
     its out= form is such an op)."""
     if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
         return False
-    kind = coverage.classify(op.name())
-    if kind == coverage.OUT_VARIANT:
-        out = coverage.out_variant(op)
-        kind = coverage.classify(out) if out else coverage.CPU_FALLBACK
-    return kind == coverage.CPU_FALLBACK
+    name = coverage.reaching_torchneuron(op)
+    return name is not None and coverage.classify(name) == coverage.CPU_FALLBACK
 
 
 def check(gm: torch.fx.GraphModule) -> dict:

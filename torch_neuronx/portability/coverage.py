@@ -78,6 +78,17 @@ def out_variant(func):
     return None
 
 
+def reaching_torchneuron(func):
+    """The name of the ATen op TorchNeuron receives when `func` runs there: `func` itself, or
+    for a structured op's functional or in-place form its out= form; None when PyTorch's
+    composite kernel runs there instead (its parts reach TorchNeuron on their own)."""
+    name = func.name()
+    kind = classify(name)
+    if kind == OUT_VARIANT:
+        return out_variant(func)
+    return None if kind == COMPOSITE else name
+
+
 @functools.lru_cache(None)
 def is_host_op(name: str) -> bool:
     """Ops TorchNeuron implements in C++ on tensor metadata or its allocator (empty, views,

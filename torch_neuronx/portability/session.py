@@ -271,15 +271,11 @@ class Session:
                      frames.current_site(skip=2), fixes.CHANNELS_LAST, op=func.name())
         name = func.name()
         if func.namespace == "aten":
-            kind = coverage.classify(name)
-            if kind == coverage.OUT_VARIANT:
-                # What reaches TorchNeuron is the out= form: check that one. (Running PyTorch's
-                # default kernel here instead would also work, but it resizes out= tensors
-                # with a warning on some ops.)
-                name = coverage.out_variant(func)
-                if name is None:
-                    return _COMPOSITE
-            elif kind == coverage.COMPOSITE:
+            # A structured op's out= form is what reaches TorchNeuron: check that one. (Running
+            # PyTorch's default kernel here instead would also work, but it resizes out=
+            # tensors with a warning on some ops.)
+            name = coverage.reaching_torchneuron(func)
+            if name is None:
                 return _COMPOSITE
         return neuron_in, inputs, name
 
