@@ -4,12 +4,6 @@
 
 namespace torch_neuronx {
 
-namespace {
-bool is_neuron(const at::Tensor& t) {
-  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
-}
-}  // namespace
-
 void fail_two_devices(const std::string& name, c10::Device a, c10::Device b) {
   const std::string fix =
       b.type() == c10::DeviceType::PrivateUse1

@@ -1,6 +1,6 @@
 // The one device-check rule of every neuron kernel, boxed or unboxed, native or fallback: all
 // neuron tensors of an op on one neuron device, and no CPU tensor beside them except those CUDA
-// accepts too (0-dim values anywhere, index tensors in an index list).
+// accepts too (0-dim values anywhere, index tensors in an index list, a foreach op's scalars).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -13,6 +13,10 @@
 #include <string>
 
 namespace torch_neuronx {
+
+inline bool is_neuron(const at::Tensor& t) {
+  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+}
 
 // The error for tensors of one op on two devices, `a` (where the op runs) and `b`; it says how
 // to fix a neuron/CPU mix.

@@ -18,10 +18,6 @@ namespace torch_neuronx {
 
 namespace {
 
-bool is_neuron(const at::Tensor& t) {
-  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
-}
-
 // One neuron tensor argument and the host view standing in for it.
 struct Swapped {
   at::Tensor original;

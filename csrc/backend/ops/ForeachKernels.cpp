@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "backend/core/BoxedArgs.h"
+#include "backend/core/DeviceCheck.h"
 #include "backend/core/KernelLaunch.h"
 
 // The loops are compiled for AVX-512, AVX with FMA, and the x86-64 baseline, chosen when the
@@ -88,16 +89,18 @@ TORCH_NEURONX_INLINE T lerp(T self, T end, T weight) {
                                    : std::fma(weight - T(1), end - self, end);
 }
 
-template <class M>
-TORCH_NEURONX_INLINE void range_of(Math math, bool weight_list, bool second_list,
-                                   const Operands& o, int64_t begin, int64_t n) {
-  using T = M;  // float32 and float64 compute in their own type
+// float32 and float64 compute in their own type. A second list is there when `o.y` is; lerp's
+// weights are a third list when `o.z` is.
+template <class T>
+TORCH_NEURONX_INLINE void range_of(Math math, const Operands& o, int64_t begin, int64_t n) {
+  using M = T;
   T* out = static_cast<T*>(o.out) + begin;
   const T* x = static_cast<const T*>(o.x) + begin;
   const T* y = o.y == nullptr ? nullptr : static_cast<const T*>(o.y) + begin;
   const T* z = o.z == nullptr ? nullptr : static_cast<const T*>(o.z) + begin;
   const M c = static_cast<M>(o.c);
   const M alpha = static_cast<M>(o.alpha);
+  const bool second_list = y != nullptr;
   switch (math) {
     case Math::kMul:
       if (second_list) {
@@ -121,7 +124,7 @@ TORCH_NEURONX_INLINE void range_of(Math math, bool weight_list, bool second_list
       }
       break;
     case Math::kLerp:
-      if (weight_list) {
+      if (z != nullptr) {
         elementwise<3>(out, x, y, z, n, [](M a, M b, M w) { return lerp(a, b, w); });
       } else if (std::abs(c) < M(0.5)) {
         elementwise<2>(out, x, y, z, n, [c](M a, M b, M) { return std::fma(c, b - a, a); });
@@ -148,22 +151,17 @@ TORCH_NEURONX_INLINE void range_of(Math math, bool weight_list, bool second_list
 }
 
 TORCH_NEURONX_VECTOR_CLONES
-void run_range(Math math, bool weight_list, bool second_list, c10::ScalarType dtype,
-               const Operands& o, int64_t begin, int64_t n) {
+void run_range(Math math, c10::ScalarType dtype, const Operands& o, int64_t begin, int64_t n) {
   switch (dtype) {
     case c10::ScalarType::Float:
-      range_of<float>(math, weight_list, second_list, o, begin, n);
+      range_of<float>(math, o, begin, n);
       break;
     case c10::ScalarType::Double:
-      range_of<double>(math, weight_list, second_list, o, begin, n);
+      range_of<double>(math, o, begin, n);
       break;
     default:
       TORCH_INTERNAL_ASSERT(false, "foreach kernel: unserved dtype ", dtype);
   }
-}
-
-bool is_neuron(const at::Tensor& t) {
-  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
 }
 
 // The calls a kernel serves: what the schema's arguments are, read off one call's stack.
@@ -218,8 +216,6 @@ class ForeachKernel final : public c10::OperatorKernel {
     kernel.writes(at::TensorList(outputs));
     torch::jit::drop(*stack, n_args);
 
-    const bool second_list = call->lists.size() >= 2;
-    const bool weight_list = math_ == Math::kLerp && call->lists.size() == 3;
     const c10::ScalarType dtype = self[0].scalar_type();
     // Element offsets where each tensor starts in the lists' one index space.
     std::vector<int64_t> starts(self.size() + 1, 0);
@@ -238,8 +234,7 @@ class ForeachKernel final : public c10::OperatorKernel {
         for (; b < e; ++i) {
           const int64_t stop = std::min(e, starts[i + 1]);
           if (stop > b) {
-            run_range(math_, weight_list, second_list, dtype, operands[i], b - starts[i],
-                      stop - b);
+            run_range(math_, dtype, operands[i], b - starts[i], stop - b);
           }
           b = stop;
         }
