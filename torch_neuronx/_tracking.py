@@ -25,8 +25,9 @@ def kernel_trace() -> list:
     """Per-op totals of every launch record since the start or :func:`clear_kernel_trace`: the
     kind of launch (kernel, copy direction, scalar read, resize, host fallback, ...), launches,
     work per engine (``ops``: FLOPs on the Tensor engine, elements on the others; ``flops`` is the
-    Tensor engine's), bytes read and written, the engine it mainly occupies, the host time the
-    simulator spent (``host_ns``) and the modelled Trainium time (``sim_ns``)."""
+    Tensor engine's), bytes read and written (in total, and per engine as ``engine_bytes``:
+    ``{engine: (read, written)}``), the engine it mainly occupies, the host time the simulator
+    spent (``host_ns``) and the modelled Trainium time (``sim_ns``)."""
     return list(_C._kernel_trace())
 
 

@@ -36,6 +36,21 @@ constexpr Field kFields[] = {
     {"copy_launch_ns", &CoreSpec::copy_launch_ns},
 };
 
+// The tile geometry: whole positive numbers.
+struct TileField {
+  const char* key;
+  int64_t TensorTiles::*number;
+};
+constexpr TileField kTileFields[] = {
+    {"tensor_partitions", &TensorTiles::partitions},
+    {"tensor_stationary_columns", &TensorTiles::stationary_columns},
+    {"tensor_moving_columns", &TensorTiles::moving_columns},
+    {"tensor_min_moving_columns", &TensorTiles::min_moving_columns},
+    {"sbuf_partition_bytes", &TensorTiles::sbuf_partition_bytes},
+    {"psum_bank_bytes", &TensorTiles::psum_bank_bytes},
+    {"psum_banks", &TensorTiles::psum_banks},
+};
+
 [[noreturn]] void bad(const std::string& origin, int line, const std::string& what) {
   throw Error(ErrorCode::kConfiguration,
               "engine model " + origin + (line > 0 ? ":" + std::to_string(line) : "") + ": " +
@@ -64,6 +79,18 @@ std::map<std::string, CoreSpec> parse_engine_model(const std::string& text,
         spec.neuroncore = value.text;
         continue;
       }
+      const TileField* tile = nullptr;
+      for (const auto& f : kTileFields) {
+        if (key == f.key) tile = &f;
+      }
+      if (tile != nullptr) {
+        const auto number = parse_non_negative(value.text);
+        if (!number || *number < 1 || *number != static_cast<double>(static_cast<int64_t>(*number))) {
+          bad(origin, value.line, key + " = '" + value.text + "' is not a whole positive number");
+        }
+        spec.tiles.*(tile->number) = static_cast<int64_t>(*number);
+        continue;
+      }
       const Field* field = nullptr;
       for (const auto& f : kFields) {
         if (key == f.key) field = &f;
@@ -74,6 +101,11 @@ std::map<std::string, CoreSpec> parse_engine_model(const std::string& text,
       spec.*(field->number) = *number;
     }
     for (const auto& f : kFields) {
+      if (section.find(f.key) == nullptr) {
+        bad(origin, 0, "section [" + section.name + "] has no '" + f.key + "'");
+      }
+    }
+    for (const auto& f : kTileFields) {
       if (section.find(f.key) == nullptr) {
         bad(origin, 0, "section [" + section.name + "] has no '" + f.key + "'");
       }

@@ -9,6 +9,7 @@
 
 #include "runtime/Engine.h"
 #include "runtime/LaunchRecord.h"
+#include "runtime/TensorTiles.h"
 
 namespace nrtsim {
 
@@ -31,6 +32,7 @@ struct CoreSpec {
   double host_link_gbytes_per_s = 0;
   double kernel_launch_ns = 0;
   double copy_launch_ns = 0;
+  TensorTiles tiles;  // the tensor_* / sbuf_* / psum_* keys
 };
 
 // Chip name ("Trainium2") -> its core's figures. Throws Error(kConfiguration) naming the file,
@@ -66,6 +68,8 @@ class CoreModel {
   double duration_ns(const std::array<double, kEngineCount>& busy, LaunchKind kind) const;
 
   const CoreSpec& spec() const { return spec_; }
+  // One physical core's tiles: a logical core of several runs its tiles on each of them.
+  const TensorTiles& tiles() const { return spec_.tiles; }
   int lnc() const { return lnc_; }
 
  private:

@@ -20,7 +20,11 @@ void LaunchTotals::on_launch(const LaunchRecord& record) {
   row.kind = record.kind;
   row.engine = record.work.main_engine();
   row.launches += 1;
-  for (size_t e = 0; e < kEngineCount; ++e) row.ops[e] += record.work.engines[e].ops;
+  for (size_t e = 0; e < kEngineCount; ++e) {
+    row.ops[e] += record.work.engines[e].ops;
+    row.engine_bytes_read[e] += record.work.engines[e].bytes_read;
+    row.engine_bytes_written[e] += record.work.engines[e].bytes_written;
+  }
   row.bytes_read += record.work.bytes_read();
   row.bytes_written += record.work.bytes_written();
   row.host_ns += record.host_end_ns - record.host_begin_ns;

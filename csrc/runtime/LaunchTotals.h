@@ -23,6 +23,8 @@ struct OpTotals {
   std::array<uint64_t, kEngineCount> ops{};
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;
+  std::array<uint64_t, kEngineCount> engine_bytes_read{};     // per engine (Work's entries)
+  std::array<uint64_t, kEngineCount> engine_bytes_written{};
   int64_t host_ns = 0;
   double sim_ns = 0;
 };

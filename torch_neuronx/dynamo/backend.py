@@ -4,8 +4,8 @@ Dynamo's graph goes through AOTAutograd (forward, backward and inference graphs 
 with Inductor's decomposition table) and each graph becomes one *program*: Inductor compiles it
 for the CPU, and the program runs that code over host views of its neuron inputs with its results
 allocated in HBM (``_C._launch_program``) — the mechanism eager kernels use — as ONE launch record
-of kind ``program`` that carries the summed work of the graph (graph_cost.py). docs/compile.md
-says why this route and what is left.
+of kind ``program`` that carries the work of the graph, asked of the op-work table per op at
+compile time (program_work.py). docs/compile.md says why this route and what is left.
 """
 
 import contextlib
@@ -28,8 +28,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from torch_neuronx import _C
 from torch_neuronx.dynamo import (attention, device_interface, inductor_fixes, legality, metrics,
-                                  neff_cache, random_ops)
-from torch_neuronx.dynamo.graph_cost import GraphCost
+                                  neff_cache, program_work, random_ops)
 
 # Dynamo asks this interface about the device of the tensors it traces (current device, streams,
 # properties): registered with the backend, which is what brings Dynamo in.
@@ -334,8 +333,8 @@ class _Program(OutputCode):
     def _start(self) -> None:
         cost = self.cost
         self._launch = _C._ProgramLauncher(
-            self.device, self.name, cost.ops([]) if not self._dynamic else {}, cost.bytes_engine,
-            self.compiled, self.output_devices)
+            self.device, self.name, cost.work([]) if not self._dynamic else None, self.compiled,
+            self.output_devices)
 
     # OutputCode: a program in a graph entry of the program cache ----------------------------
     def prepare_for_serialization(self) -> None:
@@ -381,13 +380,13 @@ class _Program(OutputCode):
             args = list(call_args)
         if self._dynamic:
             seen = self.cost.sizes_seen()
-            ops = self.cost.ops(args)
+            work = self.cost.work(args)
             if self.cost.sizes_seen() > max(seen, 1):
                 # A shape this symbolic program serves without compiling: TorchNeuron, static
                 # shapes only, would compile this graph again (and recompile the frame, for a
                 # forward).
                 metrics.record_static_shape_recompile(frame=self.kind != "backward")
-            outputs = self._launch(args, ops)
+            outputs = self._launch(args, work)
         else:
             outputs = self._launch(args)
         args.clear()
@@ -439,7 +438,8 @@ def _compile_program(gm, example_inputs, *, base_name: str, kind: str, cpp_wrapp
                 raise NeuronCompileError(
                     f"torch.compile(backend='neuron'): graph {name} could not be compiled: "
                     f"{type(error).__name__}: {error}") from error
-            program = _Program(name, kind, device, compiled, GraphCost(gm, example_inputs),
+            program = _Program(name, kind, device, compiled,
+                               program_work.ProgramWork(gm, example_inputs),
                                output_devices, issues, store.stored_key if store else None,
                                cpp_wrapper=inner["cpp_wrapper"])
         metrics.record("programs")
@@ -490,11 +490,16 @@ def neuron_decompositions() -> dict:
     from torch._inductor.decomposition import select_decomp_table
 
     # The table for random ops run as ATen ops (fallback_random, as the programs are compiled),
-    # less what random_ops.py keeps whole so programs can draw from the neuron generator.
+    # less what random_ops.py keeps whole so programs can draw from the neuron generator. An op
+    # neuron runs as one kernel (a row of the op-work table) is decomposed with its parts marked
+    # as its own, so the program's work counts it whole (program_work.py).
     with torch._inductor.config.patch(fallback_random=True):
         table = dict(select_decomp_table())
     for op in random_ops.KEPT_WHOLE:
         table.pop(op, None)
+    for op, decomposition in table.items():
+        if isinstance(op, torch._ops.OpOverload) and _C._has_op_work_rule(op):
+            table[op] = program_work.marking(op, decomposition)
     return table
 
 

@@ -1,8 +1,8 @@
 // A compiled program as one launch. torch.compile(backend="neuron") compiles each graph to CPU
 // code (torch_neuronx/dynamo); this binding runs that code the way an eager kernel runs ATen's CPU
 // math: over host views of the neuron inputs, with the fresh results allocated in HBM of the
-// program's device, inside ONE launch record of kind kProgram carrying the summed work of the
-// graph. The CPU code never dispatches to neuron, so the ops inside a program yield no records of
+// program's device, inside ONE launch record of kind kProgram carrying the work of the graph, as
+// the op-work table gave it per op at compile time (torch_neuronx/dynamo/program_work.py). The CPU code never dispatches to neuron, so the ops inside a program yield no records of
 // their own: the profiler, op tracking and the simulated clock see the program as one unit.
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -39,6 +39,31 @@ nrtsim::Engine engine_named(const std::string& name) {
   }
   TORCH_CHECK(false, "neuron program: unknown engine '", name,
               "'; expected one of tensor, vector, scalar, gpsimd, dma");
+}
+
+nrtsim::Precision precision_named(const std::string& name) {
+  for (nrtsim::Precision p :
+       {nrtsim::Precision::kFp32, nrtsim::Precision::kBf16, nrtsim::Precision::kFp8}) {
+    if (name == nrtsim::precision_name(p)) return p;
+  }
+  TORCH_CHECK(false, "neuron program: unknown number format '", name,
+              "'; expected one of fp32, bf16, fp8");
+}
+
+// {"engines": {engine: (ops, bytes_read, bytes_written)}, "precision": name}, as
+// program_work.ProgramWork.work() gives it.
+nrtsim::Work work_of(const py::handle& description) {
+  const auto d = py::reinterpret_borrow<py::dict>(description);
+  nrtsim::Work work;
+  for (auto item : py::reinterpret_borrow<py::dict>(d["engines"])) {
+    const auto t = py::reinterpret_borrow<py::tuple>(item.second);
+    nrtsim::EngineWork& e = work[engine_named(py::cast<std::string>(item.first))];
+    e.ops = py::cast<uint64_t>(t[0]);
+    e.bytes_read = py::cast<uint64_t>(t[1]);
+    e.bytes_written = py::cast<uint64_t>(t[2]);
+  }
+  work.precision = precision_named(py::cast<std::string>(d["precision"]));
+  return work;
 }
 
 bool in_hbm(const c10::StorageImpl* storage) {
@@ -137,7 +162,7 @@ class OutputAdopter {
 };
 
 // One compiled program, ready to launch: what is the same on every call (its device, record
-// name, per-engine work of a static graph, output devices, the CPU code) is converted once, at
+// name, work of a static graph, output devices, the CPU code) is converted once, at
 // compile time, so a call only does what depends on its arguments. A decode step is nothing but
 // per-call overhead, and this launch sits on it once per step.
 //
@@ -152,14 +177,12 @@ class ProgramLauncher {
  public:
   static constexpr int kNotTensor = std::numeric_limits<int>::min();
 
-  ProgramLauncher(int device, const std::string& name, const py::dict& engine_ops,
-                  const std::string& bytes_engine, py::function program,
-                  const py::list& output_devices)
+  ProgramLauncher(int device, const std::string& name, const py::object& work,
+                  py::function program, const py::list& output_devices)
       : device_(static_cast<c10::DeviceIndex>(device)),
         name_(name),
         op_(nrtsim::intern(name)),
-        bytes_engine_(engine_named(bytes_engine)),
-        ops_(parse_ops(engine_ops)),
+        work_(work.is_none() ? nrtsim::Work() : work_of(work)),
         program_(std::move(program)) {
     check_device_index(device_);
     for (py::handle target : output_devices) {
@@ -167,14 +190,11 @@ class ProgramLauncher {
     }
   }
 
-  // Runs the program on `args` as one launch record. `engine_ops`: None for the work given at
-  // construction, or {engine: ops} of this call (a symbolic graph's work depends on its sizes).
-  py::list operator()(const py::list& args, const py::object& engine_ops) {
+  // Runs the program on `args` as one launch record. `work`: None for the work given at
+  // construction, or this call's (a symbolic graph's work depends on its sizes).
+  py::list operator()(const py::list& args, const py::object& work) {
     const c10::Device neuron(c10::DeviceType::PrivateUse1, device_);
-    Cost cost(bytes_engine_);
-    for (const auto& [engine, n] : engine_ops.is_none() ? ops_ : parse_ops(engine_ops)) {
-      cost.ops(engine, n);
-    }
+    const nrtsim::Work call_work = work.is_none() ? work_ : work_of(work);
 
     const size_t n = args.size();
     if (views_.size() < n) views_.resize(n);
@@ -189,7 +209,6 @@ class ProgramLauncher {
       if (THPVariable_Check(arg)) {
         const at::Tensor& t = THPVariable_Unpack(arg);
         if (t.defined() && t.device().type() == c10::DeviceType::PrivateUse1) {
-          cost.reads(t);
           PyObject* view = view_of(i, t);
           inputs.emplace_back(t.storage().data(), t.storage());
           view_args.emplace_back(view, arg);
@@ -203,7 +222,7 @@ class ProgramLauncher {
     }
 
     py::list outputs;
-    launch_on(device_, op_, LaunchKind::kProgram, cost.work(), [&] {
+    launch_on(device_, op_, LaunchKind::kProgram, call_work, [&] {
       py::object returned;
       {
         const HostAllocationsInHbm results_in_hbm(device_);
@@ -245,7 +264,6 @@ class ProgramLauncher {
           out = adopter.to_cpu(tensors[i]);
         } else {
           out = adopter.to_neuron(tensors[i]);
-          if (!adopter.aliases_input(tensors[i])) cost.writes(out);
         }
         outputs.append(py::cast(out));
       }
@@ -254,17 +272,6 @@ class ProgramLauncher {
   }
 
  private:
-  using EngineOps = std::vector<std::pair<nrtsim::Engine, uint64_t>>;
-
-  static EngineOps parse_ops(const py::handle& engine_ops) {
-    EngineOps ops;
-    for (auto item : py::reinterpret_borrow<py::dict>(engine_ops)) {
-      ops.emplace_back(engine_named(py::cast<std::string>(item.first)),
-                       py::cast<uint64_t>(item.second));
-    }
-    return ops;
-  }
-
   // The neuron argument whose host view is `returned`, or null.
   static PyObject* argument_returned(const std::vector<std::pair<PyObject*, PyObject*>>& view_args,
                                      PyObject* returned) {
@@ -318,18 +325,17 @@ class ProgramLauncher {
   c10::DeviceIndex device_;
   std::string name_;
   const char* op_;
-  nrtsim::Engine bytes_engine_;
-  EngineOps ops_;
+  nrtsim::Work work_;
   py::function program_;
   std::vector<int> output_devices_;
   std::vector<py::object> views_;
 };
 
 // One call of a program that is not kept (the launcher's work done once).
-py::list launch_program(int device, const std::string& name, const py::dict& engine_ops,
-                        const std::string& bytes_engine, const py::function& program,
-                        const py::list& args, const py::list& output_devices) {
-  ProgramLauncher launcher(device, name, engine_ops, bytes_engine, program, output_devices);
+py::list launch_program(int device, const std::string& name, const py::object& work,
+                        const py::function& program, const py::list& args,
+                        const py::list& output_devices) {
+  ProgramLauncher launcher(device, name, work, program, output_devices);
   return launcher(args, py::none());
 }
 
@@ -347,15 +353,13 @@ py::object program_host_generator(int device, uint64_t count) {
 
 void init_compiler_bindings(py::module& m) {
   py::class_<ProgramLauncher>(m, "_ProgramLauncher")
-      .def(py::init<int, const std::string&, const py::dict&, const std::string&, py::function,
-                    const py::list&>(),
-           py::arg("device"), py::arg("name"), py::arg("engine_ops"), py::arg("bytes_engine"),
-           py::arg("program"), py::arg("output_devices"))
+      .def(py::init<int, const std::string&, const py::object&, py::function, const py::list&>(),
+           py::arg("device"), py::arg("name"), py::arg("work"), py::arg("program"),
+           py::arg("output_devices"))
       .def("__call__", &ProgramLauncher::operator(), py::arg("args"),
-           py::arg("engine_ops") = py::none());
-  m.def("_launch_program", &launch_program, py::arg("device"), py::arg("name"),
-        py::arg("engine_ops"), py::arg("bytes_engine"), py::arg("program"), py::arg("args"),
-        py::arg("output_devices"));
+           py::arg("work") = py::none());
+  m.def("_launch_program", &launch_program, py::arg("device"), py::arg("name"), py::arg("work"),
+        py::arg("program"), py::arg("args"), py::arg("output_devices"));
   m.def("_program_host_generator", &program_host_generator, py::arg("device"),
         py::arg("count"));
 }

@@ -32,7 +32,11 @@ nrtsim::Precision precision_of(c10::ScalarType dtype) {
 
 Cost& Cost::reads(const at::Tensor& t) {
   if (!t.defined()) return *this;
+  // A host scalar (x * 0.5's wrapped number, a 0-d CPU tensor) is an operand of the instruction,
+  // not HBM traffic, and does not set the number format the engines stream.
+  if (t.dim() == 0 && t.device().is_cpu()) return *this;
   work_[engine_].bytes_read += bytes_in_memory(t);
+  if (precision_fixed_) return *this;
   if (c10::isFloatingType(t.scalar_type()) || c10::isComplexType(t.scalar_type())) {
     const int bits = static_cast<int>(t.element_size()) * 8;
     if (bits > precision_bits_) {
@@ -65,6 +69,12 @@ Cost& Cost::ops(Engine engine, uint64_t n) {
 
 Cost& Cost::read_bytes(uint64_t n) {
   work_[engine_].bytes_read += n;
+  return *this;
+}
+
+Cost& Cost::number_format_of(const at::Tensor& t) {
+  work_.precision = precision_of(t.scalar_type());
+  precision_fixed_ = true;
   return *this;
 }
 

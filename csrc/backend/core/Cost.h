@@ -1,8 +1,9 @@
 // The one cost builder: the work a launch asks of a NeuronCore, derived from the actual tensors
 // it touches. Bytes read are the bytes an input occupies in memory (a broadcast, stride-0
-// dimension is read once, not once per use); bytes written are the output's elements; the
-// number format the engines stream is the widest floating dtype read. FLOP counts come from
-// FlopModels.h.
+// dimension is read once, not once per use; a host scalar is an instruction operand and reads
+// none); bytes written are the output's elements; the number format the engines stream is the
+// widest floating dtype read. FLOP counts come from FlopModels.h; which tensors an op reads and
+// writes, and its FLOP model, from the op-work table (OpWork.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -34,6 +35,9 @@ class Cost {
   Cost& ops(uint64_t n) { return ops(engine_, n); }  // on the launch's engine
   Cost& ops(Engine engine, uint64_t n);
   Cost& read_bytes(uint64_t n);
+  // The engines stream `t`'s number format, whatever else the launch reads (attention's float32
+  // mask and statistics do not make its bf16 matmuls float32).
+  Cost& number_format_of(const at::Tensor& t);
 
   Engine engine() const { return engine_; }
   nrtsim::Work& work() { return work_; }
@@ -43,6 +47,7 @@ class Cost {
   Engine engine_;
   nrtsim::Work work_;
   int precision_bits_ = 0;  // widest floating type read so far (0: none)
+  bool precision_fixed_ = false;  // number_format_of() decided it
 };
 
 }  // namespace torch_neuronx

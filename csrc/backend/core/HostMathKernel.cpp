@@ -41,11 +41,11 @@ class HostMathKernel final : public c10::OperatorKernel {
 
     Kernel kernel(name_, device, family_.engine);
     std::vector<Swapped> swapped;
-    auto swap = [&](const at::Tensor& t, bool writable, bool out_argument) -> at::Tensor {
+    auto swap = [&](const at::Tensor& t, bool writable, bool read) -> at::Tensor {
       if (!t.defined()) return t;
-      // Every tensor the CPU code reads counts, CPU scalars included; an out= argument's old
-      // contents are not read.
-      if (!out_argument) kernel.reads(t);
+      // Every tensor the CPU code reads counts, CPU scalars included, by the family's rule
+      // (OpWork.h): an out= argument's old contents are not read, nor a fill's destination.
+      if (read) kernel.reads(t);
       if (!is_neuron(t)) return t;
       swapped.push_back({t, host_view(t, writable), writable});
       return swapped.back().view;
@@ -54,18 +54,18 @@ class HostMathKernel final : public c10::OperatorKernel {
       c10::IValue& value = (*stack)[first + i];
       const auto* alias = arguments[i].alias_info();
       const bool writable = alias != nullptr && alias->isWrite();
-      const bool out_argument = arguments[i].is_out();
+      const bool read = !arguments[i].is_out() && !(family_.access == Access::kIgnoresSelf &&
+                                                     arguments[i].name() == "self");
       if (value.isTensor()) {
-        value = swap(value.toTensor(), writable, out_argument);
+        value = swap(value.toTensor(), writable, read);
       } else if (value.isTensorList()) {
         c10::List<at::Tensor> views;
-        for (const auto& t : value.toTensorVector()) views.push_back(swap(t, writable, out_argument));
+        for (const auto& t : value.toTensorVector()) views.push_back(swap(t, writable, read));
         value = views;
       } else if (value.isOptionalTensorList()) {
         c10::List<std::optional<at::Tensor>> views;
         for (const auto& t : value.toOptionalTensorVector()) {
-          views.push_back(t.has_value() ? std::optional<at::Tensor>(swap(*t, writable, out_argument))
-                                        : t);
+          views.push_back(t.has_value() ? std::optional<at::Tensor>(swap(*t, writable, read)) : t);
         }
         value = views;
       }
@@ -145,22 +145,11 @@ void register_overload(torch::Library& library, const OpFamily& family,
                                   std::make_unique<HostMathKernel>(family, name)));
 }
 
-// Overload name -> the family that lists it (registered or kept as a dedicated kernel).
-std::unordered_map<std::string, OpFamily>& families_by_op() {
-  static auto* map = new std::unordered_map<std::string, OpFamily>();
-  return *map;
-}
-
 }  // namespace
 
 void run_host_math(const OpFamily& family, const c10::OperatorHandle& op,
                    torch::jit::Stack* stack) {
   HostMathKernel(family, op_name(op.operator_name()))(op, c10::DispatchKeySet(), stack);
-}
-
-const OpFamily* find_op_family(const std::string& op) {
-  auto it = families_by_op().find(op);
-  return it == families_by_op().end() ? nullptr : &it->second;
 }
 
 std::vector<std::string>& unregistered_names() {
@@ -192,7 +181,10 @@ void register_host_math_ops(torch::Library& library, const OpFamily& family,
       }
       if (returns_view(handle->schema())) continue;  // views need real view kernels (Views.cpp)
       any = true;
-      families_by_op().emplace(op_name(handle->operator_name()), family);
+      // The first family to list an overload keeps it (as the map's emplace did).
+      if (find_op_family(op_name(handle->operator_name())) == nullptr) {
+        add_op_family(op_name(handle->operator_name()), family);
+      }
       // A dedicated kernel registered before the family list (e.g. unboxed arithmetic) stays.
       if (handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;
       register_overload(library, family, *handle);
@@ -214,7 +206,7 @@ void register_host_math_overloads(torch::Library& library, const OpFamily& famil
       unregistered_names().push_back(op_name(name));
       continue;
     }
-    families_by_op()[op_name(handle->operator_name())] = family;
+    add_op_family(op_name(handle->operator_name()), family);
     register_overload(library, family, *handle);
   }
 }

@@ -5,8 +5,9 @@
 // (out=, in-place self) that the CPU kernel resizes gets its new storage from HBM, and fresh
 // results are allocated in HBM.
 //
-// Each family (ops/*.cpp) names the engine its ops occupy on a NeuronCore and its FLOP model
-// (FlopModels.h).
+// Each family (ops/*.cpp) names the engine its ops occupy on a NeuronCore, its FLOP model
+// (FlopModels.h) and its read/write rule: registering a family enters its ops into the op-work
+// table (OpWork.h).
 #pragma once
 
 #include <torch/library.h>
@@ -15,19 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "backend/core/FlopModels.h"
+#include "backend/core/OpWork.h"
 #include "runtime/Engine.h"
 
 namespace torch_neuronx {
-
-struct OpFamily {
-  const char* family;               // for messages: "elementwise", "reduction", ...
-  nrtsim::Engine engine;
-  FlopModel flops;
-  // Also take ops whose CPU implementation is a CompositeExplicitAutograd kernel (the foreach
-  // ops: on the host their per-tensor loop then runs without per-tensor neuron dispatch).
-  bool composite_explicit_cpu = false;
-};
 
 // Registers every overload of each base name (e.g. "add" -> add.out, add_.Tensor, ...) that has a
 // CPU kernel, except overloads PyTorch already maps onto another neuron kernel (composites, and
@@ -44,11 +36,6 @@ void register_host_math_overloads(torch::Library& library, const OpFamily& famil
 // kernel that serves only some calls of its op itself (the foreach kernels).
 void run_host_math(const OpFamily& family, const c10::OperatorHandle& op,
                    torch::jit::Stack* stack);
-
-// The family whose list names the overload `op` ("aten::mm", "aten::add.Tensor"), or nullptr.
-// The estimate (csrc/backend/estimate) derives a traced op's work from it, so that an op's work
-// has one definition whether it runs or is only traced.
-const OpFamily* find_op_family(const std::string& op);
 
 // Names in the family lists that matched no registrable overload in this torch version (a stale
 // list). Empty in a correct build; a test asserts that.

@@ -1,6 +1,6 @@
 // The backend's one kernel builder. A kernel names its op, the device it runs on and its engine,
 // states what it touches (Cost.h derives bytes and number format from the tensors) and the
-// arithmetic it does (FlopModels.h), then runs its body: one launch on the current stream of the
+// arithmetic it does (FlopModels.h), or takes both from the op-work table (OpWork.h), then runs its body: one launch on the current stream of the
 // device, with the device current and the body's fresh CPU allocations placed in that device's
 // HBM, yielding one launch record.
 //
@@ -43,6 +43,13 @@ class Kernel {
                                    : c10::Device(c10::DeviceType::PrivateUse1, current_device())),
         kind_(kind),
         cost_(engine) {}
+  // A kernel whose reads and arithmetic a rule of the op-work table built (OpWork.h work::).
+  Kernel(const char* op, c10::Device device, Cost cost, LaunchKind kind = LaunchKind::kKernel)
+      : op_(op),
+        device_(device.has_index() ? device
+                                   : c10::Device(c10::DeviceType::PrivateUse1, current_device())),
+        kind_(kind),
+        cost_(std::move(cost)) {}
 
   Kernel& reads(const at::Tensor& t) {
     cost_.reads(t);

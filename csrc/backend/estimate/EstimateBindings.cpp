@@ -20,21 +20,11 @@ namespace {
 
 using namespace nrtsim::cost;
 
-const char* source_name(estimate::WorkSource s) {
-  switch (s) {
-    case estimate::WorkSource::kFamily: return "family";
-    case estimate::WorkSource::kKernel: return "kernel";
-    case estimate::WorkSource::kCopy: return "copy";
-    case estimate::WorkSource::kDefault: return "default";
-  }
-  return "default";
-}
-
 // The ops of one traced rank, in order.
 class OpTrace {
  public:
   // Derives the op's work from its arguments and outputs; returns how ("family", "kernel",
-  // "copy", or "default" for an op neuron has no model of).
+  // "copy", "none" for a view or allocation, or "default" for an op neuron has no model of).
   std::string record(const py::object& func, const py::tuple& args, const py::dict& kwargs,
                      const std::vector<at::Tensor>& outputs, const std::string& phase) {
     const py::object schema = func.attr("_schema");
@@ -50,7 +40,7 @@ class OpTrace {
     estimate::TracedWork w = estimate::traced_work(*handle, stack, outputs);
     w.op.phase = phase;
     ops_.push_back(std::move(w.op));
-    return source_name(w.source);
+    return work_source_name(w.source);
   }
 
   size_t size() const { return ops_.size(); }
@@ -64,6 +54,12 @@ class OpTrace {
       d["phase"] = op.phase;
       d["precision"] = nrtsim::precision_name(op.work.precision);
       d["bytes"] = op.work.bytes_read() + op.work.bytes_written();
+      py::dict engine_bytes;
+      for (nrtsim::Engine e : nrtsim::kAllEngines) {
+        engine_bytes[nrtsim::engine_name(e)] =
+            py::make_tuple(op.work[e].bytes_read, op.work[e].bytes_written);
+      }
+      d["engine_bytes"] = engine_bytes;  // per engine: (read, written)
       py::dict engines;
       for (nrtsim::Engine e : nrtsim::kAllEngines) engines[nrtsim::engine_name(e)] = op.work[e].ops;
       d["ops"] = engines;

@@ -29,9 +29,9 @@
 #include <cmath>
 #include <limits>
 
-#include "backend/core/FlopModels.h"
 #include "backend/core/HostView.h"
 #include "backend/core/KernelLaunch.h"
+#include "backend/core/OpWork.h"
 
 namespace torch_neuronx {
 namespace {
@@ -121,8 +121,7 @@ fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
               "rather than _scaled_dot_product_fused_attention_overrideable");
   at::Tensor out, logsumexp;
   Kernel kernel("aten::_scaled_dot_product_fused_attention_overrideable", q.device(),
-                Engine::kTensor);
-  kernel.reads(q).reads(k).reads(v).reads(attn_bias).ops(flops::attention(q, k));
+                work::attention(q, k, v, attn_bias));
   kernel.run([&] {
     auto [o, lse] = at::native::_scaled_dot_product_flash_attention_cpu(
         host_view(q), host_view(k), host_view(v), 0.0, is_causal, mask_view(attn_bias), scale);
@@ -182,13 +181,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_attention_backw
               attn_bias.scalar_type(), "; only a float mask (added to the scores) has one");
   at::Tensor gq, gk, gv, gmask;
   Kernel kernel("aten::_scaled_dot_product_fused_attention_overrideable_backward", q.device(),
-                Engine::kTensor);
-  kernel.reads(grad_out).reads(q).reads(k).reads(v).reads(out);
-  // The logsumexp is float32 whatever the inputs' dtype: its bytes count, but it must not make
-  // the matmuls count at the float32 rate (a bf16 backward would be modelled 4x too slow).
-  kernel.cost().read_bytes(bytes_in_memory(logsumexp));
-  if (attn_bias.defined()) kernel.reads(attn_bias);
-  kernel.ops(flops::attention_backward(q, k, want_mask_grad));
+                work::attention_backward(grad_out, q, k, v, attn_bias, out, logsumexp,
+                                         want_mask_grad));
   kernel.run([&] {
     const std::optional<at::Tensor> mask =
         attn_bias.defined() ? mask_view(attn_bias) : std::nullopt;

@@ -10,8 +10,8 @@
 #include <torch/library.h>
 
 #include "backend/core/HostView.h"
-#include "backend/core/FlopModels.h"
 #include "backend/core/KernelLaunch.h"
+#include "backend/core/OpWork.h"
 
 namespace torch_neuronx {
 namespace {
@@ -21,9 +21,8 @@ at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight,
                        at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
                        at::IntArrayRef output_padding, int64_t groups) {
   at::Tensor output;
-  Kernel kernel("aten::convolution_overrideable", input.device(), Engine::kTensor);
-  kernel.reads(input).reads(weight).reads(bias);
-  kernel.ops(flops::convolution(input, weight, padding, stride, dilation, transposed));
+  Kernel kernel("aten::convolution_overrideable", input.device(),
+                work::convolution(input, weight, bias, stride, padding, dilation, transposed));
   kernel.run([&] {
     output = kernel.result(at::convolution(host_view(input), host_view(weight), host_view(bias),
                                            stride, padding, dilation, transposed, output_padding,
@@ -40,10 +39,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
   const int64_t out_channels = transposed ? weight.size(1) * groups : weight.size(0);
   const std::vector<int64_t> bias_sizes{out_channels};
   at::Tensor grad_input, grad_weight, grad_bias;
-  Kernel kernel("aten::convolution_backward_overrideable", input.device(), Engine::kTensor);
-  kernel.reads(grad_output).reads(input).reads(weight);
-  kernel.ops(flops::convolution_backward(input, weight, padding, stride, dilation, transposed,
-                                         output_mask[0], output_mask[1]));
+  Kernel kernel("aten::convolution_backward_overrideable", input.device(),
+                work::convolution_backward(grad_output, input, weight, stride, padding, dilation,
+                                           transposed, output_mask[0], output_mask[1]));
   kernel.run([&] {
     auto [gi, gw, gb] = at::convolution_backward(
         host_view(grad_output), host_view(input), host_view(weight),

@@ -1,6 +1,7 @@
 // Elementwise unary, binary and ternary ops (broadcasting and type promotion included: the CPU
-// kernels' TensorIterator does both). Arithmetic runs on the Vector engine, transcendentals on the
-// Scalar (activation) engine, as on a NeuronCore.
+// kernels' TensorIterator does both). Arithmetic runs on the Vector engine, functions its ALU
+// cannot compute (transcendentals) on the Scalar (activation) engine, as on a NeuronCore
+// (OpWork.h says which is which and why).
 #include <ATen/core/Tensor.h>
 #include <c10/util/string_view.h>
 #include <ATen/ops/add_cpu_dispatch.h>
@@ -20,6 +21,9 @@ namespace {
 
 constexpr OpFamily kVectorElementwise{"elementwise", nrtsim::Engine::kVector, &flops::per_element};
 constexpr OpFamily kScalarElementwise{"activation", nrtsim::Engine::kScalar, &flops::per_element};
+// A fill's destination is written, not read (a memset).
+constexpr OpFamily kFill{"fill", nrtsim::Engine::kVector, &flops::per_element,
+                         /*composite_explicit_cpu=*/false, Access::kIgnoresSelf};
 
 // The four arithmetic ops, unboxed, functional and out= forms: they run on every small tensor of
 // every model, and the boxed path's argument stack would dominate their cost. The functional form
@@ -164,18 +168,20 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
       "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
       "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
       "bitwise_left_shift", "bitwise_right_shift", "isnan", "isposinf", "isneginf",
-      "signbit", "where", "masked_fill", "fill", "zero", "isin",
+      "signbit", "where", "masked_fill", "isin",
       // ternary and selection
       "threshold", "threshold_backward", "hardtanh", "hardtanh_backward", "relu", "leaky_relu",
       "leaky_relu_backward", "tril", "triu", "native_dropout_backward",
+      // piecewise-linear activations, and gradients that only multiply the forward's result
+      "hardsigmoid", "hardsigmoid_backward", "hardswish", "hardswish_backward",
+      "sigmoid_backward", "tanh_backward", "logit_backward",
   });
+  register_host_math_ops(m, kFill, {"fill", "zero"});
   register_host_math_ops(m, kScalarElementwise, {
       "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos",
       "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
       "sigmoid", "logit", "erf", "erfc", "erfinv", "gelu", "gelu_backward", "silu",
-      "silu_backward", "mish", "elu", "elu_backward", "softplus",
-      "softplus_backward", "hardsigmoid", "hardsigmoid_backward", "hardswish",
-      "hardswish_backward", "sigmoid_backward", "tanh_backward", "logit_backward",
+      "silu_backward", "mish", "elu", "elu_backward", "softplus", "softplus_backward",
       "log_sigmoid_forward", "log_sigmoid_backward", "glu", "glu_backward", "lgamma", "digamma",
   });
   // Functional forms that are composite (a decomposition) on every backend without a kernel of

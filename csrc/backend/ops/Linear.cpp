@@ -8,7 +8,9 @@
 namespace torch_neuronx {
 namespace {
 
-constexpr OpFamily kMatmul{"matmul", nrtsim::Engine::kTensor, &flops::matmul_by_schema};
+constexpr OpFamily kMatmul{"matmul", nrtsim::Engine::kTensor, &flops::matmul_by_schema,
+                           /*composite_explicit_cpu=*/false, Access::kReadsInputs,
+                           &matmul_tiles_by_schema};
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   register_host_math_ops(m, kMatmul, {

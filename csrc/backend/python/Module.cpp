@@ -10,6 +10,7 @@
 #include "backend/distributed/Bindings.h"
 #include "backend/estimate/EstimateBindings.h"
 #include "backend/nki/NkiBindings.h"
+#include "backend/python/OpWorkBindings.h"
 #include "backend/core/CachingAllocator.h"
 #include "backend/core/Generator.h"
 #include "backend/core/HostAllocator.h"
@@ -65,6 +66,7 @@ PYBIND11_MODULE(_C, m) {
   distributed::init_distributed_bindings(m);
   init_estimate_bindings(m);
   init_nki_bindings(m);
+  init_op_work_bindings(m);
   m.def("_current_device", [] { return static_cast<int>(current_device()); });
   m.def("_set_device", [](int device) { set_device(static_cast<c10::DeviceIndex>(device)); });
   m.def("_single_core_alias", [] { return single_core_alias(); });
@@ -172,6 +174,13 @@ PYBIND11_MODULE(_C, m) {
       d["bytes_read"] = row.bytes_read;
       d["bytes_written"] = row.bytes_written;
       d["bytes"] = row.bytes_read + row.bytes_written;
+      py::dict engine_bytes;
+      for (nrtsim::Engine e : nrtsim::kAllEngines) {
+        const size_t i = nrtsim::index_of(e);
+        engine_bytes[nrtsim::engine_name(e)] =
+            py::make_tuple(row.engine_bytes_read[i], row.engine_bytes_written[i]);
+      }
+      d["engine_bytes"] = engine_bytes;  // per engine: (read, written)
       d["host_ns"] = row.host_ns;
       d["sim_ns"] = row.sim_ns;
       rows.append(d);
@@ -219,6 +228,15 @@ PYBIND11_MODULE(_C, m) {
     d["host_link_bytes_per_ns"] = model.host_link_bytes_per_ns();
     d["kernel_launch_ns"] = model.fixed_cost_ns(nrtsim::LaunchKind::kKernel);
     d["copy_launch_ns"] = model.fixed_cost_ns(nrtsim::LaunchKind::kCopyHostToDevice);
+    // The tile geometry of one physical core (runtime/TensorTiles.h).
+    const nrtsim::TensorTiles& t = model.tiles();
+    d["tiles"] = py::dict(py::arg("tensor_partitions") = t.partitions,
+                          py::arg("tensor_stationary_columns") = t.stationary_columns,
+                          py::arg("tensor_moving_columns") = t.moving_columns,
+                          py::arg("tensor_min_moving_columns") = t.min_moving_columns,
+                          py::arg("sbuf_partition_bytes") = t.sbuf_partition_bytes,
+                          py::arg("psum_bank_bytes") = t.psum_bank_bytes,
+                          py::arg("psum_banks") = t.psum_banks);
     return d;
   });
 }

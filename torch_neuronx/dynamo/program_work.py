@@ -1,0 +1,301 @@
+"""The work of a compiled program: what its one launch record carries, asked of the op-work table
+(csrc/backend/core/OpWork.h, through ``_C._op_work``) once per op of its graph at compile time.
+No FLOP or byte model lives here: this module only says which ops a graph runs, with which
+shapes.
+
+An op of a graph is an FX node, or, for an op neuron runs as one kernel that Inductor's
+decompositions split into parts (silu into neg/exp/add/div, log_softmax, nll_loss, ...), the op
+the parts stand for: :func:`marking` wraps those decompositions so that the nodes one call
+produced carry the call, and the table is asked for the call whole — as eager runs it, and as a
+NeuronCore computes it (silu is one Scalar-engine activation, not four instructions). When the
+partitioner recomputes only some parts of such a call in the backward, those parts count as what
+they are (the table asked per node).
+
+Inside a program, elementwise work, casts and copies fuse into their neighbours: each op's work
+is taken as the runtime's fusion rule says (runtime/ProgramFusion.h: an intermediate crosses HBM
+once), the rule the estimate's projection of compiled phases uses too.
+
+Sizes may be symbolic (dynamic shapes): each op's tensors are kept as shapes and strides of sympy
+expressions over the graph inputs' sizes, and a call's work is evaluated for its concrete sizes
+(once per distinct sizes).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import sympy
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+from torch_neuronx import _C
+
+ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
+# Number formats by width: a program's record carries the widest its Tensor-engine ops stream.
+_WIDTH = {"fp8": 0, "bf16": 1, "fp32": 2}
+
+
+def _expr(value):
+    """A size as a sympy expression (an int stays an int)."""
+    if isinstance(value, torch.SymInt):
+        return value.node.expr
+    return int(value)
+
+
+class _TensorSpec:
+    """Shape, strides and dtype of one tensor of an op: what the table needs of it."""
+
+    __slots__ = ("shape", "stride", "dtype")
+
+    def __init__(self, t: torch.Tensor):
+        self.shape = tuple(_expr(s) for s in t.shape)
+        self.stride = tuple(_expr(s) for s in t.stride())
+        self.dtype = t.dtype
+
+    def materialize(self, subs: dict) -> torch.Tensor:
+        def concrete(e):
+            return int(e.xreplace(subs)) if isinstance(e, sympy.Expr) else e
+
+        return torch.empty_strided([concrete(s) for s in self.shape],
+                                   [concrete(s) for s in self.stride], dtype=self.dtype,
+                                   device="meta")
+
+
+class _SizeSpec:
+    """A symbolic scalar argument (a SymInt)."""
+
+    __slots__ = ("expr",)
+
+    def __init__(self, expr):
+        self.expr = expr
+
+    def materialize(self, subs: dict):
+        return int(self.expr.xreplace(subs)) if isinstance(self.expr, sympy.Expr) else self.expr
+
+
+class _HostScalar:
+    """A number where the schema wants a Tensor (x * 0.5 in a graph): a 0-d host tensor, as
+    eager's wrapped number (an instruction operand: the table reads no bytes for it)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def materialize(self, subs: dict):
+        return torch.tensor(self.value)
+
+
+def _wrapped_numbers(func, args, kwargs):
+    by_name = {a.name: a for a in func._schema.arguments}
+
+    def wrap(argument, value):
+        if isinstance(value, (bool, int, float)) and str(argument.type) == "Tensor":
+            return _HostScalar(value)
+        return value
+
+    args = tuple(wrap(a, v) for a, v in zip(func._schema.arguments, args)) + tuple(
+        args[len(func._schema.arguments):])
+    kwargs = {k: wrap(by_name[k], v) if k in by_name else v for k, v in kwargs.items()}
+    return args, kwargs
+
+
+def _spec(value):
+    if isinstance(value, torch.Tensor):
+        return _TensorSpec(value)
+    if isinstance(value, torch.SymInt):
+        return _SizeSpec(_expr(value))
+    if isinstance(value, (torch.SymFloat, torch.SymBool)):
+        raise TypeError("symbolic float/bool argument")
+    if isinstance(value, torch.device) and value.type == "neuron":
+        return torch.device("meta")
+    return value
+
+
+def _materialize(value, subs):
+    if isinstance(value, (_TensorSpec, _SizeSpec, _HostScalar)):
+        return value.materialize(subs)
+    return value
+
+
+class OpCall:
+    """One op of a program with its arguments' and results' specs."""
+
+    __slots__ = ("op", "overload", "args", "kwargs", "outputs", "output_names")
+
+    def __init__(self, func, args, kwargs, outputs, output_names=()):
+        self.op = func._schema.name          # "aten::silu"
+        self.overload = func._overloadname   # "default"
+        args, kwargs = _wrapped_numbers(func, args, kwargs)
+        self.args = tree_map(_spec, tuple(args))
+        self.kwargs = tree_map(_spec, dict(kwargs))
+        self.outputs = [_TensorSpec(t) for t in tree_flatten(outputs)[0]
+                        if isinstance(t, torch.Tensor)]
+        self.output_names = frozenset(output_names)
+
+    def func(self):
+        namespace, name = self.op.split("::")
+        return getattr(getattr(getattr(torch.ops, namespace), name), self.overload)
+
+    def work(self, subs: dict) -> dict:
+        def go(value):
+            return tree_map(lambda v: _materialize(v, subs), value,
+                            is_leaf=lambda v: isinstance(v, (_TensorSpec, _SizeSpec, _HostScalar)))
+
+        return _C._op_work(self.func(), go(self.args), go(self.kwargs),
+                           [t.materialize(subs) for t in self.outputs], inside_program=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decompositions that keep the op they decompose
+
+
+def marking(op, decomposition):
+    """`decomposition` of `op`, marking every node its call adds to the graph being traced with
+    the call (node.meta["neuron_op"]), so that the program's work asks the table for `op` whole."""
+    from torch.fx.experimental import proxy_tensor
+
+    @functools.wraps(decomposition)
+    def run(*args, **kwargs):
+        mode = proxy_tensor.get_innermost_proxy_mode()
+        if mode is None:
+            return decomposition(*args, **kwargs)
+        graph = mode.tracer.graph
+        last = graph._root.prev
+        out = decomposition(*args, **kwargs)
+        if out is NotImplemented:
+            return out
+        try:
+            names = []
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor):
+                    slot = proxy_tensor.get_proxy_slot(t, mode.tracer, None)
+                    if slot is not None:
+                        names.append(slot.proxy.node.name)
+            call = OpCall(op, args, kwargs, out, names)
+        except TypeError:
+            return out  # an argument the table cannot take: the parts count as themselves
+        node = last.next
+        while node is not graph._root:
+            node.meta["neuron_op"] = call
+            node = node.next
+        return out
+
+    return run
+
+
+# ---------------------------------------------------------------------------------------------
+# A program's work
+
+
+def _node_calls(gm) -> list:
+    """The ops of a graph, in order: marked calls whole (once, where their results are
+    computed), every other call_function node as itself."""
+    present = {n.name for n in gm.graph.nodes}
+    calls, seen = [], set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        marked = node.meta.get("neuron_op")
+        if marked is not None and marked.output_names and marked.output_names <= present:
+            if id(marked) not in seen:
+                seen.add(id(marked))
+                calls.append(marked)
+            continue
+        val = node.meta.get("val")
+
+        def val_of(a):
+            return a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+
+        try:
+            calls.append(OpCall(node.target, torch.fx.node.map_aggregate(node.args, val_of),
+                                torch.fx.node.map_aggregate(node.kwargs, val_of),
+                                val if val is not None else ()))
+        except TypeError:
+            continue
+    return calls
+
+
+def _add(total: dict, work: dict) -> None:
+    for engine, (ops, read, written) in work["engines"].items():
+        t = total["engines"][engine]
+        total["engines"][engine] = (t[0] + ops, t[1] + read, t[2] + written)
+    tensor = work["engines"]["tensor"][0] > 0
+    key = "tensor_precision" if tensor else "other_precision"
+    if total[key] is None or _WIDTH[work["precision"]] > _WIDTH[total[key]]:
+        total[key] = work["precision"]
+
+
+class ProgramWork:
+    """The work of one program, per engine (ops, bytes read, bytes written) and number format,
+    as expressions over the graph inputs' sizes."""
+
+    def __init__(self, gm, example_inputs):
+        self._calls = _node_calls(gm)
+        # Where each symbol can be read off a call's arguments.
+        self._bindings = []
+        seen = set()
+        for i, example in enumerate(example_inputs):
+            if isinstance(example, torch.SymInt):
+                sizes = [(None, example)]
+            elif isinstance(example, torch.Tensor):
+                sizes = list(enumerate(example.shape))
+            else:
+                continue
+            for dim, size in sizes:
+                if isinstance(size, torch.SymInt):
+                    expr = size.node.expr
+                    if isinstance(expr, sympy.Symbol) and expr not in seen:
+                        seen.add(expr)
+                        self._bindings.append((expr, i, dim))
+        self._memo: dict = {}
+        # A static program's work, once.
+        self._static = None if self._bindings else self._evaluate({})
+
+    def _evaluate(self, subs: dict) -> dict:
+        total = {"engines": {e: (0, 0, 0) for e in ENGINES}, "tensor_precision": None,
+                 "other_precision": None}
+        for call in self._calls:
+            try:
+                _add(total, call.work(subs))
+            except (TypeError, ValueError):
+                # A size no input determines (data-dependent, rare): the op counts as nothing,
+                # as the launch cannot know it.
+                continue
+        precision = total["tensor_precision"] or total["other_precision"] or "fp32"
+        return {"engines": total["engines"], "precision": precision}
+
+    # In the program cache a program keeps its ops, not their work: the work is asked of the
+    # table again when it is loaded, so a cached program never carries another build's figures.
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_static"] = None
+        state["_memo"] = {}
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        if not self._bindings:
+            self._static = self._evaluate({})
+
+    @property
+    def is_dynamic(self) -> bool:
+        """Whether the graph's input sizes are symbolic (one program serves many shapes)."""
+        return bool(self._bindings)
+
+    def sizes_seen(self) -> int:
+        """Distinct input sizes this graph has been called with (1 for a static graph)."""
+        return len(self._memo) if self.is_dynamic else 1
+
+    def work(self, args) -> dict:
+        """{"engines": {engine: (ops, bytes_read, bytes_written)}, "precision"} of a call."""
+        if self._static is not None:
+            return self._static
+        values = tuple(
+            int(args[i]) if dim is None else int(args[i].shape[dim]) for _, i, dim in self._bindings
+        )
+        work = self._memo.get(values)
+        if work is None:
+            work = self._evaluate({sym: v for (sym, _, _), v in zip(self._bindings, values)})
+            self._memo[values] = work
+        return work
