@@ -23,10 +23,14 @@ import torch  # noqa: E402
 
 from torch_neuronx import _C  # noqa: E402
 
-# The simulated clock's per-engine model of each Trainium generation: an editable data file
-# (NRTSIM_ENGINE_MODEL names another one). Set before anything can start the runtime.
+# The simulated clock's per-engine and link models of each Trainium generation: editable data
+# files (NRTSIM_ENGINE_MODEL and NRTSIM_LINK_MODEL name others). Set before anything can start
+# the runtime.
 _C._set_engine_model_path(
     __import__("os").path.join(__import__("os").path.dirname(__file__), "data", "neuron_cores.ini")
+)
+_C._set_link_model_path(
+    __import__("os").path.join(__import__("os").path.dirname(__file__), "data", "neuron_links.ini")
 )
 from torch_neuronx import _registration  # noqa: E402
 
@@ -97,7 +101,7 @@ from torch_neuronx.neuron import (  # noqa: E402,F401
     stream,
     synchronize,
 )
-from torch_neuronx._clock import core_model, simulated_time  # noqa: E402,F401
+from torch_neuronx._clock import core_links, core_model, simulated_time  # noqa: E402,F401
 # NKI: `from torch_neuronx import nki_op, nki` as on TorchNeuron; `nki` is the top-level package.
 import nki  # noqa: E402,F401
 from torch_neuronx.nki_op import nki_op, wrap_nki  # noqa: E402,F401
@@ -139,6 +143,7 @@ __all__ = [
     "is_available",
     "is_neuron_runtime_initialized",
     "clear_kernel_trace",
+    "core_links",
     "core_model",
     "simulated_time",
     "kernel_trace",

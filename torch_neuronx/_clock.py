@@ -22,6 +22,17 @@ def simulated_time(device=None) -> dict:
     return dict(_C._simulated_time(_checked_index(device)))
 
 
+def core_links(device=None) -> dict:
+    """The links a device's clock prices collectives with, per logical core: the chip's
+    NeuronLink (``scale_up``, ``link_bytes_per_ns`` each way, ``hop_latency_ns`` per algorithm
+    step, the mesh / recursive doubling-halving size limits) and EFA (``scale_out``,
+    ``efa_bytes_per_ns``, ``efa_hop_latency_ns``), and ``cores_per_chip`` (the logical cores that
+    share them). From ``torch_neuronx/data/neuron_links.ini`` (or the file ``NRTSIM_LINK_MODEL``
+    names)."""
+    torch.neuron._lazy_init()
+    return dict(_C._core_links(_checked_index(device)))
+
+
 def core_model(device=None) -> dict:
     """The per-engine rates of a device's logical core, as its clock uses them (FLOPs or elements
     per ns, bytes per ns, fixed launch costs in ns)."""

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "runtime/CollectiveTraffic.h"
 #include "runtime/Engine.h"
 
 namespace nrtsim {
@@ -43,8 +44,11 @@ struct EngineWork {
 struct Work {
   std::array<EngineWork, kEngineCount> engines{};
   Precision precision = Precision::kFp32;
-  // A launch that schedules its own instructions on the engines (an NKI kernel, timed per
-  // instruction) sets these: each engine's busy time and the time from its start to its end,
+  // A collective (LaunchKind::kCollective): what it moves over the links, as its process group
+  // reports it; the clock prices it with the link model (LinkModel.h).
+  CollectiveTraffic collective;
+  // An NKI kernel, which schedules its own instructions on the engines (timed per instruction),
+  // sets these: each engine's busy time and the time from its start to its end,
   // which the clock then uses instead of deriving both from the rates.
   bool has_timeline = false;
   std::array<double, kEngineCount> timeline_busy_ns{};

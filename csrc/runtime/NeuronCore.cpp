@@ -6,8 +6,12 @@
 
 namespace nrtsim {
 
-NeuronCore::NeuronCore(Runtime& runtime, const LogicalCore& info, const CoreModel& model)
-    : runtime_(runtime), info_(info), hbm_(info.device_index, info.hbm_capacity), clock_(model) {
+NeuronCore::NeuronCore(Runtime& runtime, const LogicalCore& info, const CoreModel& model,
+                       const CoreLinks& links)
+    : runtime_(runtime),
+      info_(info),
+      hbm_(info.device_index, info.hbm_capacity),
+      clock_(model, links) {
   streams_.push_back(std::make_unique<Stream>(*this, kDefaultStreamId, 0));
   for (uint32_t i = 0; i < kPoolSize; ++i) {
     streams_.push_back(std::make_unique<Stream>(*this, 1 + i, 0));

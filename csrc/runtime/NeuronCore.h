@@ -23,7 +23,8 @@ class NeuronCore {
   static constexpr uint32_t kPoolSize = 32;
   static constexpr uint32_t kDefaultStreamId = 0;
 
-  NeuronCore(Runtime& runtime, const LogicalCore& info, const CoreModel& model);
+  NeuronCore(Runtime& runtime, const LogicalCore& info, const CoreModel& model,
+             const CoreLinks& links);
   NeuronCore(const NeuronCore&) = delete;
   NeuronCore& operator=(const NeuronCore&) = delete;
 

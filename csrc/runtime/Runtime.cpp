@@ -33,12 +33,28 @@ CoreModel model_for(const Topology& topology, const std::map<std::string, CoreSp
   }
   return CoreModel(it->second, topology.lnc());
 }
+
+CoreLinks links_for(const Topology& topology, const CoreModel& model, const LinkModel* links) {
+  if (links == nullptr) return CoreLinks();
+  const ChipSpec& chip = topology.instance().chip;
+  if (!links->chips.count(chip.name)) {
+    throw Error(ErrorCode::kConfiguration,
+                "the link model has no [chip." + chip.name + "] section for " +
+                    topology.instance().name +
+                    " (add it to the file NRTSIM_LINK_MODEL names, or unset the variable)");
+  }
+  return CoreLinks(*links, chip.name, chip.physical_cores / topology.lnc(),
+                   model.hbm_bytes_per_ns());
+}
 }  // namespace
 
-Runtime::Runtime(Topology topology, const std::map<std::string, CoreSpec>& engine_model)
-    : topology_(std::move(topology)), core_model_(model_for(topology_, engine_model)) {
+Runtime::Runtime(Topology topology, const std::map<std::string, CoreSpec>& engine_model,
+                 const LinkModel* link_model)
+    : topology_(std::move(topology)),
+      core_model_(model_for(topology_, engine_model)),
+      core_links_(links_for(topology_, core_model_, link_model)) {
   for (const auto& info : topology_.cores()) {
-    cores_.push_back(std::make_unique<NeuronCore>(*this, info, core_model_));
+    cores_.push_back(std::make_unique<NeuronCore>(*this, info, core_model_, core_links_));
   }
 }
 
@@ -64,7 +80,14 @@ Runtime& Runtime::get() {
                 "no engine model file: set NRTSIM_ENGINE_MODEL to a file like "
                 "torch_neuronx/data/neuron_cores.ini (importing torch_neuronx sets it)");
   }
-  runtime = new Runtime(std::move(topology), load_engine_model(model_path));
+  const std::string links_path = default_link_model_path();
+  if (links_path.empty()) {
+    throw Error(ErrorCode::kConfiguration,
+                "no link model file: set NRTSIM_LINK_MODEL to a file like "
+                "torch_neuronx/data/neuron_links.ini (importing torch_neuronx sets it)");
+  }
+  const LinkModel links = load_link_model(links_path);
+  runtime = new Runtime(std::move(topology), load_engine_model(model_path), &links);
   pthread_atfork(nullptr, nullptr, mark_forked_child);
   g_runtime.store(runtime, std::memory_order_release);
   return *runtime;

@@ -4,10 +4,20 @@
 
 namespace nrtsim {
 
+std::array<double, kEngineCount> SimClock::busy_ns(const LaunchRecord& record) const {
+  if (record.work.has_timeline) return record.work.timeline_busy_ns;
+  if (record.kind == LaunchKind::kCollective) {
+    // The DMA queues drive the links for the collective's time.
+    std::array<double, kEngineCount> busy{};
+    busy[index_of(Engine::kDma)] = links_.collective_ns(record.work.collective);
+    return busy;
+  }
+  return model_.busy_ns(record.work, record.kind);
+}
+
 void SimClock::schedule(LaunchRecord& record, double& stream_cursor, double host_exclusive_ns) {
   const bool timed = record.work.has_timeline;
-  const std::array<double, kEngineCount> busy =
-      timed ? record.work.timeline_busy_ns : model_.busy_ns(record.work, record.kind);
+  const std::array<double, kEngineCount> busy = busy_ns(record);
   double duration = timed ? model_.fixed_cost_ns(record.kind) + record.work.timeline_ns
                           : model_.duration_ns(busy, record.kind);
   if (record.kind == LaunchKind::kHostFallback) duration += host_exclusive_ns;

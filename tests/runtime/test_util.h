@@ -16,10 +16,12 @@ namespace nrtsim::testing {
 
 constexpr uint64_t kGiB = 1024ull * 1024 * 1024;
 
-// The engine model file shipped with the package (CMake passes its path) becomes the one the
-// process default runtime reads; the mains of tests that use Runtime::get() call this first.
+// The engine and link model files shipped with the package (CMake passes their paths) become the
+// ones the process default runtime reads; the mains of tests that use Runtime::get() call this
+// first.
 inline void use_shipped_engine_model() {
   set_default_engine_model_path(NRTSIM_SHIPPED_ENGINE_MODEL);
+  set_default_link_model_path(NRTSIM_SHIPPED_LINK_MODEL);
 }
 
 // A new runtime, not the process default: trn2.3xlarge at LNC=2 (four logical cores), 1 GiB of

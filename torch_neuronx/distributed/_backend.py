@@ -42,48 +42,6 @@ def apply_torchrun_visible_cores() -> bool:
     return True
 
 
-def link_model_path() -> str:
-    """The link data file: NRTSIM_LINK_MODEL, else the one shipped in torch_neuronx/data."""
-    return os.environ.get("NRTSIM_LINK_MODEL") or os.path.join(
-        os.path.dirname(os.path.dirname(__file__)), "data", "neuron_links.ini"
-    )
-
-
-def link_model(neuroncore: str, lnc: int) -> dict:
-    """The NeuronLink figures of one logical core of generation `neuroncore` ("v3") made of `lnc`
-    physical cores: bytes per ns (GB/s) and the fixed latency per collective in ns."""
-    import configparser
-
-    path = link_model_path()
-    parser = configparser.ConfigParser()
-    if not parser.read(path):
-        raise RuntimeError(f"link model {path} cannot be read (unset NRTSIM_LINK_MODEL to use the shipped one)")
-    if neuroncore not in parser:
-        raise RuntimeError(f"link model {path} has no section [{neuroncore}] for NeuronCore-{neuroncore}")
-    section = parser[neuroncore]
-    try:
-        return {
-            "bytes_per_ns": float(section["neuronlink_gbytes_per_s"]) * lnc,
-            "efa_bytes_per_ns": float(section["efa_gbytes_per_s"]) * lnc,
-            "latency_ns": float(section["collective_latency_ns"]),
-        }
-    except (KeyError, ValueError) as e:
-        raise RuntimeError(f"link model {path} [{neuroncore}]: {e}") from None
-
-
-def _apply_link_model() -> None:
-    # The cores of one host talk over NeuronLink, hosts over EFA.
-    from torch_neuronx import _C
-
-    if not _C._is_initialized() and torch.neuron.device_count() == 0:
-        return
-    from torch_neuronx._clock import core_model
-
-    model = core_model()
-    link = link_model(model["neuroncore"], int(model["lnc"]))
-    _C._distributed._set_link_model(link["bytes_per_ns"], link["latency_ns"], link["efa_bytes_per_ns"])
-
-
 def _address_towards(host: str, port: int) -> str:
     """This machine's address on the route to `host`: the interface the other hosts reach us on
     (a UDP connect sends nothing; it only asks the kernel for the route)."""
@@ -130,7 +88,6 @@ def _create_gloo(store, rank: int, size: int, timeout: timedelta):
 
 def _create_backend(store, rank: int, size: int, timeout: timedelta):
     backend = ProcessGroupNeuron(store, rank, size, timeout)
-    _apply_link_model()
     if _visible_cores_from_local_rank and torch.neuron.device_count() == 1:
         # The process owns exactly one core, neuron:0: start the runtime on it now, so that
         # DeviceMesh (which calls set_device(LOCAL_RANK) on an uninitialised device) keeps it.

@@ -62,8 +62,6 @@ void init_distributed_bindings(py::module& m) {
            py::call_guard<py::gil_scoped_release>())
       .def("_abort_transport", &ProcessGroupNeuron::abort,
            py::call_guard<py::gil_scoped_release>());
-  sub.def("_set_link_model", &ProcessGroupNeuron::set_link_model, py::arg("bytes_per_ns"),
-          py::arg("latency_ns"), py::arg("efa_bytes_per_ns") = 0.0);
   // The Gloo groups of a group that spans hosts are built by `factory(store, rank, size,
   // timeout)` in Python (torch's binding of ProcessGroupGloo: its C++ header needs Gloo's, which
   // the wheel does not ship). Called from C++ (group creation, split) without the GIL held.

@@ -24,10 +24,6 @@ namespace tp = nrtsim::transport;
 
 namespace {
 
-std::atomic<double> g_link_bytes_per_ns{0};
-std::atomic<double> g_link_latency_ns{0};
-std::atomic<double> g_efa_bytes_per_ns{0};
-
 [[noreturn]] void dist_error(const std::string& message) {
   C10_THROW_ERROR(DistBackendError, message);
 }
@@ -413,13 +409,6 @@ void ProcessGroupNeuron::setTimeout(std::chrono::milliseconds timeout) {
   if (span_) span_->set_timeout(timeout);
 }
 
-void ProcessGroupNeuron::set_link_model(double bytes_per_ns, double latency_ns,
-                                        double efa_bytes_per_ns) {
-  g_link_bytes_per_ns.store(bytes_per_ns);
-  g_link_latency_ns.store(latency_ns);
-  g_efa_bytes_per_ns.store(efa_bytes_per_ns);
-}
-
 int ProcessGroupNeuron::local_size() const {
   return span_ ? span_->layout().local_size() : size_;
 }
@@ -480,22 +469,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::run(const char* op, c10d::OpT
   if (!device) {
     transport_call([&] { body(t); });
   } else {
-    // One launch record: the bytes this core sends and receives over the link.
+    // One launch record: the bytes this core sends and receives, and what they cross, which the
+    // runtime's link model prices (runtime/CollectiveTraffic.h, LinkModel.h).
     nrtsim::Work work;
     work[nrtsim::Engine::kDma].bytes_read = sent + efa;
     work[nrtsim::Engine::kDma].bytes_written = received + efa;
-    if (const double bandwidth = g_link_bytes_per_ns.load(); bandwidth > 0) {
-      // The link is full duplex: the larger direction sets the time; the DMA queues drive it.
-      // A hierarchical collective's inter-host leg follows its host leg, over EFA.
-      const double efa_bandwidth = g_efa_bytes_per_ns.load();
-      const double ns = g_link_latency_ns.load() +
-                        static_cast<double>(std::max(sent, received)) / bandwidth +
-                        (efa > 0 && efa_bandwidth > 0 ? static_cast<double>(efa) / efa_bandwidth
-                                                      : 0.0);
-      work.has_timeline = true;
-      work.timeline_busy_ns[nrtsim::index_of(nrtsim::Engine::kDma)] = ns;
-      work.timeline_ns = ns;
+    nrtsim::CollectiveTraffic& traffic = work.collective;
+    for (const auto& x : tensors) {
+      traffic.buffer_bytes = std::max<uint64_t>(traffic.buffer_bytes, nbytes(x));
     }
+    traffic.link_bytes = std::max(sent, received);  // full duplex: the larger direction
+    traffic.network_bytes = efa;
+    traffic.passes =
+        type == c10d::OpType::ALLREDUCE || type == c10d::OpType::ALLREDUCE_COALESCED ? 2 : 1;
+    traffic.point_to_point = type == c10d::OpType::SEND || type == c10d::OpType::RECV ||
+                             type == c10d::OpType::RECVANYSOURCE;
+    // A message goes to one peer: on this host, or (its bytes as `efa`) on another.
+    traffic.ranks =
+        static_cast<uint32_t>(traffic.point_to_point ? (efa > 0 ? 1 : 2) : local_size());
+    traffic.hosts = static_cast<uint32_t>(span_ ? span_->layout().hosts() : 1);
     // Transport errors are translated inside the body: launch_on would make them RuntimeErrors.
     launch_on(device->index(), op, LaunchKind::kCollective, work,
               [&] { transport_call([&] { body(t); }); });

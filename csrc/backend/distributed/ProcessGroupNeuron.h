@@ -104,12 +104,6 @@ class ProcessGroupNeuron : public c10d::Backend {
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return sequence_; }
 
-  // The modelled links a collective's bytes cross (per logical core, full duplex): NeuronLink
-  // within a host, EFA between hosts, and a fixed latency per collective. Set per process from
-  // torch_neuronx/data/neuron_links.ini; while unset (bandwidth 0) a collective's bytes are
-  // charged as HBM traffic.
-  static void set_link_model(double bytes_per_ns, double latency_ns, double efa_bytes_per_ns = 0);
-
   // The hierarchical part of a group whose ranks are on several hosts; null within one host.
   HostSpan* span() { return span_.get(); }
 

@@ -196,6 +196,25 @@ PYBIND11_MODULE(_C, m) {
     nrtsim::set_default_engine_model_path(path);
   });
   m.def("_engine_model_path", &nrtsim::default_engine_model_path);
+  m.def("_set_link_model_path", [](const std::string& path) {
+    nrtsim::set_default_link_model_path(path);
+  });
+  m.def("_link_model_path", &nrtsim::default_link_model_path);
+  // The links a device's clock prices collectives with (runtime/LinkModel.h), per logical core.
+  m.def("_core_links", [](int device) {
+    const nrtsim::CoreLinks& links = core(static_cast<c10::DeviceIndex>(device)).clock().links();
+    py::dict d;
+    d["scale_up"] = links.scale_up().name;
+    d["scale_out"] = links.scale_out().name;
+    d["link_bytes_per_ns"] = links.link_bytes_per_ns();
+    d["efa_bytes_per_ns"] = links.efa_bytes_per_ns();
+    d["hop_latency_ns"] = links.scale_up().hop_latency_us * 1e3;
+    d["efa_hop_latency_ns"] = links.scale_out().hop_latency_us * 1e3;
+    d["mesh_below_bytes"] = links.scale_up().mesh_below_mbytes * 1e6;
+    d["rdh_below_bytes"] = links.scale_up().rdh_below_mbytes * 1e6;
+    d["cores_per_chip"] = links.cores_per_chip();
+    return d;
+  });
   // The simulated clock of a device: where it stands and how long each engine has been busy.
   m.def("_simulated_time", [](int device) {
     nrtsim::NeuronCore& c = core(static_cast<c10::DeviceIndex>(device));

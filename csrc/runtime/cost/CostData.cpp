@@ -70,7 +70,8 @@ Efficiency read_efficiency(const Reader& r) {
 
 }  // namespace
 
-CostData parse_cost_data(const std::string& text, const std::string& origin) {
+CostData parse_cost_data(const std::string& text, const std::string& origin,
+                         const nrtsim::LinkModel& links) {
   std::vector<IniSection> sections;
   try {
     // Comments are whole lines: values (sources) may contain '#' or ';'.
@@ -80,6 +81,7 @@ CostData parse_cost_data(const std::string& text, const std::string& origin) {
   }
 
   CostData data;
+  data.links = links.links;
   bool have_trainium = false, have_gpu = false;
   for (const auto& s : sections) {
     const Reader r(s, origin);
@@ -108,15 +110,9 @@ CostData parse_cost_data(const std::string& text, const std::string& origin) {
         bad(origin, s.line, "[" + s.name + "] needs positive bf16_tflops and hbm_gbytes_per_s");
       }
       data.gpus[key] = g;
-    } else if (kind == "link" && !key.empty()) {
-      LinkSpec l;
-      l.name = key;
-      l.gbytes_per_s = r.number("gbytes_per_s");
-      l.hop_latency_us = r.number("hop_latency_us");
-      l.mesh_below_mbytes = r.number_or("mesh_below_mbytes", 0);
-      l.rdh_below_mbytes = r.number_or("rdh_below_mbytes", 0);
-      l.source = r.text("source");
-      data.links[key] = l;
+    } else if (kind == "link") {
+      bad(origin, s.line, "[" + s.name + "]: links are the link model's (torch_neuronx/data/"
+                          "neuron_links.ini, or the file NRTSIM_LINK_MODEL names); move it there");
     } else if (kind == "instance" && !key.empty()) {
       InstanceSpec i;
       i.name = key;
@@ -134,15 +130,29 @@ CostData parse_cost_data(const std::string& text, const std::string& origin) {
       } else if (topology != "switch") {
         bad(origin, r.line_of("topology"), "topology '" + topology + "' must be 'torus AxB' or 'switch'");
       }
-      i.scale_up = r.text("scale_up");
-      i.scale_out = r.text("scale_out");
-      i.efa_gbits_per_s = r.number("efa_gbits_per_s");
+      if (const auto chip = links.chips.find(i.accelerator); chip != links.chips.end()) {
+        // A Trainium generation's links are the link model's, stated once there.
+        for (const char* k : {"scale_up", "scale_out", "efa_gbits_per_s"}) {
+          if (s.find(k) != nullptr) {
+            bad(origin, r.line_of(k), std::string(k) + " of a " + i.accelerator +
+                                          " instance comes from the link model ([chip." +
+                                          i.accelerator + "] of neuron_links.ini); remove it here");
+          }
+        }
+        i.scale_up = chip->second.scale_up;
+        i.scale_out = chip->second.scale_out;
+        i.efa_gbits_per_s = chip->second.efa_gbits_per_s_per_chip * i.devices;
+      } else {
+        i.scale_up = r.text("scale_up");
+        i.scale_out = r.text("scale_out");
+        i.efa_gbits_per_s = r.number("efa_gbits_per_s");
+      }
       i.price_usd_per_hour = r.number("price_usd_per_hour");
       i.price_source = r.text("price_source");
       data.instances[key] = i;
     } else {
       bad(origin, s.line, "unknown section [" + s.name +
-                              "] (expected efficiency.trainium, efficiency.gpu, gpu.*, link.*, instance.*)");
+                              "] (expected efficiency.trainium, efficiency.gpu, gpu.*, instance.*)");
     }
     r.check_all_used();
   }
@@ -165,7 +175,13 @@ CostData load_cost_data(const std::string& path) {
   } catch (const IniError& e) {
     bad(path, 0, e.what());
   }
-  return parse_cost_data(text, path);
+  const std::string links = default_link_model_path();
+  if (links.empty()) {
+    throw Error(ErrorCode::kConfiguration,
+                "no link model file: set NRTSIM_LINK_MODEL to a file like "
+                "torch_neuronx/data/neuron_links.ini (importing torch_neuronx sets it)");
+  }
+  return parse_cost_data(text, path, load_link_model(links));
 }
 
 namespace {

@@ -1,10 +1,14 @@
-// The projection's data beyond the per-core engine model: GPUs, links, instances with prices,
-// and the efficiency assumptions, read from an editable INI file
-// (torch_neuronx/data/estimate.ini) in which every value names its source.
+// The projection's data beyond the per-core engine model: GPUs, instances with prices, and the
+// efficiency assumptions, read from an editable INI file (torch_neuronx/data/estimate.ini) in
+// which every value names its source; and the links, which are the runtime's link model's
+// (LinkModel.h, torch_neuronx/data/neuron_links.ini): a Trainium instance's links and EFA
+// bandwidth are its generation's, stated once there.
 #pragma once
 
 #include <map>
 #include <string>
+
+#include "runtime/LinkModel.h"
 
 namespace nrtsim::cost {
 
@@ -36,18 +40,7 @@ struct GpuSpec {
   std::string source;
 };
 
-struct LinkSpec {
-  std::string name;
-  double gbytes_per_s = 0;  // per device, per direction
-  double hop_latency_us = 0;
-  // The runtime's algorithm by message size (Neuron's intra-node collectives): below
-  // mesh_below_mbytes a mesh (2 steps per reduce-scatter or all-gather, whatever the group
-  // size), below rdh_below_mbytes recursive doubling-halving (log2 steps), above a ring.
-  // 0: rings only.
-  double mesh_below_mbytes = 0;
-  double rdh_below_mbytes = 0;
-  std::string source;
-};
+using LinkSpec = nrtsim::LinkSpec;
 
 struct InstanceSpec {
   std::string name;
@@ -55,8 +48,8 @@ struct InstanceSpec {
   int devices = 0;          // chips or GPUs
   bool torus = false;       // scale-up torus (Trainium) or switch (NVSwitch)
   int torus_x = 1, torus_y = 1;
-  std::string scale_up, scale_out;
-  double efa_gbits_per_s = 0;
+  std::string scale_up, scale_out;  // links of the link model
+  double efa_gbits_per_s = 0;       // the instance's (a Trainium one: its chips' per the link model)
   double price_usd_per_hour = 0;  // 0: none known
   std::string price_source;
 
@@ -76,8 +69,11 @@ struct CostData {
 };
 
 // Throws Error(kConfiguration) naming the file, line and key for anything it cannot read, a
-// missing key, or an instance that names an unknown link.
-CostData parse_cost_data(const std::string& text, const std::string& origin);
+// missing key, an instance that names an unknown link, or a link figure stated here instead of in
+// the link model.
+CostData parse_cost_data(const std::string& text, const std::string& origin,
+                         const nrtsim::LinkModel& links);
+// With the link model of default_link_model_path() (LinkModel.h).
 CostData load_cost_data(const std::string& path);
 
 }  // namespace nrtsim::cost

@@ -148,17 +148,13 @@ double collective_ns(CollectiveKind kind, double bytes, int ranks, int stride,
       } else {
         bw = up.gbytes_per_s * eff.link / rpc;
         used = up.name;
-        // Neuron's runtime picks the algorithm by size: a mesh writes every chunk straight to
-        // its destination chip (routed through the torus) and finishes a pass in 2 steps (one
-        // inter-chip, one intra-chip); recursive doubling-halving takes one intra-chip step and
-        // log2(chips) inter-chip ones; rings step along each torus dimension.
-        const double mbytes = bytes / 1e6;
-        if (mbytes < up.mesh_below_mbytes) {
-          steps = 2;
-          used += " (mesh)";
-        } else if (mbytes < up.rdh_below_mbytes) {
-          steps = 1 + std::ceil(std::log2(static_cast<double>(m)));
-          used += " (rdh)";
+        // Neuron's runtime picks the algorithm by size, as the simulated clock does (the link
+        // model, LinkModel.h: mesh, recursive doubling-halving); rings step along each torus
+        // dimension.
+        const CollectiveAlgorithm algorithm = algorithm_for(up, bytes);
+        if (algorithm != CollectiveAlgorithm::kRing) {
+          steps = steps_per_pass(algorithm, g, m);
+          used += std::string(" (") + collective_algorithm_name(algorithm) + ")";
         } else {
           const int ax = std::min(instance.torus_x, m);
           const int ay = ceil_div(m, ax);

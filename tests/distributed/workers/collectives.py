@@ -4,6 +4,7 @@ inputs (each rank can build all ranks' inputs: they are deterministic functions 
 Reductions: the transport combines ranks in rank order, 16-bit floats accumulated in float32 and
 rounded once; the references below do the same on the CPU, so results must match exactly."""
 
+import math
 import os
 import sys
 
@@ -276,13 +277,21 @@ def check_launch_records_and_errors():
     moved = 2 * (WORLD - 1) * x.numel() * 4 // WORLD
     assert rec[0]["bytes_read"] == moved and rec[0]["bytes_written"] == moved, rec
     assert torch_neuronx.simulated_time()["now_ns"] > before
-    # Modelled time: the launch's fixed cost, the collective latency and the larger direction
-    # over the core's NeuronLink bandwidth (torch_neuronx/data/neuron_links.ini).
-    from torch_neuronx.distributed._backend import link_model
-
+    # Modelled time (the runtime's link model, torch_neuronx/data/neuron_links.ini): the launch's
+    # fixed cost, the larger direction over the core's share of its links, one hop latency per
+    # step of the ring's two passes. Ranks of one chip exchange through HBM (each byte read and
+    # written); a group over several chips crosses NeuronLink with the algorithm picked by size.
     core = torch_neuronx.core_model()
-    link = link_model(core["neuroncore"], int(core["lnc"]))
-    expected_ns = core["kernel_launch_ns"] + link["latency_ns"] + moved / link["bytes_per_ns"]
+    links = torch_neuronx.core_links()
+    chips = -(-WORLD // links["cores_per_chip"])
+    buffer = x.numel() * 4
+    if chips == 1:
+        steps, rate = WORLD - 1, core["hbm_bytes_per_ns"] / 2
+    else:
+        steps = (2 if buffer < links["mesh_below_bytes"] else
+                 1 + math.ceil(math.log2(chips)) if buffer < links["rdh_below_bytes"] else WORLD - 1)
+        rate = links["link_bytes_per_ns"]
+    expected_ns = core["kernel_launch_ns"] + moved / rate + 2 * steps * links["hop_latency_ns"]
     assert abs(rec[0]["sim_ns"] - expected_ns) <= 1e-9 * expected_ns, (rec[0]["sim_ns"], expected_ns)
     # The profiler shows the collective as one device event on the rank's core.
     from torch.autograd import DeviceType

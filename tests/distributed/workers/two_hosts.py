@@ -191,10 +191,10 @@ def check_collectives():
 
 
 def check_records(local_size, hosts):
-    """One launch record per collective; its time: the launch, the latency, the host leg over
-    NeuronLink and this core's share of the inter-host leg over EFA (neuron_links.ini)."""
-    from torch_neuronx.distributed._backend import link_model
-
+    """One launch record per collective; its time (the runtime's link model, neuron_links.ini):
+    the launch, the host leg (through HBM for ranks of one chip, NeuronLink otherwise) with a hop
+    latency per ring step, and this core's share of the inter-host leg over EFA with one EFA hop
+    latency per step of the ring over the hosts."""
     torch_neuronx.clear_kernel_trace()
     x = torch.ones(1 << 14, device=DEV)
     dist.all_reduce(x)
@@ -206,8 +206,15 @@ def check_records(local_size, hosts):
     efa = 2 * (hosts - 1) * b // hosts // local_size
     assert rec[0]["bytes_read"] == nl + efa and rec[0]["bytes_written"] == nl + efa, (rec, nl, efa)
     core = torch_neuronx.core_model()
-    link = link_model(core["neuroncore"], int(core["lnc"]))
-    want = core["kernel_launch_ns"] + link["latency_ns"] + nl / link["bytes_per_ns"] + efa / link["efa_bytes_per_ns"]
+    links = torch_neuronx.core_links()
+    want = core["kernel_launch_ns"]
+    if local_size > 1:
+        chips = -(-local_size // links["cores_per_chip"])
+        assert chips == 1 or b < links["mesh_below_bytes"], "the test assumes one chip or a mesh"
+        steps = local_size - 1 if chips == 1 else 2
+        rate = core["hbm_bytes_per_ns"] / 2 if chips == 1 else links["link_bytes_per_ns"]
+        want += nl / rate + 2 * steps * links["hop_latency_ns"]
+    want += efa / links["efa_bytes_per_ns"] + 2 * (hosts - 1) * links["efa_hop_latency_ns"]
     assert abs(rec[0]["sim_ns"] - want) <= 1e-9 * want, (rec[0]["sim_ns"], want)
     print(f"rank {RANK} two-host records ok", flush=True)
 

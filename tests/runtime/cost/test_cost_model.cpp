@@ -6,6 +6,8 @@
 
 #include "runtime/EngineModel.h"
 #include "runtime/Error.h"
+#include "runtime/IniFile.h"
+#include "runtime/LinkModel.h"
 #include "runtime/cost/CostData.h"
 #include "runtime/cost/Projection.h"
 
@@ -17,8 +19,11 @@ std::string shipped(const std::string& file) {
   return path.substr(0, path.rfind('/') + 1) + file;
 }
 
+LinkModel shipped_links() { return load_link_model(NRTSIM_SHIPPED_LINK_MODEL); }
+
 struct Shipped {
-  CostData data = load_cost_data(shipped("estimate.ini"));
+  CostData data = parse_cost_data(read_ini_file(shipped("estimate.ini")), "estimate.ini",
+                                  shipped_links());
   std::map<std::string, CoreSpec> chips = load_engine_model(NRTSIM_SHIPPED_ENGINE_MODEL);
 };
 const Shipped& files() {
@@ -49,30 +54,56 @@ TEST(CostData, ShippedFileHasTheInstancesAndSources) {
   EXPECT_FALSE(d.instance("p5.48xlarge").torus);
   EXPECT_DOUBLE_EQ(d.gpu_spec("H200").hbm_gbytes_per_s, 4800);
   for (const auto& [name, link] : d.links) EXPECT_FALSE(link.source.empty()) << name;
+  // A Trainium instance's links and EFA are its generation's, from the link model.
+  EXPECT_EQ(d.instance("trn2.48xlarge").scale_up, "NeuronLink-v3");
+  EXPECT_DOUBLE_EQ(d.instance("trn2.48xlarge").efa_gbits_per_s, 3200);
+  EXPECT_DOUBLE_EQ(d.instance("trn1.32xlarge").efa_gbits_per_s, 800);
+  EXPECT_DOUBLE_EQ(d.link("NeuronLink-v3").gbytes_per_s,
+                   shipped_links().link("NeuronLink-v3").gbytes_per_s);
 }
 
 TEST(CostData, BadFilesNameTheProblem) {
   const std::string base =
       "[efficiency.trainium]\ntensor = 1\nhbm = 1\nlink = 1\n"
       "[efficiency.gpu]\ntensor = 1\nhbm = 1\nlink = 1\n";
+  const LinkModel links = shipped_links();
   try {
-    parse_cost_data(base + "[link.X]\ngbytes_per_s = 1\nhop_latency_us = 1\nsource = s\nbandwith = 3\n",
-                    "t.ini");
+    parse_cost_data(base + "[gpu.X]\nname = x\nbf16_tflops = 1\nfp8_tflops = 1\ntf32_tflops = 1\n"
+                           "vector_tflops = 1\nhbm_gbytes = 1\nhbm_gbytes_per_s = 1\n"
+                           "kernel_launch_us = 1\nsource = s\nbandwith = 3\n",
+                    "t.ini", links);
     FAIL() << "a misspelt key was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("t.ini:13: unknown key 'bandwith'"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("t.ini:19: unknown key 'bandwith'"), std::string::npos)
         << e.what();
+  }
+  try {
+    parse_cost_data(base + "[link.X]\ngbytes_per_s = 1\nhop_latency_us = 1\nsource = s\n", "t.ini",
+                    links);
+    FAIL() << "a link stated outside the link model was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("neuron_links.ini"), std::string::npos) << e.what();
+  }
+  try {
+    parse_cost_data(base + "[instance.t]\naccelerator = Trainium2\ndevices = 16\n"
+                           "topology = torus 4x4\nefa_gbits_per_s = 100\n"
+                           "price_usd_per_hour = 1\nprice_source = s\n",
+                    "t.ini", links);
+    FAIL() << "a Trainium instance's EFA stated twice was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[chip.Trainium2]"), std::string::npos) << e.what();
   }
   try {
     parse_cost_data(base + "[instance.i]\naccelerator = H100\ndevices = 8\ntopology = switch\n"
                            "scale_up = NVLink\nscale_out = EFA\nefa_gbits_per_s = 1\n"
                            "price_usd_per_hour = 1\nprice_source = s\n",
-                    "t.ini");
+                    "t.ini", links);
     FAIL() << "an unknown link was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown link 'NVLink'"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(parse_cost_data("[efficiency.gpu]\ntensor = -1\nhbm = 1\nlink = 1\n", "t.ini"), Error);
+  EXPECT_THROW(parse_cost_data("[efficiency.gpu]\ntensor = -1\nhbm = 1\nlink = 1\n", "t.ini", links),
+               Error);
   EXPECT_THROW(files().data.instance("trn9.huge"), Error);
 }
 
