@@ -105,7 +105,7 @@ from torch_neuronx._clock import core_links, core_model, simulated_time  # noqa:
 # NKI: `from torch_neuronx import nki_op, nki` as on TorchNeuron; `nki` is the top-level package.
 import nki  # noqa: E402,F401
 from torch_neuronx.nki_op import nki_op, wrap_nki  # noqa: E402,F401
-from torch_neuronx.profiler import NeuronProfiler  # noqa: E402,F401
+from torch_neuronx.profiling import NeuronProfiler  # noqa: E402,F401
 from torch_neuronx._tracking import (  # noqa: E402,F401
     clear_op_tracking,
     get_executed_ops,

@@ -7,6 +7,7 @@ duration up to the profiler's whole-nanosecond time base) and never depend on ho
 
 import json
 import math
+import time
 import warnings
 from decimal import Decimal
 
@@ -65,7 +66,7 @@ def test_mm_is_a_device_event_with_the_records_duration(operands):
     a_cpu, b_cpu, a, b = operands
     prof, c = profile_mm(a, b)
     torch.testing.assert_close(c.cpu(), a_cpu @ b_cpu)
-    (event,) = [e for e in device_events(prof) if e.name == "aten::mm"]
+    (event,) = [e for e in device_events(prof) if e.name == "aten::mm [tensor]"]
     assert event.device_index == a.device.index
     # Kineto's time base is whole nanoseconds; both ends of the simulated interval are rounded.
     duration_ns = (event.time_range.end - event.time_range.start) * 1000
@@ -76,9 +77,9 @@ def test_mm_device_event_links_to_its_cpu_op(operands):
     _, _, a, b = operands
     prof, _ = profile_mm(a, b)
     (cpu_mm,) = cpu_events(prof, "aten::mm")
-    (device_mm,) = [e for e in device_events(prof) if e.name == "aten::mm"]
+    (device_mm,) = [e for e in device_events(prof) if e.name == "aten::mm [tensor]"]
     assert device_mm.linked_correlation_id == cpu_mm.id != 0
-    assert [k.name for k in cpu_mm.kernels] == ["aten::mm"]
+    assert [k.name for k in cpu_mm.kernels] == ["aten::mm [tensor]"]
     assert cpu_mm.kernels[0].duration == pytest.approx(device_mm.time_range.elapsed_us())
 
 
@@ -111,7 +112,7 @@ def test_copies_show_their_direction():
         "Memcpy HtoD (aten::_copy_from)",
         "Memcpy DtoD (aten::_copy_from)",
         "Memcpy DtoH (aten::_copy_from)",
-        "aten::sum.dim_IntList",
+        "aten::sum.dim_IntList [vector]",
         "Scalar read DtoH (aten::_local_scalar_dense)",
     ]
     # Each copy is correlated to the aten::_copy_from that made it.
@@ -134,15 +135,16 @@ def test_chrome_trace_tracks_and_contents(operands, tmp_path):
     events = trace["traceEvents"]
     device = a.device.index
     kernels = [ev for ev in events if ev.get("ph") == "X" and ev.get("cat") in ("kernel", "gpu_memcpy")]
-    assert [ev["name"] for ev in kernels] == ["aten::mm", "aten::relu", "Memcpy DtoH (aten::_copy_from)"]
+    assert [ev["name"] for ev in kernels] == [
+        "aten::mm [tensor]", "aten::relu [vector]", "Memcpy DtoH (aten::_copy_from)"]
     assert all(ev["pid"] == device for ev in kernels)
 
     meta = {(ev["name"], ev["pid"], ev["tid"]): ev["args"] for ev in events if ev.get("ph") == "M"}
     assert meta[("process_name", device, 0)]["name"] == f"neuron:{device}"
     engines = {ev["name"]: meta[("thread_name", device, ev["tid"])]["name"] for ev in kernels}
     assert engines == {
-        "aten::mm": "tensor engine",
-        "aten::relu": "vector engine",
+        "aten::mm [tensor]": "tensor engine",
+        "aten::relu [vector]": "vector engine",
         "Memcpy DtoH (aten::_copy_from)": "dma engine",
     }
 
@@ -187,6 +189,63 @@ def test_record_function_range_on_cpu_and_device(operands, tmp_path):
     (mm,) = [ev for ev in events if ev.get("cat") == "kernel"]
     assert span["name"] == "my_range" and (span["pid"], span["tid"]) == (mm["pid"], mm["tid"])
     assert ns(span["ts"]) <= ns(mm["ts"]) and ns(span["ts"]) + ns(span["dur"]) >= ns(mm["ts"]) + ns(mm["dur"])
+
+
+def _launch_device_us(prof, name):
+    """The device time of the launches inside record_function range `name`: its CPU event's
+    children's kernels."""
+    (cpu_range,) = [e for e in prof.events() if e.name == name and e.device_type == DeviceType.CPU]
+    return cpu_range.device_time_total
+
+
+def test_range_device_time_is_its_launches_not_the_host_wall_time(operands):
+    _, _, a, b = operands
+    with profile(activities=ACTIVITIES) as prof:
+        with record_function("gappy"):
+            torch.mm(a, b)
+            time.sleep(0.05)  # host time between launches: the device waits, it does not work
+            torch.mm(a, b)
+    launches = [e for e in device_events(prof) if e.name == "aten::mm [tensor]"]
+    assert len(launches) == 2
+    launched_us = sum(e.time_range.elapsed_us() for e in launches)
+    rows = {(r.key, r.device_type, r.is_user_annotation): r for r in prof.key_averages()}
+    device_range = rows[("gappy", DeviceType.PrivateUse1, True)]
+    # Kineto keeps whole nanoseconds: each span end is rounded.
+    assert device_range.device_time_total == pytest.approx(launched_us, abs=2e-3)
+    assert device_range.device_time_total < 1000  # not the 50 ms the host slept
+    assert _launch_device_us(prof, "gappy") == pytest.approx(launched_us, abs=2e-3)
+    # No row's device time exceeds the table's total.
+    total = sum(r.self_device_time_total for r in prof.key_averages() if not r.is_user_annotation)
+    assert device_range.device_time_total <= total + 2e-3
+
+
+def test_optimizer_step_reports_its_launches_device_time():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 8).to("neuron")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.randn(4, 16).to("neuron")).sum().backward()
+    with profile(activities=ACTIVITIES) as prof:
+        opt.step()
+    steps = [r for r in prof.key_averages()
+             if r.key.startswith("Optimizer.step#AdamW.step") and r.device_type == DeviceType.PrivateUse1]
+    assert len(steps) == 1
+    launched_us = sum(e.time_range.elapsed_us() for e in device_events(prof))
+    assert 0 < steps[0].device_time_total <= launched_us + 2e-3
+
+
+def test_key_averages_has_one_row_per_name(operands):
+    _, _, a, b = operands
+    with profile(activities=ACTIVITIES) as prof:
+        torch.relu(torch.mm(a, b))
+    rows = prof.key_averages()
+    names = [r.key for r in rows]
+    assert len(names) == len(set(names)), sorted(names)
+    by_name = {r.key: r for r in rows}
+    # The op's row has its CPU time and its launches' device time; the launch has its own row.
+    assert by_name["aten::mm"].cpu_time_total > 0 and by_name["aten::mm"].device_time_total > 0
+    assert by_name["aten::mm [tensor]"].device_type == DeviceType.PrivateUse1
+    assert by_name["aten::mm"].device_time_total == pytest.approx(
+        by_name["aten::mm [tensor]"].device_time_total)
 
 
 def test_second_device_is_its_own_process(tmp_path):
@@ -270,7 +329,7 @@ def test_neuron_profiler_context_manager_writes_the_trace(operands, tmp_path):
     assert prof.trace_path is not None and prof.trace_path.startswith(str(tmp_path))
     events = load_trace(prof.trace_path)["traceEvents"]
     (mm,) = [ev for ev in events if ev.get("cat") == "kernel"]
-    assert mm["name"] == "aten::mm" and mm["args"]["flops"] == 2 * M * N * K
+    assert mm["name"] == "aten::mm [tensor]" and mm["args"]["flops"] == 2 * M * N * K
     rows = {(r.key, r.device_type): r for r in prof.key_averages()}
     assert rows[("aten::mm", DeviceType.CPU)].self_device_time_total > 0
     assert torch_neuronx.NeuronProfiler is NeuronProfiler
@@ -289,7 +348,7 @@ def test_neuron_profiler_start_stop_and_on_trace_ready(operands, tmp_path):
     with profile(activities=ACTIVITIES, experimental_config=cfg, on_trace_ready=handler.export_trace):
         torch.mm(a, b)
     assert handler.trace_path.startswith(str(tmp_path / "b"))
-    assert any(ev.get("name") == "aten::mm" and ev.get("cat") == "kernel" for ev in load_trace(handler.trace_path)["traceEvents"])
+    assert any(ev.get("name") == "aten::mm [tensor]" and ev.get("cat") == "kernel" for ev in load_trace(handler.trace_path)["traceEvents"])
 
 
 def test_neuron_profiler_filters(operands, tmp_path):
@@ -310,10 +369,12 @@ def test_neuron_profiler_filters(operands, tmp_path):
     assert cats.isdisjoint({"kernel", "gpu_memcpy", "privateuse1_runtime"}) and "cpu_op" in cats
 
     events, _ = categories(NeuronConfig(profile_output_dir=str(tmp_path), max_events_per_nc=1))
-    assert [ev["name"] for ev in events if ev.get("cat") in ("kernel", "gpu_memcpy")] == ["aten::mm"]
+    assert [ev["name"] for ev in events if ev.get("cat") in ("kernel", "gpu_memcpy")] == ["aten::mm [tensor]"]
 
     events, _ = categories(NeuronConfig(profile_output_dir=str(tmp_path)), event_filters=["aten::mm"])
-    assert {ev["name"] for ev in events if ev.get("ph") == "X"} == {"aten::mm"}
+    # The op, its launch on the device and the runtime's host side of that launch.
+    assert {ev["name"] for ev in events if ev.get("ph") == "X"} == {
+        "aten::mm", "aten::mm [tensor]", "nrtsim::kernel"}
 
 
 def test_neuron_profiler_bad_input(tmp_path):
@@ -376,7 +437,7 @@ def test_compiled_program_shows_on_each_engine_it_uses(tmp_path):
     start = float(program["args"]["sim_end_ns"]) - longest
     for engine, ev in spans.items():
         args = ev["args"]
-        assert ev["name"] == f"{program['name']} ({engine} engine)"
+        assert ev["name"] == f"{program['args']['op']} ({engine} engine)"
         assert float(args["busy_ns"]) == pytest.approx(busy[engine], rel=1e-12)
         assert float(args["utilization"]) == pytest.approx(busy[engine] / longest, rel=1e-12)
         # Simulated times are float64 nanoseconds since the clock started: a difference of two of

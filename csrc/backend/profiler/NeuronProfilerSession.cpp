@@ -75,8 +75,11 @@ bool is_copy(nrtsim::LaunchKind kind) {
   }
 }
 
-// Copies say which way they go, as CUDA's "Memcpy HtoD (...)" do; the ATen op that asked for the
-// transfer stays visible in parentheses.
+// A device event is named after what ran on the device, not after the CPU op that launched it,
+// as CUDA's kernels are: in key_averages() the op's row ("aten::mm") carries its CPU time and the
+// device time of its launches, and the launches get rows of their own named after the op and the
+// engine they ran on ("aten::mm [tensor]"). Copies say which way they go, as CUDA's
+// "Memcpy HtoD (...)" do; the ATen op that asked for the transfer stays visible in parentheses.
 std::string event_name(const DeviceEvent& e) {
   const std::string op = e.op;
   switch (e.kind) {
@@ -86,7 +89,7 @@ std::string event_name(const DeviceEvent& e) {
     case nrtsim::LaunchKind::kScalarRead: return "Scalar read DtoH (" + op + ")";
     case nrtsim::LaunchKind::kResize: return "Resize DtoD (" + op + ")";
     case nrtsim::LaunchKind::kHostFallback: return "CPU fallback (" + op + ")";
-    default: return op;
+    default: return op + " [" + nrtsim::engine_name(e.engine) + "]";
   }
 }
 
@@ -303,7 +306,7 @@ void NeuronProfilerSession::add_engine_spans(const DeviceEvent& e,
   // that op's device time, and adds every device event that is not a user annotation to the
   // table's total, so the launch's own event stays the one that counts (once, with its modelled
   // duration) and these only draw it on the other tracks. They are linked to nothing.
-  const std::string name = event_name(e);
+  const std::string name = e.op;  // the span names its engine itself
   for (const EngineSpan& span : engine_spans(e)) {
     TimelineSpan placed = place_like(e, span.sim_begin_ns, span.sim_end_ns);
     if (span.engine == e.engine) {
@@ -358,42 +361,41 @@ void NeuronProfilerSession::add_runtime_activity(
 void NeuronProfilerSession::add_user_annotations(
     const libkineto::getLinkedActivityCallback& linked, libkineto::ActivityLogger& logger) {
   if (!linked) return;
-  // One span per (record_function range, device, track), around the device events launched
-  // inside the range, named after the range (Kineto does the same for CUDA streams).
-  struct Span {
-    int64_t begin = 0;
-    int64_t end = 0;
-  };
-  std::map<std::tuple<uint64_t, int, int32_t>, Span> spans;
-  auto cover = [&](const DeviceEvent& e, int32_t track, const TimelineSpan& placed) {
-    auto [it, fresh] = spans.try_emplace({e.user_correlation_id, e.device, track},
-                                         Span{placed.begin_ns, placed.end_ns});
-    if (!fresh) {
-      it->second.begin = std::min(it->second.begin, placed.begin_ns);
-      it->second.end = std::max(it->second.end, placed.end_ns);
-    }
-  };
+  // A record_function range (an optimizer step is one) on each device track it launched work on,
+  // named after the range, as Kineto does for CUDA streams. PyTorch counts a user annotation's
+  // duration as the range's device time, so the range is drawn over its launches only: one span
+  // per run of launches that follow each other without a gap on the track, never over the time
+  // the device waited for the host. Its device time is then the sum of its launches' (tracks
+  // never overlap their own launches). The launches' engine spans on other tracks are not
+  // covered: they are the same launch's time, already counted once.
+  std::map<std::tuple<uint64_t, int, int32_t>, std::vector<TimelineSpan>> runs;
   for (const DeviceEvent& e : events_) {
     if (e.user_correlation_id == 0) continue;
-    cover(e, track_of(e.stream, e.engine), e.placed);
-    // The range also encloses the launch's spans on its other engines' tracks.
-    for (const EngineSpan& span : engine_spans(e)) {
-      if (span.engine != e.engine) {
-        cover(e, track_of(e.stream, span.engine), place_like(e, span.sim_begin_ns, span.sim_end_ns));
-      }
-    }
+    runs[{e.user_correlation_id, e.device, track_of(e.stream, e.engine)}].push_back(e.placed);
   }
-  for (const auto& [key, span] : spans) {
+  for (auto& [key, spans] : runs) {
     const auto& [user_id, device, track] = key;
     const libkineto::ITraceActivity* range = linked(kineto_id(user_id));
     if (range == nullptr) continue;
-    auto& act = add_activity(ActivityType::GPU_USER_ANNOTATION, range->name());
-    act.startTime = span.begin;
-    act.endTime = span.end;
-    act.device = device;
-    act.resource = track;
-    act.id = kineto_id(user_id);
-    logger.handleActivity(act);
+    std::sort(spans.begin(), spans.end(),
+              [](const TimelineSpan& a, const TimelineSpan& b) { return a.begin_ns < b.begin_ns; });
+    std::vector<TimelineSpan> merged;
+    for (const TimelineSpan& s : spans) {
+      if (!merged.empty() && s.begin_ns <= merged.back().end_ns) {
+        merged.back().end_ns = std::max(merged.back().end_ns, s.end_ns);
+      } else {
+        merged.push_back(s);
+      }
+    }
+    for (const TimelineSpan& s : merged) {
+      auto& act = add_activity(ActivityType::GPU_USER_ANNOTATION, range->name());
+      act.startTime = s.begin_ns;
+      act.endTime = s.end_ns;
+      act.device = device;
+      act.resource = track;
+      act.id = kineto_id(user_id);
+      logger.handleActivity(act);
+    }
   }
 }
 

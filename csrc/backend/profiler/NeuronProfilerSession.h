@@ -4,8 +4,10 @@
 //  - one device activity per record, on the simulated clock (DeviceTimeline.h), in process
 //    "neuron:<index>" (pid = device index), on the track of the record's main engine (tid =
 //    stream * 8 + engine, so that only launches that one engine runs in order share a track),
-//    with the record's work, bytes, engine, kind, stream and host duration as arguments, and
-//    linked to the CPU op whose correlation id the record carries;
+//    named after what ran there ("aten::mm [tensor]", "Memcpy HtoD (aten::_copy_from)"), not
+//    after the CPU op, so that key_averages() has one row per op with its CPU and device time
+//    and one per device kernel, with the record's work, bytes, engine, kind, stream and host
+//    duration as arguments, and linked to the CPU op whose correlation id the record carries;
 //  - one host-side runtime activity per record ("nrtsim::<kind>", on the launching thread, when
 //    PRIVATEUSE1_RUNTIME is requested), the start of the arrow to the device event;
 //  - for a launch that occupies several engines at once (an NKI kernel, from its instruction
@@ -13,8 +15,9 @@
 //    engine's track, named "<op> (<engine> engine)", with the engine's busy time and utilisation.
 //    These are GPU user annotations linked to no CPU op, so PyTorch counts the launch's device
 //    time once, from its one device activity;
-//  - one span per record_function range and track ("GPU user annotation", when requested) around
-//    the device events (and engine spans) launched inside the range.
+//  - per record_function range (an optimizer step is one) and track ("GPU user annotation", when
+//    requested), one span per gap-free run of the device events launched inside the range: its
+//    device time in key_averages() is its launches' device time, never the host's wall time.
 // Kineto passes the correlation id of each CPU op it enters through push/popCorrelationId on the
 // op's thread; the session makes it the runtime's current correlation id there, which is how
 // records carry it.

@@ -299,7 +299,7 @@ def check_launch_records_and_errors():
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
         dist.all_reduce(x)
-    device_events = [e for e in prof.events() if e.device_type == DeviceType.PrivateUse1 and e.name == "c10d::allreduce"]
+    device_events = [e for e in prof.events() if e.device_type == DeviceType.PrivateUse1 and e.name == "c10d::allreduce [dma]"]
     assert len(device_events) == 1, [e.name for e in prof.events()]
     # A size mismatch fails on every rank with a message naming each rank's call ...
     bad = torch.ones(4 + (RANK == 1), device=DEV)
