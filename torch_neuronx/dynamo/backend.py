@@ -490,15 +490,15 @@ def neuron_decompositions() -> dict:
     from torch._inductor.decomposition import select_decomp_table
 
     # The table for random ops run as ATen ops (fallback_random, as the programs are compiled),
-    # less what random_ops.py keeps whole so programs can draw from the neuron generator. An op
-    # neuron runs as one kernel (a row of the op-work table) is decomposed with its parts marked
-    # as its own, so the program's work counts it whole (program_work.py).
+    # less what random_ops.py keeps whole so programs can draw from the neuron generator. Each
+    # decomposition marks its parts as the call they stand for, so the program's work counts the
+    # launches eager makes for that call (program_work.py).
     with torch._inductor.config.patch(fallback_random=True):
         table = dict(select_decomp_table())
     for op in random_ops.KEPT_WHOLE:
         table.pop(op, None)
     for op, decomposition in table.items():
-        if isinstance(op, torch._ops.OpOverload) and _C._has_op_work_rule(op):
+        if isinstance(op, torch._ops.OpOverload):
             table[op] = program_work.marking(op, decomposition)
     return table
 

@@ -3,13 +3,14 @@
 No FLOP or byte model lives here: this module only says which ops a graph runs, with which
 shapes.
 
-An op of a graph is an FX node, or, for an op neuron runs as one kernel that Inductor's
-decompositions split into parts (silu into neg/exp/add/div, log_softmax, nll_loss, ...), the op
-the parts stand for: :func:`marking` wraps those decompositions so that the nodes one call
-produced carry the call, and the table is asked for the call whole — as eager runs it, and as a
-NeuronCore computes it (silu is one Scalar-engine activation, not four instructions). When the
-partitioner recomputes only some parts of such a call in the backward, those parts count as what
-they are (the table asked per node).
+An op of a graph is an FX node, or, for an op Inductor's decompositions split into parts (silu
+into neg/exp/add/div, log_softmax, nll_loss, slice_backward, ...), the op the parts stand for:
+:func:`marking` wraps those decompositions so that the nodes one call produced carry the call.
+Each op counts the launches eager makes for it (torch_neuronx/_op_work.py): one, asked of the
+table, when neuron has a kernel of its own for it (silu is one Scalar-engine activation, not four
+instructions); its composite kernel's parts otherwise (embedding is an index_select), found by
+running the composite on meta tensors of the call's sizes. When the partitioner recomputes only
+some parts of a call in the backward, those parts count as what they are.
 
 Inside a program, elementwise work, casts and copies fuse into their neighbours: each op's work
 is taken as the runtime's fusion rule says (runtime/ProgramFusion.h: an intermediate crosses HBM
@@ -27,8 +28,9 @@ import functools
 import sympy
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from torch_neuronx import _C
+from torch_neuronx import _C, _op_work
 
 ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
 # Number formats by width: a program's record carries the widest its Tensor-engine ops stream.
@@ -137,13 +139,49 @@ class OpCall:
         namespace, name = self.op.split("::")
         return getattr(getattr(getattr(torch.ops, namespace), name), self.overload)
 
-    def work(self, subs: dict) -> dict:
+    def works(self, subs: dict) -> list:
+        """The work of each launch eager makes for this call, as ops of a program."""
         def go(value):
             return tree_map(lambda v: _materialize(v, subs), value,
                             is_leaf=lambda v: isinstance(v, (_TensorSpec, _SizeSpec, _HostScalar)))
 
-        return _C._op_work(self.func(), go(self.args), go(self.kwargs),
-                           [t.materialize(subs) for t in self.outputs], inside_program=True)
+        func, args, kwargs = self.func(), go(self.args), go(self.kwargs)
+        launches = _Launches()
+        try:
+            with launches:
+                func(*args, **kwargs)
+        except Exception:
+            # No meta kernel to run the composite with (a custom op): the call as one launch.
+            launches.calls = [(func, args, kwargs, [t.materialize(subs) for t in self.outputs])]
+        works = []
+        for f, a, k, o in launches.calls:
+            a, k = _wrapped_numbers(f, a, k)
+            a, k = tree_map(lambda v: _materialize(v, subs), (a, k),
+                            is_leaf=lambda v: isinstance(v, _HostScalar))
+            works.append(_C._op_work(f, a, k, o, inside_program=True))
+        return works
+
+
+class _Launches(TorchDispatchMode):
+    """Records the launches eager makes for the ops run under it (torch_neuronx/_op_work.py):
+    an op neuron runs whole is recorded, a composite runs as its parts, a view moves nothing."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if _op_work.returns_alias(func):
+            return func(*args, **kwargs)
+        parts = _op_work.composite_parts(func)
+        if parts is not None:
+            with self:
+                return parts(*args, **kwargs)
+        out = func(*args, **kwargs)
+        self.calls.append((func, args, kwargs,
+                           [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]))
+        return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -257,7 +295,8 @@ class ProgramWork:
                  "other_precision": None}
         for call in self._calls:
             try:
-                _add(total, call.work(subs))
+                for work in call.works(subs):
+                    _add(total, work)
             except (TypeError, ValueError):
                 # A size no input determines (data-dependent, rare): the op counts as nothing,
                 # as the launch cannot know it.

@@ -21,7 +21,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from torch_neuronx import _C
+from torch_neuronx import _C, _op_work
 
 # Ops that touch no device memory: no launch, no record.
 _NO_WORK = {
@@ -75,12 +75,17 @@ class _Recorder(TorchDispatchMode):
         if (not self.recording or name.startswith(("prim::", "profiler::")) or name in _NO_WORK
                 or _returns_alias(func)):
             return func(*args, **kwargs)
-        # An op neuron has no kernel of its own for but a composite one (zeros, _to_copy,
-        # embedding, slice_backward, ...) runs as its parts on the device: trace the parts.
-        if (name.split(".")[0] not in _MODELLED_COMPOSITES and not _has_kernel(func, "PrivateUse1")
-                and func in decomposition_table):
+        # An op neuron has no kernel of its own for but a composite one (embedding,
+        # slice_backward, ...) runs as its composite kernel's parts on the device, as eager runs
+        # it (torch_neuronx/_op_work.py): trace the parts.
+        parts = None
+        if name.split(".")[0] not in _MODELLED_COMPOSITES:
+            parts = _op_work.composite_parts(func)
+            if parts is None and not _op_work.runs_whole(func) and func in decomposition_table:
+                parts = decomposition_table[func]  # no composite kernel either: the Python one
+        if parts is not None:
             with self:
-                return decomposition_table[func](*args, **kwargs)
+                return parts(*args, **kwargs)
         out = func(*args, **kwargs)
         outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
         source = self.trace.record(func, _wrapped_numbers(func, args), dict(kwargs), outputs,

@@ -3,6 +3,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -70,10 +71,23 @@ class HostMathKernel final : public c10::OperatorKernel {
         value = views;
       }
     }
-    kernel.ops(family_.flops(schema, KernelArgs(stack->data() + first, arguments.size())));
 
+    const uint64_t ops_of_arguments =
+        family_.flops(schema, KernelArgs(stack->data() + first, arguments.size()));
+    kernel.ops(ops_of_arguments);
     kernel.run([&] {
       op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+      if (family_.flops == &flops::per_element) {
+        // The largest argument or result (OpWork.h): a broadcast's output is larger than its
+        // inputs.
+        uint64_t largest = ops_of_arguments;
+        for (size_t i = first; i < stack->size(); ++i) {
+          if ((*stack)[i].isTensor()) {
+            largest = std::max(largest, flops::elementwise((*stack)[i].toTensor()));
+          }
+        }
+        kernel.ops(largest - ops_of_arguments);
+      }
       for (const auto& s : swapped) {
         if (s.writable) {
           adopt_host_view(s.view, s.original);

@@ -256,7 +256,12 @@ OpWork op_work(const c10::OperatorHandle& op, KernelArgs args, c10::ArrayRef<at:
   if (const OpFamily* family = find_op_family(name)) {
     Cost cost(family->engine);
     read_arguments(cost, schema, args, family->access);
-    cost.ops(family->flops(schema, args));
+    uint64_t ops = family->flops(schema, args);
+    if (family->flops == &flops::per_element) {
+      // The largest argument *or result*: a broadcast's output is larger than its inputs.
+      for (const auto& t : outputs) ops = std::max(ops, flops::elementwise(t));
+    }
+    cost.ops(ops);
     if (family->tiles != nullptr) result.tensor_tile_ops = family->tiles(tiles, schema, args);
     return finish(cost, WorkSource::kFamily);
   }
@@ -271,6 +276,9 @@ OpWork op_work(const c10::OperatorHandle& op, KernelArgs args, c10::ArrayRef<at:
                                   optional_tensor_at(args, 3));
       // No tile model yet: the estimate charges attention its FLOPs (tensor_tile_ops 0).
       result.attention = true;
+      // The kernel writes the output and the logsumexp; the other results are empty
+      // placeholders (a meta function may give them a shape).
+      outputs = outputs.slice(0, std::min<size_t>(outputs.size(), 2));
       return finish(cost, WorkSource::kKernel);
     }
     case Rule::kAttentionBackward: {

@@ -57,13 +57,6 @@ py::dict op_work_of(const py::object& func, const py::tuple& args, const py::dic
 void init_op_work_bindings(py::module& m) {
   m.def("_op_work", &op_work_of, py::arg("func"), py::arg("args"), py::arg("kwargs"),
         py::arg("outputs"), py::arg("inside_program") = false);
-  // Whether the table has a row of its own for `name` ("aten::silu" or "aten::silu.default"'s
-  // overload name): an op family or a dedicated rule, i.e. neuron runs the op as one kernel.
-  m.def("_has_op_work_rule", [](const py::object& func) {
-    const c10::OperatorHandle op = handle_of(func);
-    return find_op_family(op_name(op.operator_name())) != nullptr ||
-           has_dedicated_rule(op_name(op.operator_name()));
-  });
 }
 
 }  // namespace torch_neuronx

@@ -7,7 +7,7 @@
 
 namespace torch_neuronx {
 
-// Adds _op_work(func, args, kwargs, outputs, inside_program) and _has_op_work_rule(name).
+// Adds _op_work(func, args, kwargs, outputs, inside_program).
 void init_op_work_bindings(pybind11::module& m);
 
 }  // namespace torch_neuronx

@@ -1,0 +1,223 @@
+"""Guard: one description of work. The tiny Llama's training step and decode step run eager
+(kernel-trace totals), compiled (program records) and through the estimate's tracer at the same
+size must give the same FLOPs and bytes per engine, since all three ask the op-work table
+(csrc/backend/core/OpWork.h) about the launches eager makes.
+
+What may differ, and only this:
+- Compiled bytes: inside a program elementwise ops and copies keep only the bytes they write
+  (the fusion rule of csrc/runtime/ProgramFusion.h, which docs/estimate.md documents); the test
+  applies that rule to the eager launches and expects the program records to match exactly.
+- Compiled work when Inductor's min-cut partitioner recomputes forward ops in the backward: that
+  is work the program does. The exact comparison runs with AOTAutograd's default partition (no
+  recompute); with the shipped partitioner, the Tensor engine (never recomputed) must still match
+  exactly and every other engine may only grow.
+- The estimate traces on fake tensors, whose fused-attention meta function returns its output
+  in a different layout from the eager kernel's: in the backward one transpose-and-reshape
+  around attention is a view eager and a copy in the trace. That copy (B·L·hidden elements each
+  way per layer, DMA) is the one difference allowed there.
+- What the compiled graphs do differently from eager beyond recompute (functionalization turns
+  some copies into views and the KV-cache update into a whole-cache write-back, Inductor's
+  decompositions of the embedding backward and gradient accumulation differ) shows in the
+  printed tables; the compute engines' arithmetic of the forward and decode programs, and the
+  Tensor engine everywhere, are held equal.
+
+Every comparison prints its per-engine table (pytest -s shows them)."""
+
+import copy
+
+import pytest
+import torch
+
+import torch_neuronx
+
+transformers = pytest.importorskip("transformers")
+
+ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
+BATCH, SEQ, CONTEXT = 2, 16, 32
+
+
+def config():
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                       num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
+
+
+def model():
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config()).to("neuron")
+
+
+def totals(rows, fused=False):
+    """{engine: [ops, bytes read, bytes written]} of kernel-trace or estimate rows. `fused`: as ops
+    inside a program (runtime/ProgramFusion.h: a launch of kind kernel whose main engine is not
+    the Tensor engine, or a device-to-device copy, keeps only what it writes)."""
+    t = {e: [0, 0, 0] for e in ENGINES}
+    for r in rows:
+        drop_reads = fused and ((r.get("kind", "kernel") == "kernel" and r["engine"] != "tensor")
+                                or r.get("kind") == "copy_device_to_device")
+        for e in ENGINES:
+            read, written = r["engine_bytes"][e]
+            t[e][0] += r["ops"][e]
+            t[e][1] += 0 if drop_reads else read
+            t[e][2] += written
+    return t
+
+
+def estimate_rows(phases, **kwargs):
+    from torch_neuronx.estimate._trace import trace_rank
+
+    trace = trace_rank(config(), tp=1, pp=1, dtype=torch.float32, **kwargs)
+    rows = []
+    for r in trace.trace.rows():
+        if r["phase"] not in phases:
+            continue
+        # The main engine, as a launch record has it (the engine with the most ops, else bytes).
+        ops = r["ops"]
+        main = max(ENGINES, key=lambda e: (ops[e], sum(r["engine_bytes"][e])))
+        rows.append(dict(r, engine=main, kind="copy_device_to_device" if main == "dma" else "kernel"))
+    return rows
+
+
+def table(title, columns: dict) -> str:
+    lines = [title, f"{'engine':8s} " + "".join(f"{name:>34s}" for name in columns)]
+    for e in ENGINES:
+        cells = "".join(f"{'%d / %d / %d' % tuple(t[e]):>34s}" for t in columns.values())
+        lines.append(f"{e:8s} {cells}")
+    lines.append("(FLOPs or elements / bytes read / bytes written)")
+    return "\n".join(lines)
+
+
+def eager_phases(m, step):
+    """Kernel-trace rows of each phase of `step(m)`: {phase: rows}."""
+    out = {}
+    for phase, run in step(m):
+        torch_neuronx.clear_kernel_trace()
+        run()
+        out[phase] = torch_neuronx.kernel_trace()
+    return out
+
+
+def training(m):
+    ids = torch.zeros(BATCH, SEQ, dtype=torch.long, device="neuron")
+    m.zero_grad(set_to_none=True)
+    box = {}
+
+    def forward():
+        box["loss"] = m(input_ids=ids, labels=ids).loss
+
+    def backward():
+        box["loss"].backward()
+
+    return [("forward", forward), ("backward", backward)]
+
+
+def attention_relayout(elements_per_token):
+    """DMA work of the one copy the fake trace makes and eager does not (see the module doc)."""
+    nbytes = BATCH * SEQ * elements_per_token * 4
+    return nbytes
+
+
+def test_training_step_eager_estimate_compiled():
+    eager_model = model()
+    eager_phases(eager_model, training)  # warm: the first step creates what later ones reuse
+    eager = eager_phases(eager_model, training)
+
+    est = {p: totals(estimate_rows({p}, training=True, batch=BATCH, seq_len=SEQ, context=0))
+           for p in ("forward", "backward")}
+    eag = {p: totals(eager[p]) for p in eager}
+
+    # The shipped pipeline, and one whose partitioner recomputes nothing.
+    from torch._functorch.partitioners import default_partition
+    from torch_neuronx.dynamo import backend
+
+    compiled = {}
+    for name, partition in (("compiled", None), ("compiled, no recompute", default_partition)):
+        m = copy.deepcopy(eager_model)
+        saved = backend._partition
+        if partition is not None:
+            backend._partition = lambda joint, inputs, **kw: partition(joint, inputs, **kw)
+        try:
+            torch._dynamo.reset()
+            c = torch.compile(m, backend="neuron", fullgraph=True)
+            eager_phases(c, training)
+            compiled[name] = eager_phases(c, training)
+        finally:
+            backend._partition = saved
+            torch._dynamo.reset()
+    comp = {name: {p: totals(rows) for p, rows in phases.items()} for name, phases in compiled.items()}
+    fused = {p: totals(eager[p], fused=True) for p in eager}
+
+    for p in ("forward", "backward"):
+        print()
+        print(table(f"tiny Llama training step, {p} (batch {BATCH} x {SEQ} tokens, float32)", {
+            "eager": eag[p], "estimate": est[p], "eager, fused rule": fused[p],
+            "compiled, no recompute": comp["compiled, no recompute"][p],
+            "compiled": comp["compiled"][p]}))
+
+    hidden = config().hidden_size
+    for p in ("forward", "backward"):
+        # Eager and the estimate: the same launches, every engine, byte by byte ...
+        for e in ("tensor", "vector", "scalar", "gpsimd"):
+            assert est[p][e] == eag[p][e], (p, e, est[p][e], eag[p][e])
+        # ... but the fake trace's one relayout copy per attention (see the module doc).
+        extra = attention_relayout(hidden) * config().num_hidden_layers
+        assert est[p]["dma"][0] == eag[p]["dma"][0]
+        assert est[p]["dma"][1] - eag[p]["dma"][1] in (0, extra), (p, est[p]["dma"], eag[p]["dma"])
+        assert est[p]["dma"][2] - eag[p]["dma"][2] in (0, extra), (p, est[p]["dma"], eag[p]["dma"])
+        # Compiled, either partition: the Tensor engine's work is the eager launches', exactly
+        # (matmuls and attention are neither decomposed, fused away nor recomputed).
+        for name in comp:
+            assert comp[name][p]["tensor"] == fused[p]["tensor"], (name, p)
+    # The forward program without recompute: the eager forward's launches under the fusion rule,
+    # on every compute engine.
+    for e in ("tensor", "vector", "scalar"):
+        assert comp["compiled, no recompute"]["forward"][e] == fused["forward"][e], e
+    # Recompute moves forward work into the backward program: the step as a whole does at least
+    # the eager step's arithmetic on every engine.
+    for e in ENGINES:
+        done = sum(comp["compiled"][p][e][0] for p in ("forward", "backward"))
+        assert done >= sum(eag[p][e][0] for p in ("forward", "backward")), e
+
+
+def decoding(m, cache):
+    ids = torch.zeros(1, 1, dtype=torch.long, device="neuron")
+    position = torch.tensor([CONTEXT - 1], device="neuron")  # made outside the measured step
+
+    def step():
+        with torch.no_grad():
+            m(input_ids=ids, past_key_values=cache, use_cache=True, cache_position=position)
+
+    return [("decode", step)]
+
+
+def test_decode_step_eager_estimate_compiled():
+    from transformers import StaticCache
+
+    m = model().eval()
+    ids = torch.zeros(1, 1, dtype=torch.long, device="neuron")
+    runs = {}
+    for name, run in (("eager", m), ("compiled", torch.compile(m, backend="neuron", fullgraph=True))):
+        torch._dynamo.reset()
+        cache = StaticCache(config=config(), max_cache_len=CONTEXT)
+        with torch.no_grad():
+            run(input_ids=ids, past_key_values=cache, use_cache=True,
+                cache_position=torch.tensor([0], device="neuron"))
+        eager_phases(run, lambda r: decoding(r, cache))  # warm (compiles)
+        runs[name] = eager_phases(run, lambda r: decoding(r, cache))["decode"]
+    torch._dynamo.reset()
+    est = totals(estimate_rows({"decode"}, training=False, batch=1, seq_len=1, context=CONTEXT))
+    eag, fused, comp = totals(runs["eager"]), totals(runs["eager"], fused=True), totals(runs["compiled"])
+    print()
+    print(table(f"tiny Llama decode step (batch 1, KV cache of {CONTEXT}, float32)", {
+        "eager": eag, "estimate": est, "eager, fused rule": fused, "compiled": comp}))
+    for e in ENGINES:
+        assert est[e] == eag[e], (e, est[e], eag[e])
+    # Compiled: the Tensor engine exactly, the other compute engines' arithmetic exactly. (Its
+    # DMA bytes also carry the write-back of the mutated KV cache, a whole-cache copy_ the
+    # functionalized graph ends with, which eager's in-place index_copy_ does not make.)
+    assert comp["tensor"] == fused["tensor"]
+    for e in ("vector", "scalar", "gpsimd"):
+        assert comp[e][0] == fused[e][0], (e, comp[e], fused[e])

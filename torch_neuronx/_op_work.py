@@ -1,0 +1,46 @@
+"""Which launches an ATen op call makes on neuron, as eager runs it: the Python side of the op-work
+table (csrc/backend/core/OpWork.h), shared by the estimate's tracer (estimate/_trace.py) and
+compiled programs (dynamo/program_work.py), so that both count the ops eager launches.
+
+An op with a neuron kernel of its own (a PrivateUse1 kernel: a host-math family, a dedicated
+kernel) is one launch, whose work the table gives. An op without one runs as its composite
+kernel's parts — CompositeImplicitAutograd (decomposed above autograd) or CompositeExplicitAutograd
+(e.g. embedding -> index_select, slice_backward -> zeros + copy) — exactly as the dispatcher runs
+it on neuron tensors; its parts are counted in turn. An op with neither is the CPU fallback.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_DK = torch._C.DispatchKey
+
+
+def _has_kernel(func, key: str) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key)
+
+
+def runs_whole(func) -> bool:
+    """Whether neuron runs `func` as one launch of its own kernel."""
+    return _has_kernel(func, "PrivateUse1")
+
+
+def returns_alias(func) -> bool:
+    """A view (or an alias of an argument): it moves no data."""
+    for ret in func._schema.returns:
+        info = ret.alias_info
+        if info is not None and not info.is_write:
+            return True
+    return False
+
+
+def composite_parts(func):
+    """The composite kernel eager runs `func` as (a callable taking func's arguments, dispatching
+    its parts), or None when neuron runs `func` whole or through the CPU fallback."""
+    if runs_whole(func) or func.namespace != "aten":
+        return None  # (prims and other libraries' ops never reach neuron's dispatch as parts)
+    if _has_kernel(func, "CompositeImplicitAutograd"):
+        return func.decompose
+    if _has_kernel(func, "CompositeExplicitAutograd"):
+        return lambda *args, **kwargs: func._op_dk(_DK.CompositeExplicitAutograd, *args, **kwargs)
+    return None
