@@ -27,22 +27,19 @@ from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
-from torch_neuronx import _C
+from torch_neuronx import _C, _env
 from torch_neuronx.estimate._models import PRESETS, load_config
 from torch_neuronx.estimate._trace import count_params, trace_rank
 
 __all__ = ["Estimate", "Layout", "Target", "estimate", "instances", "PRESETS", "data_paths"]
 
-_DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
-
-
 def data_paths(data: str | None = None) -> tuple[str, str]:
     """(estimate data file, engine model file): --data / TORCH_NEURONX_ESTIMATE_DATA or the shipped
     estimate.ini; NRTSIM_ENGINE_MODEL or the shipped neuron_cores.ini."""
-    estimate_data = data or os.environ.get("TORCH_NEURONX_ESTIMATE_DATA") or os.path.join(
-        _DATA_DIR, "estimate.ini")
-    engine_model = os.environ.get("NRTSIM_ENGINE_MODEL") or os.path.join(_DATA_DIR, "neuron_cores.ini")
-    return estimate_data, engine_model
+    estimate_data = (data or _env.path("TORCH_NEURONX_ESTIMATE_DATA")
+                     or _env.data_file("estimate.ini"))
+    # The runtime's answer: NRTSIM_ENGINE_MODEL is the runtime's variable (csrc/runtime/Env).
+    return estimate_data, _C._engine_model_path()
 
 
 def instances(data: str | None = None) -> dict:

@@ -274,16 +274,14 @@ CollectiveTransport::CollectiveTransport(ShmSegment segment, int rank, int size,
   RankControl& me = layout_->controls[rank_];
   using SingleCopy = TransportOptions::SingleCopy;
   if (const auto v = env::get("NRTSIM_COLLECTIVE_SINGLE_COPY")) {
-    options_.single_copy =
-        *v == "auto" ? SingleCopy::kAuto
-        : env::parse_int("NRTSIM_COLLECTIVE_SINGLE_COPY", *v) != 0 ? SingleCopy::kOn
-                                                                   : SingleCopy::kOff;
+    const std::optional<bool> on = env::parse_auto_switch("NRTSIM_COLLECTIVE_SINGLE_COPY", *v);
+    options_.single_copy = !on ? SingleCopy::kAuto : *on ? SingleCopy::kOn : SingleCopy::kOff;
   }
-  if (const auto v = env::get("NRTSIM_COLLECTIVE_SINGLE_COPY_BYTES")) {
-    options_.single_copy_min_bytes = env::parse_bytes("NRTSIM_COLLECTIVE_SINGLE_COPY_BYTES", *v);
+  if (const auto v = env::bytes_value("NRTSIM_COLLECTIVE_SINGLE_COPY_BYTES")) {
+    options_.single_copy_min_bytes = *v;
   }
-  if (const auto v = env::get("NRTSIM_COLLECTIVE_MAPPED_BYTES")) {
-    options_.mapped_min_bytes = env::parse_bytes("NRTSIM_COLLECTIVE_MAPPED_BYTES", *v);
+  if (const auto v = env::bytes_value("NRTSIM_COLLECTIVE_MAPPED_BYTES")) {
+    options_.mapped_min_bytes = *v;
   }
   me.hbm_fd = -1;
   if (options_.single_copy != SingleCopy::kOff && size_ > 1) {
