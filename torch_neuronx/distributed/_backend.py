@@ -236,6 +236,21 @@ def _name_custom_groups_by_their_backend() -> None:
     ProcessGroup.name = name
 
 
+def _work_sequence_numbers() -> None:
+    """Work.get_sequence_number(): the group's number of the call, as TorchNeuron's NeuronWork
+    answers (c10d's Python Work does not bind the C++ virtual behind it)."""
+    from torch._C._distributed_c10d import Work
+
+    if hasattr(Work, "get_sequence_number"):
+        return
+    from torch_neuronx import _C
+
+    def get_sequence_number(self) -> int:
+        return _C._distributed._work_sequence_number(self)
+
+    Work.get_sequence_number = get_sequence_number
+
+
 def register() -> None:
     """Registers ``"neuron"`` with torch.distributed (idempotent)."""
     if ProcessGroupNeuron is None or not dist.is_available():
@@ -252,6 +267,7 @@ def register() -> None:
     dist.Backend.register_backend(BACKEND_NAME, _create_backend, devices=["neuron", "cpu"])
     _set_default_backend_of_mixed_groups()
     _name_custom_groups_by_their_backend()
+    _work_sequence_numbers()
     from torch_neuronx.distributed._local_rank import accept_local_rank_device_indices
 
     accept_local_rank_device_indices()

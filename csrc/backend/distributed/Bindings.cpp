@@ -83,6 +83,11 @@ void init_distributed_bindings(py::module& m) {
       return c10::intrusive_ptr<c10d::Backend>::reclaim_copy(backend);
     });
   });
+  // Work.get_sequence_number(), as TorchNeuron's Works have it: c10d's Work binding does not
+  // expose the virtual it calls (Works of other backends raise that they have none).
+  sub.def("_work_sequence_number", [](const c10::intrusive_ptr<c10d::Work>& work) {
+    return work->getSequencenumber();
+  });
   // The logical NeuronCores of the simulated instance this process would start (NRTSIM_INSTANCE,
   // NEURON_LOGICAL_NC_CONFIG), and every preset's at its default setting, without starting the
   // runtime: torchrun's layout gives each local rank one core, and a job with more local ranks
