@@ -46,7 +46,7 @@ VARIABLES = {v.name: v for v in (
              "programs compiled in Inductor's C++ wrapper mode"),
     Variable("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", "switch", False,
              "CPU tensors entering a compiled neuron graph raise instead of being copied"),
-    # the program cache (torch_neuronx/dynamo/neff_cache.py): TorchNeuron's NEFF cache names
+    # the program cache (torch_neuronx/dynamo/program_cache.py): TorchNeuron's NEFF cache names
     Variable("TORCH_NEURONX_DISABLE_NEFF_CACHE", "switch", False, "turns the program cache off"),
     Variable("TORCH_NEURONX_NEFF_DISABLE_CACHE", "switch", False,
              "turns the program cache off (TorchNeuron's other spelling)"),

@@ -27,7 +27,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from torch_neuronx import _C, _env
 from torch_neuronx.dynamo import (attention, device_interface, inductor_fixes, legality, metrics,
-                                  neff_cache, random_ops)
+                                  program_cache, random_ops)
 from torch_neuronx.dynamo.graph_cost import GraphCost
 
 # Dynamo asks this interface about the device of the tensors it traces (current device, streams,
@@ -300,7 +300,7 @@ class _Program(OutputCode):
     one call from Python into C++ per launch.
 
     A program is also AOTAutograd's output code, so a graph entry of the program cache
-    (neff_cache.GraphStore) can hold it: serialized it keeps what it is (name, kind, device,
+    (program_cache.GraphStore) can hold it: serialized it keeps what it is (name, kind, device,
     cost, Trainium legality findings) and the key of its program entry, not its code, which
     :meth:`post_compile` loads from that entry on a restart."""
 
@@ -346,7 +346,7 @@ class _Program(OutputCode):
             return  # compiled in this process: Inductor's post-compile steps have run
         from torch._inductor.codecache import FxGraphCache
 
-        fx_graph = neff_cache.load_program(self.entry_key)
+        fx_graph = program_cache.load_program(self.entry_key)
         if fx_graph is None:
             # AOTAutograd takes this for a miss of the graph entry and compiles the graph: the
             # program compile reports a corrupted entry and rebuilds it.
@@ -433,7 +433,7 @@ def _compile_program(gm, example_inputs, *, base_name: str, kind: str, cpp_wrapp
             _report_legality(name, issues)
         hits_before = counters["inductor"]["fxgraph_cache_hit"]
         inner = dict(is_backward=kind == "backward", is_inference=kind == "inference")
-        store = neff_cache.ProgramStore() if neff_cache.enabled() else None
+        store = program_cache.ProgramStore() if program_cache.enabled() else None
         if device is None:
             # A graph without neuron tensors is plain CPU code (random ops as below).
             program = _inductor_compile(gm, example_inputs, inner, store)
@@ -453,7 +453,7 @@ def _compile_program(gm, example_inputs, *, base_name: str, kind: str, cpp_wrapp
                     _log.info("%s: Inductor's C++ wrapper failed (%s: %s); compiling with the "
                               "Python wrapper", name, type(error).__name__, error)
                     inner["cpp_wrapper"] = False
-                    store = neff_cache.ProgramStore() if store is not None else None
+                    store = program_cache.ProgramStore() if store is not None else None
                     cpu_gm, cpu_inputs, _ = _graph_for_cpu(gm, example_inputs, fake_mode, device)
                     compiled = _inductor_compile(cpu_gm, cpu_inputs, inner, store)
             except Exception as error:
@@ -480,7 +480,7 @@ def _compile_program(gm, example_inputs, *, base_name: str, kind: str, cpp_wrapp
 
 def _inductor_compile(gm, example_inputs, inner: dict, store):
     """Inductor's compile of one program, served from / stored into the program cache (`store`,
-    neff_cache.py) when it is on."""
+    program_cache.py) when it is on."""
     from torch._inductor.compile_fx import compile_fx_inner
 
     # Random ops run as ATen's CPU ops inside the program (drawing from the CPU generator, which
@@ -496,7 +496,7 @@ def _inductor_compile(gm, example_inputs, inner: dict, store):
             return compile_fx_inner(gm, example_inputs, **inner)
         compiled = None
         try:
-            with neff_cache.serving(store):
+            with program_cache.serving(store):
                 compiled = compile_fx_inner(gm, example_inputs, **inner)
         finally:
             store.finish(compiled)
@@ -631,13 +631,13 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
 
     compile_backward._is_wrapped_bw_compiler = True
     # With the program cache on, AOTAutograd's result for the whole graph is cached too (a graph
-    # entry, neff_cache.GraphStore): AOTAutograd looks a graph up only for a compiler whose
+    # entry, program_cache.GraphStore): AOTAutograd looks a graph up only for a compiler whose
     # output it can serialize, which programs are.
     # Keyed with the options and the effective shape mode (strict mode compiles per shape) and
     # wrapper language.
-    graph_store = (neff_cache.GraphStore({**options, "static_shapes": strict,
+    graph_store = (program_cache.GraphStore({**options, "static_shapes": strict,
                                           "cpp_wrapper": cpp_wrapper})
-                   if neff_cache.enabled() else None)
+                   if program_cache.enabled() else None)
     compile_forward = compilers["forward"]
     if graph_store is not None:
         compile_forward = SerializableAOTDispatchCompiler(OutputCode, compile_forward)
@@ -655,7 +655,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
         # with the CPU kernel attention.py registers (ATen's CPU flash attention, as eager).
         if graph_store is None:
             return compile_graph(gm, inputs)
-        with neff_cache.serving_graphs(graph_store), _loading_for(base_name):
+        with program_cache.serving_graphs(graph_store), _loading_for(base_name):
             return compile_graph(gm, inputs)
 
     if strict and _is_symbolic(example_inputs):

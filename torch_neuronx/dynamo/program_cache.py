@@ -99,7 +99,7 @@ def compiler_version() -> str:
 
     digest = hashlib.sha256()
     here = pathlib.Path(__file__).parent
-    for name in ("backend.py", "neff_cache.py", "graph_cost.py", "attention.py", "random_ops.py",
+    for name in ("backend.py", "program_cache.py", "graph_cost.py", "attention.py", "random_ops.py",
                  "inductor_fixes.py"):
         digest.update((here / name).read_bytes())
     return f"torch {torch.__version__}, torch_neuronx {torch_neuronx.__version__}, " \
