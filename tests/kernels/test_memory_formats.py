@@ -190,3 +190,22 @@ def test_issue_reproduction():
     y = x.clone()
     diff = (x + y) - (x.to(DEV) + y.to(DEV)).cpu()
     assert diff.abs().max().item() == 0
+
+
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("layout", ["channels_last", "strided_permuted"])
+def test_dropout_keeps_the_layout(train, layout):
+    """native_dropout's output and mask have the CPU's strides (values are random: compared
+    where they are not, p=0 and eval)."""
+    x_cpu = torch.randn(2, 3, 4, 5)
+    x_cpu = (x_cpu.contiguous(memory_format=torch.channels_last) if layout == "channels_last"
+             else x_cpu.permute(0, 2, 3, 1)[:, ::2])
+    x = x_cpu.to(DEV) if layout == "channels_last" else \
+        torch.randn(2, 3, 4, 5).to(DEV).permute(0, 2, 3, 1)[:, ::2].copy_(x_cpu)
+    for p in (0.5, 0.0):
+        out_cpu, mask_cpu = torch.native_dropout(x_cpu, p, train)
+        out, mask = torch.native_dropout(x, p, train)
+        assert out.stride() == out_cpu.stride() and mask.stride() == mask_cpu.stride()
+        if p == 0.0 or not train:
+            same(out, out_cpu)
+            same(mask, mask_cpu)
