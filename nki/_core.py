@@ -37,6 +37,12 @@ PARTIAL = {
 }
 
 
+# What tensors' operators and assignments call: nki.isa installs its instructions (dma_copy,
+# tensor_copy, memset, tensor_tensor, tensor_scalar) and nki.language its operations (add,
+# matmul, ...) when they are imported, so this module imports neither.
+HOOKS = {}
+
+
 def refused(qualname, reason):
     REFUSED[qualname] = reason
     return reason
@@ -424,16 +430,12 @@ class Tensor(NKIObject):
         if isinstance(value, Tensor):
             if dst.same_view(value):
                 return  # `t[...] += x` already wrote in place
-            from nki import isa
-
             if not dst._buffer.on_chip or not value._buffer.on_chip:
-                isa.dma_copy(dst=dst, src=value)
+                HOOKS["dma_copy"](dst=dst, src=value)
             else:
-                isa.tensor_copy(dst=dst, src=value)
+                HOOKS["tensor_copy"](dst=dst, src=value)
         elif isinstance(value, (int, float, bool)):
-            from nki import isa
-
-            isa.memset(dst=dst, value=value)
+            HOOKS["memset"](dst=dst, value=value)
         else:
             raise error(f"cannot assign {type(value).__name__} to an NKI tensor")
 
@@ -671,11 +673,9 @@ class Tensor(NKIObject):
                         "nl.transpose / nisa.nc_transpose")
         return self.permute(1, 0)
 
-    # -- arithmetic through nki.language
+    # -- arithmetic through nki.language (its functions, installed in HOOKS at its import)
     def _nl(self, name, *args):
-        from nki import language as nl
-
-        return getattr(nl, name)(*args)
+        return HOOKS[name](*args)
 
     def __add__(self, o): return self._nl("add", self, o)
     def __radd__(self, o): return self._nl("add", o, self)
@@ -695,8 +695,6 @@ class Tensor(NKIObject):
     def __matmul__(self, o): return self._nl("matmul", self, o)
 
     def _inplace(self, name, other):
-        from nki import isa, language as nl
-
         if (name == "add" and self.buffer is psum and isinstance(other, Tensor)
                 and other._pending_matmul is not None and other.shape == self.shape):
             # `acc += nl.matmul(...)`: the matmul accumulates into acc in PSUM instead of writing
@@ -705,11 +703,11 @@ class Tensor(NKIObject):
             tracer.retarget_matmul(other._pending_matmul, self)
             other._pending_matmul = None
             return self
-        op = getattr(nl, name)
+        op = HOOKS[name]
         if isinstance(other, Tensor):
-            isa.tensor_tensor(dst=self, data1=self, data2=other, op=op)
+            HOOKS["tensor_tensor"](dst=self, data1=self, data2=other, op=op)
         else:
-            isa.tensor_scalar(dst=self, data=self, op0=op, operand0=other)
+            HOOKS["tensor_scalar"](dst=self, data=self, op0=op, operand0=other)
         return self
 
     def __iadd__(self, o): return self._inplace("add", o)

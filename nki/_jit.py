@@ -416,13 +416,13 @@ def _fake_outputs(spec, arrays):
     return _outputs(spec, arrays, fresh)
 
 
-def jit(kernel=None, *, platform_target=None, mode=None, **options):
+def jit(fn=None, *, platform_target=None, mode=None, **options):
     """Marks a kernel: ``@nki.jit`` or ``@nki.jit(platform_target="trn2")``."""
-    if kernel is None:
-        return lambda fn: JitKernel(fn, platform_target=platform_target, **options)
-    if isinstance(kernel, JitKernel):
-        return kernel
-    return JitKernel(kernel, platform_target=platform_target, **options)
+    if fn is None:
+        return lambda f: JitKernel(f, platform_target=platform_target, **options)
+    if isinstance(fn, JitKernel):
+        return fn
+    return JitKernel(fn, platform_target=platform_target, **options)
 
 
 def simulate(kernel):
