@@ -10,6 +10,7 @@ data.
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 import sys
@@ -914,8 +915,8 @@ class Tracer:
     def _place_on_chip(self):
         """Sweeps the program with the set of live on-chip tiles (a tile lives from its first to
         its last use, as the NKI allocator sees it). Where SBUF bytes per partition or PSUM banks
-        run out, the largest live tile that the current instruction does not use and that is
-        used again later is spilled: stored to the next tier after its previous use and reloaded
+        run out, the live tile that the current instruction does not use and whose next use is
+        farthest away is spilled: stored to the next tier after its previous use and reloaded
         before its next one (as AWS's compiler does). Only when the current instruction's own
         tiles do not fit is it an error."""
         uses = {}
@@ -955,7 +956,10 @@ class Tracer:
                     if not victims:
                         raise self._capacity_error(self.instructions[i].location, resident[m], m,
                                                    total[m], limit[m])
-                    v = max(victims, key=lambda bid: (cost[m](self.buffers[bid]), bid))
+                    # Belady's choice, as a register allocator spills: the tile whose next use is
+                    # farthest away (the fewest reloads), the larger on a tie.
+                    v = max(victims, key=lambda bid: (uses[bid][bisect.bisect_right(uses[bid], i)],
+                                                      cost[m](self.buffers[bid]), bid))
                     resident[m].discard(v)
                     total[m] -= cost[m](self.buffers[v])
                     pending[v] = prev_use[v]
@@ -972,6 +976,7 @@ class Tracer:
         import warnings
 
         after, before = {}, {}
+        notes = []
         for buf, store_at, reload_at in spills:
             to_hbm = buf.memory is sbuf
             home = Buffer(self, hbm if to_hbm else sbuf, buf.shape, buf.dtype,
@@ -988,16 +993,23 @@ class Tracer:
             before.setdefault(reload_at, []).append(reload)
             moved = 2 * buf.partition_bytes() * buf.shape[0]
             self.spills.append((buf, moved))
-            tier = "HBM" if to_hbm else "SBUF"
-            warnings.warn_explicit(NkiSpillWarning(
-                f"{buf.location[0]}:{buf.location[1]} in kernel '{self.name}': "
-                f"{buf.memory.name} tile {buf.name + ' ' if buf.name else ''}{buf.shape} "
-                f"{buf.dtype} is spilled to {tier} after line "
-                f"{self.instructions[store_at].location[1]} and reloaded before line "
-                f"{self.instructions[reload_at].location[1]} ({moved} bytes moved): "
-                f"{buf.memory.name} is over-subscribed there on a NeuronCore-v"
-                f"{self.spec['version']}; smaller or shorter-lived tiles avoid it"),
-                NkiSpillWarning, buf.location[0], buf.location[1])
+            if len(notes) < 3:
+                notes.append(
+                    f"{buf.memory.name} tile {buf.name + ' ' if buf.name else ''}{buf.shape} "
+                    f"{buf.dtype} from line {buf.location[1]} to "
+                    f"{'HBM' if to_hbm else 'SBUF'} after line "
+                    f"{self.instructions[store_at].location[1]}, back before line "
+                    f"{self.instructions[reload_at].location[1]}")
+        # One warning per specialisation, at the first spilled tile's line; kernel.last_run.spills
+        # lists every spill.
+        first = spills[0][0]
+        total = sum(m for _, m in self.spills)
+        more = f" (and {len(spills) - len(notes)} more)" if len(spills) > len(notes) else ""
+        warnings.warn_explicit(NkiSpillWarning(
+            f"{first.location[0]}:{first.location[1]} in kernel '{self.name}': on-chip memory is "
+            f"over-subscribed on a NeuronCore-v{self.spec['version']}, so {len(spills)} spill(s) "
+            f"move {total} bytes: {'; '.join(notes)}{more}; smaller or shorter-lived tiles "
+            "avoid it"), NkiSpillWarning, first.location[0], first.location[1])
         out = []
         remap = {}
         for i, ins in enumerate(self.instructions):
