@@ -62,6 +62,12 @@ coverage: build
 	$(PYTHON) -m torch_neuronx.hf_sweep --output-dir docs $(SWEEP_ARGS)
 	$(PYTHON) -m torch_neuronx.hf_sweep --output-dir docs --dtype bfloat16 $(SWEEP_ARGS)
 
+# The estimate's validation table against published results (docs/estimate.md); VALIDATE_ARGS
+# selects rows (--rows trn-train,trn-infer,gpu).
+.PHONY: validate-estimate
+validate-estimate: build
+	$(PYTHON) testing/estimate_validation.py $(VALIDATE_ARGS)
+
 demo: build
 	$(PYTHON) examples/quickstart.py
 
@@ -93,6 +99,7 @@ clean:
 # transformers checkpoint (docs/distributed_ecosystem.md). `make test` runs the same code at 4 ranks.
 .PHONY: finetune-32 finetune-tp-fsdp-32
 finetune-32: build
+	@echo "finetune-32: 32 ranks start; each imports torch first (about a minute on 2 cores), then group rank 0 reports who has joined"
 	NRTSIM_INSTANCE=trn1.32xlarge $(VENV)/bin/torchrun --standalone --nproc-per-node 32 \
 	  examples/tp_fsdp_finetune.py --tp 4 --verify --out build/tiny-llama-tp-fsdp --metrics build/finetune-32.json
 finetune-tp-fsdp-32: finetune-32
@@ -101,6 +108,12 @@ finetune-tp-fsdp-32: finetune-32
 # its pins (requirements/torchtitan.txt) go to build/torchtitan-site, not .venv: they clash with the
 # Hugging Face stack's (docs/distributed_ecosystem.md).
 TORCHTITAN_SITE := build/torchtitan-site
+# The process group at cluster scale, simulated: 8 network-namespace hosts of 2 ranks each
+# (needs root and iproute2), torchrun in each, the cross-host collectives test (docs/distributed.md).
+.PHONY: test-8-hosts
+test-8-hosts: build
+	$(PYTHON) tests/distributed/many_hosts.py --hosts 8 --ranks-per-host 2 collectives records
+
 .PHONY: test-torchtitan
 test-torchtitan: build
 	@test -f $(TORCHTITAN_SITE)/.installed || { $(PYTHON) -m pip install -q --no-deps --target $(TORCHTITAN_SITE) \

@@ -184,7 +184,8 @@ void HostSpan::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what
 }
 
 template <class Fn>
-void HostSpan::guarded(const char* what, Fn&& fn) {
+void HostSpan::guarded(tp::Verb verb, Fn&& fn) {
+  const char* what = tp::verb_name(verb);
   check_usable();
   try {
     fn();
@@ -205,10 +206,10 @@ void HostSpan::guarded(const char* what, Fn&& fn) {
   }
 }
 
-void HostSpan::agree(const char* what, int64_t dtype, int64_t count, int64_t extra) {
+void HostSpan::agree(tp::Verb verb, int64_t dtype, int64_t count, int64_t extra) {
   const int hosts = layout_.hosts();
-  // The name travels as a hash; the message names it from this leader's side.
-  const int64_t kind = static_cast<int64_t>(std::hash<std::string>{}(what) & 0x7fffffff);
+  const char* what = tp::verb_name(verb);
+  const int64_t kind = static_cast<int64_t>(verb);
   at::Tensor mine = at::tensor({kind, dtype, count, extra}, at::kLong);
   std::vector<at::Tensor> in{mine};
   std::vector<std::vector<at::Tensor>> all(1);
@@ -221,7 +222,7 @@ void HostSpan::agree(const char* what, int64_t dtype, int64_t count, int64_t ext
   for (int h = 0; h < hosts; ++h) {
     const auto* d = all[0][h].data_ptr<int64_t>();
     calls += "; host '" + layout_.names[h] + "' (ranks from " + std::to_string(layout_.ranks_of[h][0]) +
-             "): " + (d[0] == kind ? std::string(what) : std::string("another collective")) + " of " +
+             "): " + tp::verb_name(static_cast<tp::Verb>(d[0])) + " of " +
              std::to_string(d[2]) + " elements of " +
              std::string(c10::toString(static_cast<at::ScalarType>(d[1]))) + " (root/op " +
              std::to_string(d[3]) + ")";
@@ -229,9 +230,9 @@ void HostSpan::agree(const char* what, int64_t dtype, int64_t count, int64_t ext
   span_error(std::string("hosts called different collectives or sizes") + calls);
 }
 
-void HostSpan::allreduce_leaders(const char* what, at::Tensor& x, tp::DType dtype, tp::ReduceOp op) {
+void HostSpan::allreduce_leaders(tp::Verb verb, at::Tensor& x, tp::DType dtype, tp::ReduceOp op) {
   if (layout_.hosts() < 2) return;
-  agree(what, static_cast<int64_t>(x.scalar_type()), x.numel(), static_cast<int64_t>(op));
+  agree(verb, static_cast<int64_t>(x.scalar_type()), x.numel(), static_cast<int64_t>(op));
   if (x.numel() == 0) return;
   if (gloo_reduces(x, op)) {
     at::Tensor flat = x.reshape({-1});
@@ -240,7 +241,7 @@ void HostSpan::allreduce_leaders(const char* what, at::Tensor& x, tp::DType dtyp
     c10d::AllreduceOptions options;
     options.reduceOp = c10d_op(op);
     options.timeout = timeout_;
-    wait(leaders().allreduce(tensors, options), "allreduce");
+    wait(leaders().allreduce(tensors, options), tp::verb_name(verb));
     return;
   }
   // Every leader gets every host's partial and combines them in host order: the same bits on
@@ -248,7 +249,7 @@ void HostSpan::allreduce_leaders(const char* what, at::Tensor& x, tp::DType dtyp
   std::vector<at::Tensor> in{bytes_of(x)};
   std::vector<std::vector<at::Tensor>> parts(1);
   for (int h = 0; h < layout_.hosts(); ++h) parts[0].push_back(at::empty_like(in[0]));
-  wait(leaders().allgather(parts, in, c10d::AllgatherOptions{}), "allreduce");
+  wait(leaders().allgather(parts, in, c10d::AllgatherOptions{}), tp::verb_name(verb));
   std::vector<const void*> srcs;
   for (const auto& p : parts[0]) srcs.push_back(p.data_ptr());
   tp::reduce(x.data_ptr(), srcs.data(), layout_.hosts(), static_cast<size_t>(x.numel()), dtype,
@@ -256,22 +257,22 @@ void HostSpan::allreduce_leaders(const char* what, at::Tensor& x, tp::DType dtyp
 }
 
 void HostSpan::allreduce(at::Tensor& x, tp::DType dtype, tp::ReduceOp op) {
-  guarded("allreduce", [&] {
+  guarded(tp::Verb::kAllreduce, [&] {
     const size_t count = static_cast<size_t>(x.numel());
     if (layout_.local_size() > 1) local_.reduce(x.data_ptr(), count, dtype, op, 0);
-    if (layout_.leader()) allreduce_leaders("allreduce", x, dtype, op);
+    if (layout_.leader()) allreduce_leaders(tp::Verb::kAllreduce, x, dtype, op);
     if (layout_.local_size() > 1) local_.broadcast(x.data_ptr(), nbytes(x), 0);
   });
 }
 
 void HostSpan::reduce(at::Tensor& x, tp::DType dtype, tp::ReduceOp op, int root) {
-  guarded("reduce", [&] {
+  guarded(tp::Verb::kReduce, [&] {
     // The transport reduces into its root's buffer only: the leader works on a copy, so that
     // its own tensor stays as it was unless it is the root.
     at::Tensor acc = layout_.leader() ? x.clone() : x;
     const size_t count = static_cast<size_t>(x.numel());
     if (layout_.local_size() > 1) local_.reduce(acc.data_ptr(), count, dtype, op, 0);
-    if (layout_.leader()) allreduce_leaders("reduce", acc, dtype, op);
+    if (layout_.leader()) allreduce_leaders(tp::Verb::kReduce, acc, dtype, op);
     if (layout_.host_of[root] != layout_.host) return;
     if (layout_.local_index(root) == 0) {
       if (layout_.rank == root) x.copy_(acc);
@@ -284,13 +285,13 @@ void HostSpan::reduce(at::Tensor& x, tp::DType dtype, tp::ReduceOp op, int root)
 }
 
 void HostSpan::broadcast(at::Tensor& x, int root) {
-  guarded("broadcast", [&] {
+  guarded(tp::Verb::kBroadcast, [&] {
     const int root_host = layout_.host_of[root];
     const size_t bytes = nbytes(x);
     if (layout_.host == root_host && layout_.local_size() > 1) {
       local_.broadcast(x.data_ptr(), bytes, layout_.local_index(root));
     }
-    if (layout_.leader()) agree("broadcast", static_cast<int64_t>(x.scalar_type()), x.numel(), root);
+    if (layout_.leader()) agree(tp::Verb::kBroadcast, static_cast<int64_t>(x.scalar_type()), x.numel(), root);
     if (bytes == 0) return;
     if (layout_.leader()) {
       std::vector<at::Tensor> tensors{bytes_of(x)};
@@ -306,7 +307,7 @@ void HostSpan::broadcast(at::Tensor& x, int root) {
 }
 
 void HostSpan::allgather(const at::Tensor& in, at::Tensor& out) {
-  guarded("allgather", [&] {
+  guarded(tp::Verb::kAllgather, [&] {
     const size_t bytes = nbytes(in);
     const auto& mine = layout_.ranks_of[layout_.host];
     char* o = bytes_ptr(out);
@@ -320,7 +321,7 @@ void HostSpan::allgather(const at::Tensor& in, at::Tensor& out) {
     }
     // 2. Leaders exchange their hosts' blocks (padded to the largest host: Gloo's allgather
     // takes equal sizes) and unpack them into group rank order.
-    if (layout_.leader()) agree("allgather", static_cast<int64_t>(in.scalar_type()), in.numel(), 0);
+    if (layout_.leader()) agree(tp::Verb::kAllgather, static_cast<int64_t>(in.scalar_type()), in.numel(), 0);
     if (layout_.leader() && bytes > 0) {
       size_t most = 0;
       for (const auto& ranks : layout_.ranks_of) most = std::max(most, ranks.size());
@@ -347,7 +348,7 @@ void HostSpan::allgather(const at::Tensor& in, at::Tensor& out) {
 
 void HostSpan::reduce_scatter(const at::Tensor& in, at::Tensor& out, tp::DType dtype,
                               tp::ReduceOp op) {
-  guarded("reduce_scatter", [&] {
+  guarded(tp::Verb::kReduceScatter, [&] {
     const size_t bytes = nbytes(out);
     // Reduce the whole input within the host onto the leader (a copy: the input stays as it
     // was), across hosts between the leaders, then scatter each rank's share within the host.
@@ -355,7 +356,7 @@ void HostSpan::reduce_scatter(const at::Tensor& in, at::Tensor& out, tp::DType d
     if (layout_.local_size() > 1) {
       local_.reduce(acc.data_ptr(), static_cast<size_t>(acc.numel()), dtype, op, 0);
     }
-    if (layout_.leader()) allreduce_leaders("reduce_scatter", acc, dtype, op);
+    if (layout_.leader()) allreduce_leaders(tp::Verb::kReduceScatter, acc, dtype, op);
     const auto& mine = layout_.ranks_of[layout_.host];
     if (layout_.local_size() > 1) {
       std::vector<const void*> shares;
@@ -368,10 +369,10 @@ void HostSpan::reduce_scatter(const at::Tensor& in, at::Tensor& out, tp::DType d
 }
 
 void HostSpan::barrier() {
-  guarded("barrier", [&] {
+  guarded(tp::Verb::kBarrier, [&] {
     if (layout_.local_size() > 1) local_.barrier();
     if (layout_.leader()) {
-      agree("barrier", 0, 0, 0);
+      agree(tp::Verb::kBarrier, 0, 0, 0);
       c10d::BarrierOptions options;
       options.timeout = timeout_;
       wait(leaders().barrier(options), "barrier");

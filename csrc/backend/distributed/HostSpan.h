@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "runtime/transport/CollectiveTransport.h"
+#include "runtime/transport/Verb.h"
 
 namespace torch_neuronx::distributed {
 
@@ -89,14 +90,14 @@ class HostSpan {
  private:
   c10d::Backend& leaders();
   void check_usable();
-  void allreduce_leaders(const char* what, at::Tensor& x, nrtsim::transport::DType dtype,
-                         nrtsim::transport::ReduceOp op);
+  void allreduce_leaders(nrtsim::transport::Verb verb, at::Tensor& x,
+                         nrtsim::transport::DType dtype, nrtsim::transport::ReduceOp op);
   // Leaders only: every host's leader states what its host is about to do (the collective, its
   // element type and size, root or reduce op); a difference fails with every host's call named.
   // (Within a host, the transport checks the same.)
-  void agree(const char* what, int64_t dtype, int64_t count, int64_t extra);
+  void agree(nrtsim::transport::Verb verb, int64_t dtype, int64_t count, int64_t extra);
   template <class Fn>
-  void guarded(const char* what, Fn&& fn);
+  void guarded(nrtsim::transport::Verb verb, Fn&& fn);
 
   HostLayout layout_;
   nrtsim::transport::CollectiveTransport& local_;
