@@ -17,6 +17,11 @@ import sys
 import threading
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# Frames in these directories are the API's own, not the kernel's: nki, its legacy API and the
+# neuronxcc.nki alias package.
+_API_DIRS = {_PACKAGE_DIR, os.path.join(_PACKAGE_DIR, "legacy"),
+             os.path.join(os.path.dirname(_PACKAGE_DIR), "neuronxcc"),
+             os.path.join(os.path.dirname(_PACKAGE_DIR), "neuronxcc", "nki")}
 
 
 class NkiError(ValueError):
@@ -199,7 +204,7 @@ PSUM_BANKS = 8
 def caller_location():
     """(file, line) of the innermost frame outside this package: the kernel's own line."""
     f = sys._getframe(1)
-    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == _PACKAGE_DIR:
+    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) in _API_DIRS:
         f = f.f_back
     if f is None:
         return ("<unknown>", 0)
@@ -388,6 +393,10 @@ class Tensor(NKIObject):
     def __getitem__(self, key):
         if not isinstance(key, tuple):
             key = (key,)
+        if any(getattr(k, "_index_grid", False) for k in key):
+            # Index grids (nl.arange / nl.mgrid) of the legacy neuronxcc.nki API: its module
+            # installs the indexer.
+            return HOOKS["grid_index"](self, key)
         key = tuple(k.as_slice() if isinstance(k, DynamicSlice) else k for k in key)
         if any(k is Ellipsis for k in key):
             i = key.index(Ellipsis)
@@ -432,9 +441,12 @@ class Tensor(NKIObject):
             if dst.same_view(value):
                 return  # `t[...] += x` already wrote in place
             if not dst._buffer.on_chip or not value._buffer.on_chip:
-                HOOKS["dma_copy"](dst=dst, src=value)
+                ins = HOOKS["dma_copy"](dst=dst, src=value)
             else:
-                HOOKS["tensor_copy"](dst=dst, src=value)
+                ins = HOOKS["tensor_copy"](dst=dst, src=value)
+            # `t[...] = nl.load(...)`: if the value is a fresh tile only this copy reads, its
+            # producer writes t directly (finalize folds the copy away, as NKI's compiler does).
+            current_tracer().instructions[ins.index].fold = True
         elif isinstance(value, (int, float, bool)):
             HOOKS["memset"](dst=dst, value=value)
         else:
@@ -755,7 +767,7 @@ class Instr:
 
     __slots__ = ("op", "engine", "program", "location", "views", "alu0", "alu1", "alu2",
                  "reverse0", "reverse1", "imm0", "imm1", "imm2", "act", "axes", "negate",
-                 "accumulate", "reduce_cmd", "pattern", "text", "after", "name", "spill")
+                 "accumulate", "reduce_cmd", "pattern", "text", "after", "name", "spill", "fold")
 
     def __init__(self, op, engine, program, location, views, **params):
         self.op, self.engine, self.program, self.location = op, engine, program, location
@@ -766,6 +778,7 @@ class Instr:
         self.act = self.axes = self.reduce_cmd = 0
         self.accumulate = None
         self.pattern, self.text, self.after, self.name, self.spill = [], "", [], None, None
+        self.fold = False
         for k, v in params.items():
             setattr(self, k, v)
 
@@ -800,6 +813,7 @@ class Tracer:
         self.hbm_allocs = {}  # program -> [Buffer] in allocation order (shared_hbm aliasing)
         self.accumulators = {}  # (program, engine) -> the engine's reduce accumulator Buffer
         self.spills = []  # [(Buffer, bytes moved)] chosen by finalize()
+        self.legacy_uses = None  # a list while a legacy-API kernel traces (nki.legacy.report)
 
     @property
     def locations(self):
@@ -889,11 +903,57 @@ class Tracer:
         """Resolves PSUM accumulation groups, checks on-chip capacity over the buffers' lifetimes
         (spilling where AWS's compiler spills) and returns (buffers, instructions) in the form the
         runtime takes."""
+        self._fold_assignments()
         self._resolve_accumulation()
         self._place_on_chip()
         buffers = [(b.memory.code, b.dtype.code, b.elements, b.binding, b.poison)
                    for b in self.buffers]
         return buffers, [ins.encode() for ins in self.instructions]
+
+    def _fold_assignments(self):
+        """Drops the copy of `t[...] = value` where value is a fresh on-chip tile that its
+        producer wrote whole and only this copy reads, of the same dtype and shape, into a memory
+        the producer's engine can write: the producer then writes t itself."""
+        uses = {}
+        for i, ins in enumerate(self.instructions):
+            for v in ins.operands():
+                uses.setdefault(v._buffer.id, []).append(i)
+        drop = set()
+        for i, ins in enumerate(self.instructions):
+            if not ins.fold:
+                continue
+            src, dst = ins.views["a"], ins.dst
+            buf = src._buffer
+            used = sorted(set(uses.get(buf.id, ())))
+            if (not buf.on_chip or not dst._buffer.on_chip or buf.internal or buf.binding >= 0
+                    or len(used) != 2
+                    or used[1] != i or src.shape != buf.shape or src.offset != 0
+                    or src.strides != _contiguous_strides(buf.shape) or src.dtype != dst.dtype
+                    or src._dtype is not None or dst.shape != src.shape):
+                continue
+            prod = self.instructions[used[0]]
+            if prod.dst is None or prod.dst._buffer is not buf or not prod.dst.same_view(src):
+                continue
+            if any(v._buffer is buf for k, v in prod.views.items() if k != "dst" and v is not None):
+                continue
+            if prod.engine == DMA and dst.buffer is psum:
+                continue
+            if prod.engine == GPSIMD and dst.buffer is psum:
+                continue
+            if prod.op in (OP_MATMUL, OP_MATMUL_MX, OP_TRANSPOSE) and dst.buffer is not psum:
+                continue
+            prod.views["dst"] = dst
+            drop.add(i)
+        if drop:
+            remap, out = {}, []
+            for i, ins in enumerate(self.instructions):
+                if i in drop:
+                    continue
+                remap[i] = len(out)
+                out.append(ins)
+            for ins in out:
+                ins.after = [remap[j] for j in ins.after if j in remap]
+            self.instructions = out
 
     def _resolve_accumulation(self):
         # accumulate=None: the first matmul into a PSUM region overwrites it and the following

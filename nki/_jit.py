@@ -156,6 +156,7 @@ class Specialization:
         self.instruction_count = len(tracer.instructions)
         self.locations = tracer.locations
         self.constants = list(constants)  # arrays bound after the outputs (nl.shared_constant)
+        self.legacy_uses = tracer.legacy_uses  # constructs of the legacy API (nki.legacy)
         self.spills = [(f"{b.memory.name} {b.shape} {b.dtype} from line {b.location[1]}", moved)
                        for b, moved in tracer.spills]
 
@@ -228,6 +229,9 @@ class JitKernel:
             self._cache[key] = spec
         return spec
 
+    def _make_tracer(self, target, grid):
+        return _core.Tracer(self.__name__, target, grid)
+
     def _check_annotations(self, args, kwargs, kinds):
         from nki.typing import TensorType
 
@@ -242,7 +246,7 @@ class JitKernel:
 
     def _trace(self, args, kinds, arrays, kwargs, grid, target):
         self._check_annotations(args, kwargs, kinds)
-        tracer = _core.Tracer(self.__name__, target, grid)
+        tracer = self._make_tracer(target, grid)
         with tracer:
             symbolic = list(args)
             for binding, (i, a) in enumerate(arrays):

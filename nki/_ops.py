@@ -138,3 +138,23 @@ REDUCE_ALU = {"sum": add, "max": maximum, "min": minimum, "prod": multiply, "all
 
 ALL = [v for v in list(globals().values()) if isinstance(v, Op)]
 BY_NAME = {op.name: op for op in ALL}
+# NumPy ufuncs as op= values (the legacy API's kernels pass np.add, np.maximum, np.exp, ...).
+_NUMPY = {"true_divide": "divide", "absolute": "abs", "arctan": "arctan", "bitwise_and":
+          "bitwise_and", "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor"}
+
+
+def resolve(op):
+    """`op` as an Op: NKI operations pass through; a NumPy ufunc maps to the operation of its name
+    (recorded for the legacy migration report)."""
+    if isinstance(op, Op) or hasattr(op, "alu") or hasattr(op, "act"):
+        return op
+    name = getattr(op, "__name__", None)
+    if type(op).__name__ == "ufunc" and name is not None:
+        mapped = BY_NAME.get(_NUMPY.get(name, name))
+        if mapped is not None:
+            tracer = _core.current_tracer(optional=True)
+            if tracer is not None and tracer.legacy_uses is not None:
+                file, line = _core.caller_location()
+                tracer.legacy_uses.append((file, line, f"np.{name} as op=", f"nl.{mapped.name}"))
+            return mapped
+    return op

@@ -197,7 +197,7 @@ def _operand(value, dst, what, op):
 
 
 def _alu(op, what="op"):
-    code = getattr(op, "alu", None)
+    code = getattr(_ops.resolve(op), "alu", None)
     if code is None:
         raise error(f"{op!r} is not an ALU operation (nl.add, nl.multiply, nl.maximum, ...)")
     return code
@@ -340,7 +340,7 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
     tracer = _core.current_tracer()
     _on_chip(data, "data", name)
     _on_chip(dst, "dst", name)
-    act = getattr(op, "act", None)
+    act = getattr(_ops.resolve(op), "act", None)
     if act is None:
         raise error(f"{name}: {op!r} is not an activation function (nl.exp, nl.tanh, nl.copy, ...)")
     _same_elements(dst, data, name, "data")

@@ -1,0 +1,3 @@
+"""``neuronxcc.nki.typing``: ``tensor`` annotations (nki.typing)."""
+
+from nki.typing import TensorType, tensor  # noqa: F401
