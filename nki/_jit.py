@@ -297,7 +297,23 @@ class JitKernel:
             return self.fn(*args, **kwargs)  # a kernel called from a kernel is inlined
         return self.run(args, kwargs, grid)
 
+    def _positional(self, args, kwargs):
+        """Arrays passed by keyword become positional (kernels specialise on positions)."""
+        if not any(_kind(v) is not None for v in kwargs.values()):
+            return args, kwargs
+        try:
+            bound = inspect.signature(self.fn).bind(*args, **kwargs)
+        except TypeError as e:
+            raise _core.NkiError(f"kernel '{self.__name__}': {e}") from None
+        bound.apply_defaults()
+        params = inspect.signature(self.fn).parameters
+        if any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params.values()):
+            raise _core.NkiError(f"kernel '{self.__name__}': pass arrays positionally to a kernel "
+                                 "with keyword-only or variadic parameters")
+        return tuple(bound.arguments[name] for name in params), {}
+
     def run(self, args, kwargs, grid=(1,), host=False):
+        args, kwargs = self._positional(args, kwargs)
         kinds = [_kind(a) for a in args]
         present = {k for k in kinds if k is not None}
         if not present:

@@ -940,3 +940,20 @@ topk = _refused("topk", "not modelled yet (max8 / nc_find_index8 give the top 8)
 # Tensors' assignments and in-place operators run these instructions (nki._core.HOOKS).
 _core.HOOKS.update(dma_copy=dma_copy, tensor_copy=tensor_copy, memset=memset,
                    tensor_tensor=tensor_tensor, tensor_scalar=tensor_scalar)
+
+
+def _constants_module():
+    """``nki.isa.constants``: the enums, importable as their own module (NKI 0.6 kernels do
+    ``from nki.isa.constants import oob_mode``)."""
+    import sys
+    import types
+
+    mod = types.ModuleType("nki.isa.constants", "The nki.isa enums.")
+    for name in ("engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version",
+                 "dma_engine"):
+        setattr(mod, name, globals()[name])
+    sys.modules["nki.isa.constants"] = mod
+    return mod
+
+
+constants = _constants_module()

@@ -1,3 +1,3 @@
 """``neuronxcc.nki.typing``: ``tensor`` annotations (nki.typing)."""
 
-from nki.typing import TensorType, tensor  # noqa: F401
+from nki.typing import TensorType, mutable_tensor, tensor  # noqa: F401
