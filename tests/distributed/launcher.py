@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 WORKERS = Path(__file__).parent / "workers"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
@@ -83,3 +84,21 @@ def report(results) -> str:
 
 def assert_all_ok(results):
     assert all(r.returncode == 0 for r in results), report(results)
+
+
+def torchrun(script, nproc, args=(), env=None, timeout=300):
+    """Runs `script` under torchrun (the launcher users have), one rank per core. torchrun itself
+    sets LOCAL_RANK and TORCHELASTIC_RUN_ID, from which torch_neuronx sets NEURON_RT_VISIBLE_CORES."""
+    e = dict(os.environ)
+    e.pop("NEURON_RT_VISIBLE_CORES", None)
+    e.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    e.update(env or {})
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run",
+        f"--nproc-per-node={nproc}", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+        str(script), *map(str, args),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, env=e, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"torchrun {script} exited {proc.returncode}:\n{out[-6000:]}"
+    return out
