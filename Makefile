@@ -62,6 +62,12 @@ coverage: build
 	$(PYTHON) -m torch_neuronx.hf_sweep --output-dir docs $(SWEEP_ARGS)
 	$(PYTHON) -m torch_neuronx.hf_sweep --output-dir docs --dtype bfloat16 $(SWEEP_ARGS)
 
+# The estimate's validation table against published results (docs/estimate.md); VALIDATE_ARGS
+# selects rows (--rows trn-train,trn-infer,gpu).
+.PHONY: validate-estimate
+validate-estimate: build
+	$(PYTHON) testing/estimate_validation.py $(VALIDATE_ARGS)
+
 demo: build
 	$(PYTHON) examples/quickstart.py
 

@@ -16,13 +16,49 @@ import operator
 from nki import _core
 from nki import isa as _isa
 from nki._core import (  # noqa: F401  (re-exported names)
-    OP_PRINT, DType, NkiError, Tensor, bfloat16, bool_, error, float8_e4m3, float8_e4m3fn,
-    float8_e5m2, float16, float32, hbm, int8, int16, int32, private_hbm, psum, sbuf, shared_hbm,
-    tfloat32, uint8, uint16, uint32,
+    OP_PRINT, DType, NKIObject, NkiError, Tensor, bfloat16, bool_, error, float4_e2m1fn_x4,
+    float8_e4m3, float8_e4m3fn, float8_e4m3fn_x4, float8_e5m2, float8_e5m2_x4, float8_e8m0fnu,
+    float16, float32, hbm, int8, int16, int32, private_hbm, psum, sbuf, shared_hbm, tfloat32,
+    uint8, uint16, uint32,
 )
 
 ndarray_type = Tensor
 NkiTensor = Tensor
+
+
+class MemoryRegion:
+    """The memories a tensor lives in (``nl.sbuf``, ``nl.psum``, ``nl.private_hbm`` = ``nl.hbm``,
+    ``nl.shared_hbm``)."""
+
+    sbuf = sbuf
+    psum = psum
+    private_hbm = private_hbm
+    shared_hbm = shared_hbm
+
+
+def is_hbm(buffer):
+    return _buffer_of(buffer).code == 0
+
+
+def is_on_chip(buffer):
+    return _buffer_of(buffer).code != 0
+
+
+def is_psum(buffer):
+    return _buffer_of(buffer) is psum
+
+
+def is_sbuf(buffer):
+    return _buffer_of(buffer) is sbuf
+
+
+def _buffer_of(x):
+    return x.buffer if isinstance(x, Tensor) else _memory(x)
+
+
+def ds(start, size):
+    """``size`` elements from ``start``: an index usable in any dim (``t[nl.ds(i * 128, 128)]``)."""
+    return _core.DynamicSlice(start, size)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -65,13 +101,53 @@ tile_size = _TileSize()
 # loops, SPMD, debug
 
 
-def affine_range(*args, **kwargs):
+def affine_range(start, stop=None, step=1, **kwargs):
     """Deprecated alias of range() (NKI 0.6): loops are unrolled at specialisation."""
-    return range(*args)
+    return range(start, stop, step) if stop is not None else range(start)
 
 
-sequential_range = affine_range
-static_range = affine_range
+def sequential_range(start, stop=None, step=1, **kwargs):
+    return affine_range(start, stop, step)
+
+
+def static_range(start, stop=None, step=1, **kwargs):
+    return affine_range(start, stop, step)
+
+
+def dynamic_range(start, stop=None, step=1, **kwargs):
+    """Deprecated in NKI 0.6 (use fori_loop). Bounds known at specialisation unroll like range();
+    register bounds are runtime values, which this interpreter does not model."""
+    for v in (start, stop, step):
+        if v is not None and not _core._is_int(v):
+            raise error("nl.dynamic_range with register bounds needs runtime control flow, which "
+                        "this interpreter does not model; bounds must be integers")
+    return affine_range(start, stop, step)
+
+
+def fori_loop(lower, upper, body_fun, step=1):
+    """Runs body_fun(i) for i in range(lower, upper, step). With integer bounds (known when the
+    kernel specialises) the loop unrolls, which computes what the device loop computes; register
+    bounds are refused (runtime control flow is not modelled)."""
+    for v in (lower, upper, step):
+        if not _core._is_int(v):
+            raise error("nl.fori_loop with register bounds needs runtime control flow, which this "
+                        "interpreter does not model; bounds must be integers")
+    if int(step) <= 0:
+        raise error("nl.fori_loop: step must be a positive integer")
+    for i in range(int(lower), int(upper), int(step)):
+        if body_fun(i) is not None:
+            raise error("nl.fori_loop: the body function cannot return a value")
+
+
+def while_loop(init, body_fun):
+    """A loop while a register is non-zero: a runtime condition, which this interpreter does not
+    model (a clear refusal rather than a guess)."""
+    raise error(_core.REFUSED["nki.language.while_loop"])
+
+
+_core.refused("nki.language.while_loop",
+              "nl.while_loop runs while a register holds a non-zero runtime value; runtime "
+              "control flow is not modelled by this interpreter")
 
 
 @contextlib.contextmanager
@@ -89,19 +165,25 @@ def program_id(axis=0):
     return t.program_coords[axis]
 
 
-def num_programs(axis=0):
+def num_programs(axes=0):
+    """The number of SPMD programs along `axes` (an int, or a tuple: their product)."""
     t = _core.current_tracer()
-    if not 0 <= axis < len(t.grid):
-        raise error(f"num_programs({axis}): the grid has {len(t.grid)} dims")
-    return t.grid[axis]
+    dims = (axes,) if isinstance(axes, int) else tuple(axes)
+    for a in dims:
+        if not 0 <= a < len(t.grid):
+            raise error(f"num_programs({axes}): the grid has {len(t.grid)} dims")
+    return math.prod(t.grid[a] for a in dims)
 
 
 def program_ndim():
     return len(_core.current_tracer().grid)
 
 
-def device_print(prefix, x):
-    """Prints `prefix` and the values of `x` when the kernel runs (on the host, after the run)."""
+def device_print(print_prefix, tensor=None, x=None, prefix=None):
+    """Prints `print_prefix` and the values of `tensor` when the kernel runs (on the host, after
+    the run)."""
+    x = tensor if tensor is not None else x
+    prefix = print_prefix if prefix is None else prefix
     t = _core.current_tracer()
     if not isinstance(x, Tensor):
         raise error("device_print prints NKI tensors")
@@ -156,13 +238,88 @@ def full_like(x, fill_value, dtype=None, buffer=None, name="", **kwargs):
     return full(x.shape, fill_value, dtype or x.dtype, buffer or x.buffer, name)
 
 
-def shared_identity_matrix(n, dtype=bfloat16, **kwargs):
+def shared_identity_matrix(n, dtype=uint8, dst=None, **kwargs):
     """An n x n identity in SBUF (built with iota and a comparison)."""
     rows = ndarray((n, n), float32, buffer=sbuf)
     _isa.iota(rows, [[1, n]], offset=0, channel_multiplier=-1)  # j - p
-    ident = ndarray((n, n), dtype, buffer=sbuf)
+    ident = dst if dst is not None else ndarray((n, n), dtype, buffer=sbuf)
     _isa.tensor_scalar(ident, rows, equal, 0.0)
     return ident
+
+
+def shared_constant(constant):
+    """A shared_hbm tensor holding `constant` (a NumPy array or the path of a .npy file): the
+    data travels with the specialised kernel as one more input."""
+    import numpy as np
+
+    if isinstance(constant, str):
+        constant = np.load(constant)
+    arr = np.ascontiguousarray(np.asarray(constant))
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    t = _core.current_tracer().allocate(arr.shape, _core.as_dtype(arr.dtype), shared_hbm,
+                                        "shared_constant")
+    t._buffer.poison = False
+    t._buffer.constant = arr
+    return t
+
+
+def expand_dims(x, axis):
+    """A view of x with a size-1 dim inserted at `axis`."""
+    return x.expand_dim(axis)
+
+
+def broadcast_to(x, shape, dtype=None):
+    """A tile of `shape` holding x broadcast from its size-1 dims (numpy rules, same rank). A
+    broadcast along the partition dim moves data between partitions: it goes through a DMA; free
+    dims broadcast on the Vector engine."""
+    if not isinstance(x, Tensor) or not x._buffer.on_chip:
+        raise error("nl.broadcast_to takes an on-chip tile (nl.load it first)")
+    shape = tuple(int(s) for s in shape)
+    if shape == x.shape and (dtype is None or _core.as_dtype(dtype) == x.dtype):
+        return x
+    view = Tensor(x._buffer, x.shape, x.strides, x.offset, x._dtype)
+    if len(shape) != x.ndim:
+        raise error(f"nl.broadcast_to: {shape} must have the rank of {x.shape}")
+    strides = []
+    for n, m, st in zip(x.shape, shape, x.strides):
+        if n != m and n != 1:
+            raise error(f"nl.broadcast_to: cannot broadcast {x.shape} to {shape}")
+        strides.append(st if n == m else 0)
+    view = Tensor(x._buffer, shape, strides, x.offset, x._dtype)
+    out = ndarray(shape, dtype or x.dtype, buffer=sbuf)
+    if shape[0] != x.shape[0]:
+        _isa.dma_copy(dst=out, src=view)
+    else:
+        _isa.tensor_copy(dst=out, src=view)
+    return out
+
+
+_RNG = ("the hardware random number generator's bit stream is not published, so results "
+        "could not be checked against hardware; not supported")
+
+
+def gather_flattened(data, indices, axis=0, dtype=None):
+    raise error(_core.REFUSED["nki.language.gather_flattened"])
+
+
+def random_seed(seed):
+    raise error(_core.REFUSED["nki.language.random_seed"])
+
+
+def rand(shape, dtype, buffer=sbuf, name=""):
+    raise error(_core.REFUSED["nki.language.rand"])
+
+
+def dropout(x, rate, dtype=None):
+    raise error(_core.REFUSED["nki.language.dropout"])
+
+
+_core.refused("nki.language.gather_flattened",
+              "nl.gather_flattened gathers with runtime indices, which this interpreter does "
+              "not model yet")
+for _name in ("random_seed", "rand", "dropout"):
+    _core.refused(f"nki.language.{_name}", f"nl.{_name}: {_RNG}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -351,6 +508,42 @@ negative = _f("negative", 19, py=operator.neg)
 mish = _f("mish", 20)
 arctan = _f("arctan", 21, py=math.atan)
 
+tan = _f("tan", 22, py=math.tan)
+ceil = _f("ceil", 23, py=math.ceil)
+floor = _f("floor", 24, py=math.floor)
+trunc = _f("trunc", 25, py=math.trunc)
+gelu_dx = _f("gelu_dx", 26)
+gelu_apprx_sigmoid = _f("gelu_apprx_sigmoid", 27)
+gelu_apprx_sigmoid_dx = _f("gelu_apprx_sigmoid_dx", 28)
+silu_dx = _f("silu_dx", 29)
+erf_dx = _f("erf_dx", 30)
+logical_not = _f("logical_not", 31, py=lambda a: float(not a))
+left_shift = _b("left_shift", 23, operator.lshift)
+right_shift = _b("right_shift", 24, operator.rshift)
+mod = _b("mod", 25, lambda a, b: a % b)
+# Operation names used as `op=` arguments only: bypass (pass data through a tensor_scalar stage),
+# average (tensor_partition_reduce), prelu (an activation with a slope; not modelled).
+bypass = _Op("bypass", lambda self, *a, **k: (_ for _ in ()).throw(
+    error("nl.bypass is an op= argument, not a function")), alu=0, act=0)
+average = _Op("average", lambda self, *a, **k: (_ for _ in ()).throw(
+    error("nl.average is an op= argument of tensor_partition_reduce")), alu=1)
+prelu = _Op("prelu", lambda self, *a, **k: (_ for _ in ()).throw(
+    error(_core.REFUSED["nki.language.prelu"])))
+_core.refused("nki.language.prelu",
+              "nl.prelu (an activation with a slope, relu_param) is not modelled by this "
+              "interpreter")
+
+
+def invert(x, dtype=None, **kwargs):
+    """Bitwise NOT of an integer tile (an XOR with all ones of its width)."""
+    if not isinstance(x, Tensor):
+        return ~int(x)
+    if x.dtype.is_float:
+        raise error(f"nl.invert takes an integer tile, got {x.dtype}")
+    mask = -1 if x.dtype.name.startswith("int") else (1 << (8 * x.dtype.itemsize)) - 1
+    return bitwise_xor(x, mask, dtype=dtype)
+
+
 _REDUCE_ALU = {"sum": add, "max": maximum, "min": minimum, "prod": multiply, "all": logical_and}
 # Reductions also name their ALU operation, so nisa.tensor_reduce(op=nl.max) works.
 sum = _Op("sum", _reduce, alu=1)  # noqa: A001
@@ -410,8 +603,7 @@ def matmul(x, y, transpose_x=False, mask=None, **kwargs):
     elif x.buffer is psum:
         x = copy(x)
     out = ndarray((x.shape[1], y.shape[1]), float32, buffer=psum)
-    index = _isa.nc_matmul(out, x, y)
-    out._pending_matmul = index
+    out._pending_matmul = _isa.nc_matmul(out, x, y).index
     return out
 
 
