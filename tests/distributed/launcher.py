@@ -5,6 +5,7 @@ WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT), each seeing its own NeuronCore
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -71,6 +72,26 @@ def wait_ranks(procs, timeout: float = 120) -> list[RankResult]:
             out, _ = p.communicate()
             out += f"\n[launcher] rank {rank} killed after the {timeout} s limit"
         results.append(RankResult(rank, p.pid, p.returncode, out))
+    return results
+
+
+def wait_groups(procs, timeout):
+    """Waits for processes started each in a session of its own (start_new_session=True), killing
+    every process group at the limit; their RankResults in order."""
+    deadline = time.monotonic() + timeout
+    results = []
+    for i, p in enumerate(procs):
+        try:
+            out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                try:
+                    os.killpg(q.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            out, _ = p.communicate()
+            out += f"\n[launcher] process {i} killed after the {timeout} s limit"
+        results.append(RankResult(i, p.pid, p.returncode, out))
     return results
 
 
