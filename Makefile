@@ -119,3 +119,23 @@ test-torchtitan: build
 	@test -f $(TORCHTITAN_SITE)/.installed || { $(PYTHON) -m pip install -q --no-deps --target $(TORCHTITAN_SITE) \
 	  -r requirements/torchtitan.txt && touch $(TORCHTITAN_SITE)/.installed; }
 	TORCH_NEURONX_TORCHTITAN_SITE=$(abspath $(TORCHTITAN_SITE)) $(PYTHON) -m pytest tests/distributed/test_ecosystem.py -k torchtitan $(PYTEST_ARGS)
+
+# AWS's NKI library (github.com/aws-neuron/nki-library, Apache-2.0) as a conformance suite: its
+# own tests, in their --test-mode simulation, run its kernels on this project's NKI interpreter
+# against the library's torch references. The library is not installable from PyPI (nki-library
+# 0.0.2 there is an empty placeholder) and CI reaches only PyPI and Debian, so it is taken from a
+# checkout you fetch: make nki-library NKI_LIBRARY=/path/to/nki-library [NKI_LIBRARY_TESTS=...].
+# docs/nki.md ("AWS's NKI library") records the pass counts and the gaps.
+NKI_LIBRARY_SITE := build/nki-library-site
+NKI_LIBRARY_TESTS ?= test/integration
+.PHONY: nki-library
+nki-library: build
+	@test -n "$(NKI_LIBRARY)" && test -d "$(NKI_LIBRARY)/src/nkilib_src" || { \
+	  echo "set NKI_LIBRARY to a checkout of github.com/aws-neuron/nki-library" >&2; exit 2; }
+	@test -f $(NKI_LIBRARY_SITE)/.installed || { $(PYTHON) -m pip install -q --target $(NKI_LIBRARY_SITE) \
+	  -r requirements/nki-library.txt && cd $(NKI_LIBRARY_SITE) && \
+	  rm -rf numpy numpy-* numpy.libs torch torch-* pytest pytest-[0-9]* _pytest pluggy pluggy-* py.py \
+	    iniconfig iniconfig-* && touch .installed; }
+	cd $(NKI_LIBRARY) && PYTHONPATH=$(abspath tools/nki_library_shim):$(abspath .):$(abspath $(NKI_LIBRARY))/src:$(abspath $(NKI_LIBRARY_SITE)):$(abspath $(NKI_LIBRARY)) \
+	  $(abspath $(PYTHON)) -m pytest $(NKI_LIBRARY_TESTS) --test-mode simulation -p no:cacheprovider \
+	  -p nki_library_plugin -q -rfE $(PYTEST_ARGS)

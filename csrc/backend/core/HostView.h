@@ -30,6 +30,13 @@ void point_at(const at::Tensor& view, const at::Tensor& neuron_tensor);
 
 // A host view from this thread's pool. With `resizable` set the CPU code may resize it: its
 // storage then grows into fresh HBM of the tensor's device (adopt_host_view carries it over).
+//
+// Views of one neuron storage that are alive at the same time on a thread share one host
+// storage, as the neuron tensors share theirs: the CPU code then sees the aliasing the CPU would
+// see, and its memory-overlap checks (at::assert_no_internal_overlap, assert_no_partial_overlap,
+// assert_no_overlap) raise exactly where they raise on the CPU, e.g. for x[5:15].add_(x[0:10]) or
+// torch.add(d[:3], 2, out=d[1:4]). With a storage of its own per view the CPU code could not
+// tell, and computed order-dependent values.
 at::Tensor host_view(const at::Tensor& neuron_tensor, bool resizable = false);
 std::optional<at::Tensor> host_view(const std::optional<at::Tensor>& neuron_tensor);
 std::vector<at::Tensor> host_views(at::TensorList neuron_tensors);

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/distributed/Exchange.h"
 #include "runtime/transport/CollectiveTransport.h"
 #include "runtime/transport/Verb.h"
 
@@ -80,6 +81,10 @@ class HostSpan {
   void reduce_scatter(const at::Tensor& in, at::Tensor& out, nrtsim::transport::DType dtype,
                       nrtsim::transport::ReduceOp op);
   void barrier();
+
+  // Runs one exchange of a c10d call (Exchange.h) across the hosts: the hierarchical verbs
+  // above, and gather, scatter and all-to-all on the flat Gloo group.
+  void exchange(Exchange& x);
 
   // The flat Gloo group over all ranks (gather, scatter, all-to-all, send/recv between hosts).
   // Throws if the group failed or was aborted.

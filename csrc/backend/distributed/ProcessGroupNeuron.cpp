@@ -392,7 +392,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::execute(const CallSpec& spec,
     transport_call([&] {
       for (Exchange& x : call.exchanges) {
         if (span_) {
-          exchange_across_hosts(x);
+          span_->exchange(x);
         } else {
           exchange_on_host(x, t);
         }
@@ -454,158 +454,43 @@ void ProcessGroupNeuron::exchange_on_host(Exchange& x, tp::CollectiveTransport& 
              " is not a collective");
 }
 
-void ProcessGroupNeuron::exchange_across_hosts(Exchange& x) {
-  // The parts as one buffer in group rank order: the whole tensor they are pieces of, or a
-  // temporary one (copied back into the list for outputs).
-  auto flat_parts = [&](std::vector<at::Tensor>& list, const at::Tensor& whole) {
-    if (whole.defined()) return host_bytes(whole);
-    if (list.empty()) return at::Tensor();
-    std::vector<at::Tensor> bytes;
-    for (auto& p : list) bytes.push_back(host_bytes(p));
-    return at::cat(bytes);
-  };
-  auto unflatten = [&](std::vector<at::Tensor>& list, const at::Tensor& whole, at::Tensor& flat) {
-    if (whole.defined()) return;
-    int64_t at = 0;
-    for (auto& p : list) {
-      const int64_t n = static_cast<int64_t>(nbytes(p));
-      host_bytes(p).copy_(flat.narrow(0, at, n));
-      at += n;
-    }
-  };
-  switch (x.verb) {
-    case Verb::kBarrier: return span_->barrier();
-    case Verb::kBroadcast: {
-      at::Tensor h = host(x.one);
-      return span_->broadcast(h, x.root);
-    }
-    case Verb::kAllreduce: {
-      at::Tensor h = host(x.one);
-      return span_->allreduce(h, x.dtype, x.op);
-    }
-    case Verb::kReduce: {
-      at::Tensor h = host(x.one);
-      return span_->reduce(h, x.dtype, x.op, x.root);
-    }
-    case Verb::kAllgather: {
-      at::Tensor flat = x.whole.defined()
-                            ? host_bytes(x.whole)
-                            : at::empty({static_cast<int64_t>(nbytes(x.one) * size_)}, at::kByte);
-      span_->allgather(host_bytes(x.one), flat);
-      return unflatten(x.parts, x.whole, flat);
-    }
-    case Verb::kReduceScatter: {
-      at::Tensor h = host(x.one);
-      at::Tensor in = x.whole.defined() ? host(x.whole).reshape({-1}) : [&] {
-        std::vector<at::Tensor> flat;
-        for (auto& p : x.parts) flat.push_back(host(p).reshape({-1}));
-        return at::cat(flat);
-      }();
-      return span_->reduce_scatter(in, h, x.dtype, x.op);
-    }
-    case Verb::kGather:
-    case Verb::kScatter: {
-      // A flat Gloo group over all ranks, moving bytes (any element type).
-      std::vector<at::Tensor> mine{host_bytes(x.one)};
-      std::vector<std::vector<at::Tensor>> others;
-      if (!x.parts.empty()) {
-        others.emplace_back();
-        for (auto& p : x.parts) others[0].push_back(host_bytes(p));
-      }
-      if (x.verb == Verb::kGather) {
-        c10d::GatherOptions options;
-        options.rootRank = x.root;
-        options.timeout = options_->timeout;
-        return span_->wait(span_->flat().gather(others, mine, options), "gather");
-      }
-      c10d::ScatterOptions options;
-      options.rootRank = x.root;
-      options.timeout = options_->timeout;
-      return span_->wait(span_->flat().scatter(mine, others, options), "scatter");
-    }
-    case Verb::kAlltoall: {
-      at::Tensor in = flat_parts(x.sends, x.sends_whole);
-      at::Tensor out = x.whole.defined() ? host_bytes(x.whole) : [&] {
-        size_t total = 0;
-        for (auto& p : x.parts) total += nbytes(p);
-        return at::empty({static_cast<int64_t>(total)}, at::kByte);
-      }();
-      std::vector<int64_t> send_splits, recv_splits;
-      for (auto& s : x.sends) send_splits.push_back(static_cast<int64_t>(nbytes(s)));
-      for (auto& r : x.parts) recv_splits.push_back(static_cast<int64_t>(nbytes(r)));
-      if (!in.defined()) in = at::empty({0}, at::kByte);
-      c10d::AllToAllOptions options;
-      options.timeout = options_->timeout;
-      span_->wait(span_->flat().alltoall_base(out, in, recv_splits, send_splits, options),
-                  "all_to_all");
-      return unflatten(x.parts, x.whole, out);
-    }
-    case Verb::kSend:
-    case Verb::kRecv: break;
-  }
-  dist_error(std::string("neuron process group: internal: ") + tp::verb_name(x.verb) +
-             " is not a collective");
-}
-
-// All-gather and gather: this rank's input, every rank's part of the output (on the root only,
-// for gather), given as a list or as one tensor.
-Exchange ProcessGroupNeuron::gathering(const CallSpec& spec, Call& call, const at::Tensor& in,
-                                       std::vector<at::Tensor>* outs, const at::Tensor* whole_out,
-                                       int root) {
+// The verbs that take one part per rank: all-gather and gather (`one` is this rank's input, the
+// parts are the output's) and their mirror images, scatter and reduce-scatter (`one` is this
+// rank's output, the parts are the input's). The parts come as a list or as one tensor's
+// consecutive pieces (`whole`), on the root only for gather and scatter.
+Exchange ProcessGroupNeuron::parted(const CallSpec& spec, Call& call, const at::Tensor& one,
+                                    std::vector<at::Tensor>* list, const at::Tensor* whole,
+                                    int root, const c10d::ReduceOp* reduce) {
   const char* op = spec.record + 6;  // without "c10d::"
+  const bool gathers = spec.verb == Verb::kAllgather || spec.verb == Verb::kGather;
+  const auto stage_part = [&](const at::Tensor& t) {
+    return gathers ? call.output(t, op) : call.input(t, op);
+  };
   Exchange x;
   x.verb = spec.verb;
   x.root = root;
-  x.one = call.input(in, op);
-  const bool receives = spec.verb == Verb::kAllgather || rank_ == root;
-  if (!receives) return x;
-  if (whole_out != nullptr) {
-    if (whole_out->numel() != in.numel() * size_ || whole_out->scalar_type() != in.scalar_type()) {
-      dist_error(std::string("neuron process group: ") + op + " needs an output of group size (" +
-                 std::to_string(size_) + ") x " + describe(in) + ", got " + describe(*whole_out));
-    }
-    x.whole = call.output(*whole_out, op);
-    x.parts = pieces(x.whole, size_);
-    return x;
-  }
-  check_count(outs->size(), size_, op, "an output list");
-  for (auto& o : *outs) {
-    check_like(o, in, op, "output tensors");
-    x.parts.push_back(call.output(o, op));
-  }
-  return x;
-}
-
-// Scatter and reduce-scatter, the mirror of gathering: this rank's output, every rank's part of
-// the input (on the root only, for scatter), given as a list or as one tensor.
-Exchange ProcessGroupNeuron::scattering(const CallSpec& spec, Call& call, const at::Tensor& out,
-                                        std::vector<at::Tensor>* ins, const at::Tensor* whole_in,
-                                        int root, const c10d::ReduceOp* reduce) {
-  const char* op = spec.record + 6;
-  Exchange x;
-  x.verb = spec.verb;
-  x.root = root;
-  x.one = call.output(out, op);
+  x.one = gathers ? call.input(one, op) : call.output(one, op);
   if (reduce != nullptr) {
     x.dtype = dtype_of(x.one, op);
     x.op = reduce_op_of(*reduce, x.one, op);
     x.reduce = reduce;
   }
-  const bool sends = spec.verb == Verb::kReduceScatter || rank_ == root;
-  if (!sends) return x;
-  if (whole_in != nullptr) {
-    if (whole_in->numel() != out.numel() * size_ || whole_in->scalar_type() != out.scalar_type()) {
-      dist_error(std::string("neuron process group: ") + op + " needs an input of group size (" +
-                 std::to_string(size_) + ") x " + describe(out) + ", got " + describe(*whole_in));
+  const bool has_parts = !verb_info(spec.verb).rooted || rank_ == root;
+  if (!has_parts) return x;
+  if (whole != nullptr) {
+    if (whole->numel() != one.numel() * size_ || whole->scalar_type() != one.scalar_type()) {
+      dist_error(std::string("neuron process group: ") + op + " needs an " +
+                 (gathers ? "output" : "input") + " of group size (" + std::to_string(size_) +
+                 ") x " + describe(one) + ", got " + describe(*whole));
     }
-    x.whole = call.input(*whole_in, op);
+    x.whole = stage_part(*whole);
     x.parts = pieces(x.whole, size_);
     return x;
   }
-  check_count(ins->size(), size_, op, "an input list");
-  for (auto& i : *ins) {
-    check_like(i, out, op, "input tensors");
-    x.parts.push_back(call.input(i, op));
+  check_count(list->size(), size_, op, gathers ? "an output list" : "an input list");
+  for (auto& t : *list) {
+    check_like(t, one, op, gathers ? "output tensors" : "input tensors");
+    x.parts.push_back(stage_part(t));
   }
   return x;
 }
@@ -680,7 +565,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(
   TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1,
               "neuron process group: allgather takes one input and one output list per rank");
   Call call;
-  call.exchanges.push_back(gathering(kAllgather, call, inputs[0], &outputs[0], nullptr, -1));
+  call.exchanges.push_back(parted(kAllgather, call, inputs[0], &outputs[0], nullptr, -1, nullptr));
   call.results = outputs[0];
   return execute(kAllgather, call);
 }
@@ -688,7 +573,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions&) {
   Call call;
-  call.exchanges.push_back(gathering(kAllgatherIntoTensor, call, input, nullptr, &output, -1));
+  call.exchanges.push_back(parted(kAllgatherIntoTensor, call, input, nullptr, &output, -1, nullptr));
   call.results = {output};
   return execute(kAllgatherIntoTensor, call);
 }
@@ -701,7 +586,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_coalesced(
   Call call;
   for (size_t i = 0; i < inputs.size(); ++i) {
     call.exchanges.push_back(
-        gathering(kAllgatherCoalesced, call, inputs[i], &outputs[i], nullptr, -1));
+        parted(kAllgatherCoalesced, call, inputs[i], &outputs[i], nullptr, -1, nullptr));
     call.results.insert(call.results.end(), outputs[i].begin(), outputs[i].end());
   }
   return execute(kAllgatherCoalesced, call);
@@ -715,7 +600,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_into_tensor_coalesc
   Call call;
   for (size_t i = 0; i < inputs.size(); ++i) {
     call.exchanges.push_back(
-        gathering(kAllgatherIntoTensorCoalesced, call, inputs[i], nullptr, &outputs[i], -1));
+        parted(kAllgatherIntoTensorCoalesced, call, inputs[i], nullptr, &outputs[i], -1, nullptr));
   }
   call.results = outputs;
   return execute(kAllgatherIntoTensorCoalesced, call);
@@ -732,8 +617,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(
                 "neuron process group: gather takes, on the root, one output list");
   }
   Call call;
-  call.exchanges.push_back(gathering(kGather, call, inputs[0],
-                                     rank_ == root ? &outputs[0] : nullptr, nullptr, root));
+  call.exchanges.push_back(parted(kGather, call, inputs[0],
+                                     rank_ == root ? &outputs[0] : nullptr, nullptr, root, nullptr));
   if (rank_ == root) call.results = outputs[0];
   return execute(kGather, call);
 }
@@ -748,7 +633,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(
     TORCH_CHECK(inputs.size() == 1, "neuron process group: scatter takes, on the root, one input list");
   }
   Call call;
-  call.exchanges.push_back(scattering(kScatter, call, outputs[0],
+  call.exchanges.push_back(parted(kScatter, call, outputs[0],
                                       rank_ == root ? &inputs[0] : nullptr, nullptr, root,
                                       nullptr));
   call.results = outputs;
@@ -771,15 +656,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(
     for (int64_t d = 0; d < dim; ++d) outer *= in.size(d);
     if (dim < 0 || outer == 1) {
       // Along dimension 0 (or a flat input): the rank parts are consecutive pieces.
-      call.exchanges.push_back(scattering(kReduceScatter, call, out, nullptr, &in, -1,
+      call.exchanges.push_back(parted(kReduceScatter, call, out, nullptr, &in, -1,
                                           &opts.reduceOp));
     } else {
       std::vector<at::Tensor> chunks = in.chunk(size_, dim);
-      call.exchanges.push_back(scattering(kReduceScatter, call, out, &chunks, nullptr, -1,
+      call.exchanges.push_back(parted(kReduceScatter, call, out, &chunks, nullptr, -1,
                                           &opts.reduceOp));
     }
   } else {
-    call.exchanges.push_back(scattering(kReduceScatter, call, outputs[0], &inputs[0], nullptr, -1,
+    call.exchanges.push_back(parted(kReduceScatter, call, outputs[0], &inputs[0], nullptr, -1,
                                         &opts.reduceOp));
   }
   call.results = outputs;
@@ -790,7 +675,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   Call call;
   call.exchanges.push_back(
-      scattering(kReduceScatterTensor, call, output, nullptr, &input, -1, &opts.reduceOp));
+      parted(kReduceScatterTensor, call, output, nullptr, &input, -1, &opts.reduceOp));
   call.results = {output};
   return execute(kReduceScatterTensor, call);
 }
@@ -802,7 +687,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesc
               "neuron process group: reduce_scatter_tensor_coalesced needs one output per input");
   Call call;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    call.exchanges.push_back(scattering(kReduceScatterTensorCoalesced, call, outputs[i], nullptr,
+    call.exchanges.push_back(parted(kReduceScatterTensorCoalesced, call, outputs[i], nullptr,
                                         &inputs[i], -1, &opts.reduceOp));
   }
   call.results = outputs;
