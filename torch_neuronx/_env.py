@@ -79,7 +79,7 @@ def _declared(name: str, kind: str) -> Variable:
     return variable
 
 
-def _value(name: str) -> Optional[str]:
+def _value(name: str) -> str | None:
     """The variable's value, or None when it is unset or empty (as the runtime's env::get)."""
     value = os.environ.get(name)
     return value if value else None
@@ -101,7 +101,7 @@ def switch(name: str) -> bool:
     return variable.default if text is None else parse_switch(name, text)
 
 
-def path(name: str) -> Optional[str]:
+def path(name: str) -> str | None:
     """A file or directory variable, with ``~`` expanded; None when unset or empty."""
     _declared(name, "path")
     text = _value(name)
@@ -131,7 +131,7 @@ def words(name: str) -> tuple:
     return tuple(item.strip() for item in text.split(",") if item.strip())
 
 
-def foreign(name: str) -> Optional[str]:
+def foreign(name: str) -> str | None:
     """A variable another program defines and sets (torchrun's ``LOCAL_RANK``, the runtime's
     ``NEURON_RT_VISIBLE_CORES`` before the runtime starts): its raw value, None when unset."""
     return os.environ.get(name)
