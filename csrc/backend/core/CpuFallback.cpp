@@ -21,7 +21,7 @@
 
 #include "backend/core/BoxedArgs.h"
 #include "backend/core/DeviceCheck.h"
-#include "backend/core/HostMathKernel.h"
+#include "backend/core/BoxedHostMath.h"
 #include "backend/core/KernelLaunch.h"
 #include "runtime/Env.h"
 

@@ -5,8 +5,8 @@
 #include <ATen/ops/sum_cpu_dispatch.h>
 #include <torch/library.h>
 
-#include "backend/core/HostMath.h"
-#include "backend/core/HostMathKernel.h"
+#include "backend/core/BoxedHostMath.h"
+#include "backend/core/UnboxedHostMath.h"
 
 namespace torch_neuronx {
 namespace {

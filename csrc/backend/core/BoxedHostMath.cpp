@@ -1,4 +1,4 @@
-#include "backend/core/HostMathKernel.h"
+#include "backend/core/BoxedHostMath.h"
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
