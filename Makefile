@@ -69,8 +69,8 @@ conformance: build
 # tiny and random, on neuron against CPU, float32 then bfloat16; writes docs/hf_coverage*.md/json.
 .PHONY: coverage
 coverage: build
-	$(PYTHON) -m torch_neuronx.hf_sweep --output-dir docs $(SWEEP_ARGS)
-	$(PYTHON) -m torch_neuronx.hf_sweep --output-dir docs --dtype bfloat16 $(SWEEP_ARGS)
+	$(PYTHON) testing/hf_sweep.py --output-dir docs $(SWEEP_ARGS)
+	$(PYTHON) testing/hf_sweep.py --output-dir docs --dtype bfloat16 $(SWEEP_ARGS)
 
 # The estimate's validation table against published results (docs/estimate.md); VALIDATE_ARGS
 # selects rows (--rows trn-train,trn-infer,gpu).
@@ -96,10 +96,10 @@ bench-nki: build
 
 format:
 	@command -v clang-format >/dev/null && find csrc tests/runtime -name '*.cpp' -o -name '*.h' | xargs clang-format -i || echo "clang-format not installed"
-	$(PYTHON) -m ruff format torch_neuronx tests examples bench 2>/dev/null || echo "ruff not installed (pip install ruff)"
+	$(PYTHON) -m ruff format torch_neuronx tests examples bench testing tools 2>/dev/null || echo "ruff not installed (pip install ruff)"
 
 lint:
-	$(PYTHON) -m ruff check torch_neuronx tests examples bench
+	$(PYTHON) -m ruff check torch_neuronx tests examples bench testing tools
 
 clean:
 	rm -rf build torch_neuronx/*.so
