@@ -70,6 +70,12 @@ coverage: build
 	$(PYTHON) -m torch_neuronx.hf_sweep --output-dir docs $(SWEEP_ARGS)
 	$(PYTHON) -m torch_neuronx.hf_sweep --output-dir docs --dtype bfloat16 $(SWEEP_ARGS)
 
+# The estimate's validation table against published results (docs/estimate.md); VALIDATE_ARGS
+# selects rows (--rows trn-train,trn-infer,gpu).
+.PHONY: validate-estimate
+validate-estimate: build
+	$(PYTHON) testing/estimate_validation.py $(VALIDATE_ARGS)
+
 demo: build
 	$(PYTHON) examples/quickstart.py
 
@@ -101,6 +107,7 @@ clean:
 # transformers checkpoint (docs/distributed_ecosystem.md). `make test` runs the same code at 4 ranks.
 .PHONY: finetune-32 finetune-tp-fsdp-32
 finetune-32: build
+	@echo "finetune-32: 32 ranks start; each imports torch first (about a minute on 2 cores), then group rank 0 reports who has joined"
 	NRTSIM_INSTANCE=trn1.32xlarge $(VENV)/bin/torchrun --standalone --nproc-per-node 32 \
 	  examples/tp_fsdp_finetune.py --tp 4 --verify --out build/tiny-llama-tp-fsdp --metrics build/finetune-32.json
 finetune-tp-fsdp-32: finetune-32
@@ -109,8 +116,34 @@ finetune-tp-fsdp-32: finetune-32
 # its pins (requirements/torchtitan.txt) go to build/torchtitan-site, not .venv: they clash with the
 # Hugging Face stack's (docs/distributed_ecosystem.md).
 TORCHTITAN_SITE := build/torchtitan-site
+# The process group at cluster scale, simulated: 8 network-namespace hosts of 2 ranks each
+# (needs root and iproute2), torchrun in each, the cross-host collectives test (docs/distributed.md).
+.PHONY: test-8-hosts
+test-8-hosts: build
+	$(PYTHON) tests/distributed/many_hosts.py --hosts 8 --ranks-per-host 2 collectives records
+
 .PHONY: test-torchtitan
 test-torchtitan: build
 	@test -f $(TORCHTITAN_SITE)/.installed || { $(PYTHON) -m pip install -q --no-deps --target $(TORCHTITAN_SITE) \
 	  -r requirements/torchtitan.txt && touch $(TORCHTITAN_SITE)/.installed; }
 	TORCH_NEURONX_TORCHTITAN_SITE=$(abspath $(TORCHTITAN_SITE)) $(PYTHON) -m pytest tests/distributed/test_ecosystem.py -k torchtitan $(PYTEST_ARGS)
+
+# AWS's NKI library (github.com/aws-neuron/nki-library, Apache-2.0) as a conformance suite: its
+# own tests, in their --test-mode simulation, run its kernels on this project's NKI interpreter
+# against the library's torch references. The library is not installable from PyPI (nki-library
+# 0.0.2 there is an empty placeholder) and CI reaches only PyPI and Debian, so it is taken from a
+# checkout you fetch: make nki-library NKI_LIBRARY=/path/to/nki-library [NKI_LIBRARY_TESTS=...].
+# docs/nki.md ("AWS's NKI library") records the pass counts and the gaps.
+NKI_LIBRARY_SITE := build/nki-library-site
+NKI_LIBRARY_TESTS ?= test/integration
+.PHONY: nki-library
+nki-library: build
+	@test -n "$(NKI_LIBRARY)" && test -d "$(NKI_LIBRARY)/src/nkilib_src" || { \
+	  echo "set NKI_LIBRARY to a checkout of github.com/aws-neuron/nki-library" >&2; exit 2; }
+	@test -f $(NKI_LIBRARY_SITE)/.installed || { $(PYTHON) -m pip install -q --target $(NKI_LIBRARY_SITE) \
+	  -r requirements/nki-library.txt && cd $(NKI_LIBRARY_SITE) && \
+	  rm -rf numpy numpy-* numpy.libs torch torch-* pytest pytest-[0-9]* _pytest pluggy pluggy-* py.py \
+	    iniconfig iniconfig-* && touch .installed; }
+	cd $(NKI_LIBRARY) && PYTHONPATH=$(abspath tools/nki_library_shim):$(abspath .):$(abspath $(NKI_LIBRARY))/src:$(abspath $(NKI_LIBRARY_SITE)):$(abspath $(NKI_LIBRARY)) \
+	  $(abspath $(PYTHON)) -m pytest $(NKI_LIBRARY_TESTS) --test-mode simulation -p no:cacheprovider \
+	  -p nki_library_plugin -q -rfE $(PYTEST_ARGS)

@@ -63,6 +63,12 @@ atexit.register(_let_autograd_device_threads_finish)
 # restores the worker threads, and backward() from other threads uses them as usual.
 torch.autograd.set_multithreading_enabled(False)
 
+# torch.compile without a backend: graphs on neuron tensors compile with the neuron backend, as
+# TorchNeuron selects it on a Neuron device (Inductor has no neuron code generation).
+from torch_neuronx.dynamo import default_backend as _default_backend  # noqa: E402
+
+_default_backend.install()
+
 from torch_neuronx import neuron  # noqa: E402
 from torch_neuronx import multiprocessing as _multiprocessing  # noqa: E402
 

@@ -27,8 +27,8 @@ from torch._inductor.output_code import OutputCode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from torch_neuronx import _C
-from torch_neuronx.dynamo import (attention, device_interface, inductor_fixes, legality, metrics,
-                                  neff_cache, random_ops)
+from torch_neuronx.dynamo import (attention, default_backend, device_interface, inductor_fixes,
+                                  legality, metrics, neff_cache, progress, random_ops)
 from torch_neuronx.dynamo.graph_cost import GraphCost
 
 # Dynamo asks this interface about the device of the tensors it traces (current device, streams,
@@ -36,6 +36,8 @@ from torch_neuronx.dynamo.graph_cost import GraphCost
 device_interface.register()
 # Fused attention (SDPA's overrideable backend on neuron) gets the CPU kernel programs run.
 attention.register()
+# compiled.generate(...) that runs eagerly (0 programs) says so.
+default_backend.install_generate_check()
 
 _FALLBACK_ENV = "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"
 _STATIC_ENV = "TORCH_NEURONX_STATIC_SHAPES"
@@ -121,11 +123,12 @@ class _ProgramPerShape:
         )
         run = self._compiled.get(key)
         if run is None:
+            shapes = [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]
             if self._compiled:
-                shapes = [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]
                 metrics.record_recompile(
                     f"{self._base_name}: static shapes ({_STATIC_ENV}): new input shapes {shapes}")
-            run = torch._dynamo.disable(_timed_compile)(self._compile_for, list(args))
+            run = torch._dynamo.disable(_timed_compile)(
+                self._compile_for, list(args), f"{self._base_name} for input shapes {shapes}")
             self._compiled[key] = run
         return run(*args)
 
@@ -518,12 +521,18 @@ def _loading_for(base_name: str):
         _loading.base_name = previous
 
 
-def _timed_compile(compile_for, inputs):
-    """AOTAutograd and the programs it builds now, timed as one (compile_seconds)."""
+def _programs_compiled() -> int:
+    return metrics.get_dynamo_metrics()["programs"]
+
+
+def _timed_compile(compile_for, inputs, what: str):
+    """AOTAutograd and the programs it builds now, timed as one (compile_seconds), announced
+    while it runs if it takes a while (progress.py)."""
     started = time.perf_counter()
     _inside_backend.active = True
     try:
-        return compile_for(inputs)
+        with progress.CompileNotice(what, _programs_compiled):
+            return compile_for(inputs)
     finally:
         _inside_backend.active = False
         metrics.record("compile_seconds", time.perf_counter() - started)
@@ -594,6 +603,8 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
     graph_id = next(_graph_ids)
     base_name = f"{options['model_name']}_{graph_id}" if options.get("model_name") else (
         f"graph{graph_id}")
+    ops = sum(1 for node in gm.graph.nodes if node.op == "call_function")
+    what = f"graph {graph_id} ({ops} ops, programs {base_name}_*)"
 
     compilers = {
         kind: functools.partial(_compile_program, base_name=base_name, kind=kind,
@@ -603,9 +614,15 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
     def compile_backward(bw_gm, bw_inputs):
         # What aot_autograd's own wrapper does (Dynamo must trace neither the compiler nor the
         # program), keeping the program's boxed calling convention, which that wrapper drops.
-        program = torch._dynamo.disable(
-            compilers["backward"], reason="do not trace the neuron backward compiler"
-        )(bw_gm, bw_inputs)
+        # Compiled at the first backward() unless the program cache compiles it with the
+        # forward: then announced on its own.
+        lazy = not getattr(_inside_backend, "active", False)
+        notice = progress.CompileNotice(f"the backward of {what}", _programs_compiled) if lazy \
+            else contextlib.nullcontext()
+        with notice:
+            program = torch._dynamo.disable(
+                compilers["backward"], reason="do not trace the neuron backward compiler"
+            )(bw_gm, bw_inputs)
         wrapped = torch._dynamo.disable(program, reason="do not trace a neuron backward program")
         wrapped._boxed_call = getattr(program, "_boxed_call", False)
         return wrapped
@@ -643,7 +660,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
         return _ProgramPerShape(compile_for, base_name)
 
     try:
-        return _timed_compile(compile_for, example_inputs)
+        return _timed_compile(compile_for, example_inputs, what)
     except Exception as error:
         if not _fallback_allowed(options):
             raise

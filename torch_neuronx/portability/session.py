@@ -266,7 +266,8 @@ class Session:
             return None  # shape propagation (fake tensors), not a run
         memory_format = kwargs.get("memory_format")
         if memory_format in _CHANNELS_LAST:
-            # Before the call: the op may well raise on it (this backend does, as TorchNeuron).
+            # Before the call, so a call that raises is named too. This backend computes every
+            # format; TorchNeuron raises on a channels-last request.
             self.add("channels_last", WARNING, f"memory_format={memory_format}",
                      frames.current_site(skip=2), fixes.CHANNELS_LAST, op=func.name())
         name = func.name()

@@ -7,6 +7,7 @@
 // device (CPU scalars and CPU index tensors excepted, as on CUDA), and neuron generators (or the
 // device's default generator, where the generator is omitted) replaced by CPU generators drawing
 // from the neuron stream, so seeding still governs the op's randomness.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/CPUFallback.h>
 #include <c10/util/Exception.h>
@@ -17,9 +18,12 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/core/BoxedArgs.h"
 #include "backend/core/DeviceCheck.h"
+#include "backend/core/HostMathKernel.h"
 #include "backend/core/KernelLaunch.h"
 
 namespace torch_neuronx {
@@ -46,10 +50,57 @@ void warn_once(const std::string& name) {
   }
 }
 
+// The fallback hands the CPU a copy of each argument, one by one: memory that arguments share on
+// neuron is not shared among the copies, and a written argument that overlaps itself (an
+// expanded tensor) is copied dense. The CPU kernel could then neither refuse the overlaps the
+// CPU refuses (x[1:6].__ilshift__(x[:5]) computed order-dependent values where the CPU raises)
+// nor write as it writes to memory it reads. A call whose written argument overlaps itself or
+// shares memory with another argument runs on host views instead, which keep the sharing (see
+// host_view), in the same host-fallback launch kind.
+bool writes_shared_memory(const c10::FunctionSchema& schema, const torch::jit::Stack& stack,
+                          size_t first) {
+  std::vector<std::pair<at::Tensor, bool>> tensors;  // (neuron tensor, written)
+  const auto& args = schema.arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& value = stack[first + i];
+    const bool written = args[i].alias_info() != nullptr && args[i].alias_info()->isWrite();
+    auto add = [&](const at::Tensor& t) {
+      if (is_neuron(t) && t.storage().data() != nullptr) tensors.emplace_back(t, written);
+    };
+    if (value.isTensor()) {
+      add(value.toTensor());
+    } else if (value.isTensorList()) {
+      for (const auto& t : value.toTensorVector()) add(t);
+    } else if (value.isOptionalTensorList()) {
+      for (const auto& t : value.toOptionalTensorVector()) {
+        if (t.has_value()) add(*t);
+      }
+    }
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (!tensors[i].second) continue;
+    if (at::has_internal_overlap(tensors[i].first) == at::MemOverlap::Yes) return true;
+    for (size_t j = 0; j < tensors.size(); ++j) {
+      if (j != i && tensors[j].first.storage().data() == tensors[i].first.storage().data()) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+// What a fallback call on host views counts: no FLOP model (the op has no family), its bytes.
+constexpr OpFamily kFallbackOnHostViews{"fallback", nrtsim::Engine::kVector, &flops::none};
+
 void neuron_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string name = op_name(op.operator_name());
   const size_t num_args = op.schema().arguments().size();
   const size_t first = stack->size() - num_args;
+  if (writes_shared_memory(op.schema(), *stack, first)) {
+    warn_once(name);
+    run_host_math(kFallbackOnHostViews, op, stack, LaunchKind::kHostFallback);
+    return;
+  }
   const std::optional<c10::Device> device = check_devices(name, op.schema(), *stack, first);
   substitute_generators(op.schema(), *stack, first, device);
   warn_once(name);

@@ -85,6 +85,10 @@ bool owns_hbm_block(const at::Tensor& t) {
 // StorageImpl and a TensorImpl to allocate and free. Each thread keeps a few views and re-points
 // one whose last user has let go of it (only the pool still holds its TensorImpl, and only that
 // TensorImpl its StorageImpl), which leaves nothing of the previous use behind.
+//
+// The pool also knows which views are in use, and so which neuron storages this thread's CPU
+// code is looking at: a view of a storage already in view shares that view's host storage (see
+// host_view).
 class HostViewPool {
  public:
   static constexpr size_t kCapacity = 16;
@@ -98,8 +102,37 @@ class HostViewPool {
       }
     }
     at::Tensor fresh = make();
-    if (views_.size() < kCapacity) views_.push_back(fresh);
+    if (views_.size() < kCapacity) {
+      views_.push_back(fresh);
+    } else {
+      overflow_.emplace_back(fresh.storage().getWeakStorageImpl());
+    }
     return fresh;
+  }
+
+  // The host storage of a view in use over the `nbytes` at `data`, if there is one.
+  c10::intrusive_ptr<c10::StorageImpl> storage_in_view(const void* data, size_t nbytes) {
+    for (auto& view : views_) {
+      if (view.use_count() == 1) continue;  // only the pool holds it: not in use
+      const c10::Storage& storage = view.unsafeGetTensorImpl()->storage();
+      if (storage.data() == data && storage.nbytes() == nbytes) {
+        return c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage.unsafeGetStorageImpl());
+      }
+    }
+    std::erase_if(overflow_, [](const auto& weak) { return weak.expired(); });
+    for (auto& weak : overflow_) {
+      auto storage = weak.lock();
+      if (storage && storage->data() == data && storage->nbytes() == nbytes) return storage;
+    }
+    return {};
+  }
+
+  // A view over `storage`, for a second neuron tensor of a storage already in view. Not kept:
+  // the pool's views each own their storage alone once let go.
+  static at::Tensor sharing(c10::intrusive_ptr<c10::StorageImpl> storage) {
+    return at::Tensor(c10::make_intrusive<c10::TensorImpl>(
+        c10::Storage(std::move(storage)), c10::DispatchKeySet(c10::DispatchKey::CPU),
+        caffe2::TypeMeta::Make<float>()));
   }
 
  private:
@@ -112,6 +145,8 @@ class HostViewPool {
   }
 
   std::vector<at::Tensor> views_;
+  // Views made while every kept one was in use (more than kCapacity at once): watched, not kept.
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> overflow_;
 };
 
 }  // namespace
@@ -121,17 +156,33 @@ at::Tensor host_view(const at::Tensor& t, bool resizable) {
   TORCH_INTERNAL_ASSERT(t.device().type() == c10::DeviceType::PrivateUse1,
                         "host_view expects a neuron tensor, got one on ", t.device());
   thread_local HostViewPool pool;
-  at::Tensor view = pool.acquire();
-  c10::TensorImpl* impl = view.unsafeGetTensorImpl();
-  // A non-owning storage over the same bytes: the neuron tensor keeps the memory alive for as
-  // long as the kernel using the view runs.
   const c10::Storage& storage = t.storage();
-  c10::StorageImpl* alias = impl->storage().unsafeGetStorageImpl();
-  alias->set_data_ptr_noswap(
-      c10::DataPtr(storage.mutable_data(), c10::Device(c10::DeviceType::CPU)));
-  alias->set_nbytes(storage.nbytes());
-  if (resizable) alias->set_allocator(&g_hbm_as_host);  // (a resizable storage needs one)
-  alias->set_resizable(resizable);
+  at::Tensor view;
+  if (storage.data() != nullptr) {
+    if (auto shared = pool.storage_in_view(storage.data(), storage.nbytes())) {
+      view = HostViewPool::sharing(std::move(shared));
+    }
+  }
+  c10::TensorImpl* impl;
+  c10::StorageImpl* alias;
+  if (view.defined()) {
+    impl = view.unsafeGetTensorImpl();
+    alias = impl->storage().unsafeGetStorageImpl();
+  } else {
+    view = pool.acquire();
+    impl = view.unsafeGetTensorImpl();
+    // A non-owning storage over the same bytes: the neuron tensor keeps the memory alive for as
+    // long as the kernel using the view runs.
+    alias = impl->storage().unsafeGetStorageImpl();
+    alias->set_data_ptr_noswap(
+        c10::DataPtr(storage.mutable_data(), c10::Device(c10::DeviceType::CPU)));
+    alias->set_nbytes(storage.nbytes());
+    alias->set_resizable(false);
+  }
+  if (resizable) {
+    alias->set_allocator(&g_hbm_as_host);  // (a resizable storage needs one)
+    alias->set_resizable(true);
+  }
   impl->set_storage_and_dtype(impl->storage(), t.dtype());
   impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
   impl->_set_conj(t.is_conj());
@@ -160,6 +211,10 @@ void adopt_host_view(const at::Tensor& view, const at::Tensor& original) {
     grown.unsafe_set_device(original.device());
     storage->set_nbytes(view_storage->nbytes());
     storage->set_data_ptr_noswap(std::move(grown));
+    // The view, and any view sharing its storage, goes on looking at the block without owning
+    // it (adopting a second view of that storage is then a no-op).
+    view_storage->set_data_ptr_noswap(
+        c10::DataPtr(storage->mutable_data(), c10::Device(c10::DeviceType::CPU)));
   }
   if (view.sizes() != original.sizes() || view.strides() != original.strides() ||
       view.storage_offset() != original.storage_offset()) {

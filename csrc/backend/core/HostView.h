@@ -12,6 +12,13 @@ namespace torch_neuronx {
 
 // A view with `resizable` set may be resized by the CPU code it is handed to: its storage then
 // grows into fresh HBM of the tensor's device (the caller adopts it, see HostMathKernel).
+//
+// Views of one neuron storage that are alive at the same time on a thread share one host
+// storage, as the neuron tensors share theirs: the CPU code then sees the aliasing the CPU would
+// see, and its memory-overlap checks (at::assert_no_internal_overlap, assert_no_partial_overlap,
+// assert_no_overlap) raise exactly where they raise on the CPU, e.g. for x[5:15].add_(x[0:10]) or
+// torch.add(d[:3], 2, out=d[1:4]). With a storage of its own per view the CPU code could not
+// tell, and computed order-dependent values.
 at::Tensor host_view(const at::Tensor& neuron_tensor, bool resizable = false);
 std::optional<at::Tensor> host_view(const std::optional<at::Tensor>& neuron_tensor);
 std::vector<at::Tensor> host_views(at::TensorList neuron_tensors);

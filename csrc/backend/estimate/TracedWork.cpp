@@ -69,6 +69,12 @@ bool is_fill(const std::string& name) {
   return false;
 }
 
+// In-place writes of some rows into a larger tensor (a KV cache's update): only the new rows
+// move.
+bool is_scatter_into_place(const std::string& name) {
+  return name == "aten::index_copy_" || name == "aten::index_put_";
+}
+
 bool is_copy(const std::string& name) {
   return name == "aten::_copy_from" || name == "aten::_copy_from_and_resize" ||
          name == "aten::copy_" || name == "aten::_to_copy" || name == "aten::clone";
@@ -107,6 +113,26 @@ TracedWork traced_work(const c10::OperatorHandle& op, const torch::jit::Stack& a
   TracedWork result;
   result.op.op = name;
 
+  if (is_scatter_into_place(name)) {
+    // The DMA engines read the new rows (and their indices) and write them in place; the rest
+    // of the destination is neither read nor written. index_copy_(self, dim, index, source),
+    // index_put_(self, indices, values, accumulate).
+    Cost cost(Engine::kDma);
+    const at::Tensor& rows = name == "aten::index_copy_" ? arguments.at(3).toTensor() : arguments.at(2).toTensor();
+    cost.reads(rows);
+    if (name == "aten::index_copy_") {
+      cost.reads(arguments.at(2).toTensor());
+    } else {
+      for (const auto& t : arguments.at(1).toOptionalTensorVector()) {
+        if (t.has_value()) cost.reads(*t);
+      }
+    }
+    result.op.work = cost.work();
+    result.op.work[Engine::kDma].bytes_written = bytes_of_elements(rows);
+    result.op.kind = nrtsim::LaunchKind::kCopyDeviceToDevice;
+    result.source = WorkSource::kKernel;
+    return result;
+  }
   if (const OpFamily* family = find_op_family(name)) {
     Cost cost(family->engine);
     read_all_inputs(cost, schema, arguments);

@@ -90,10 +90,11 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
                                                   std::optional<bool> train) {
   TORCH_CHECK(p >= 0 && p <= 1, "dropout probability has to be between 0 and 1, but got ", p,
               " (aten::native_dropout on ", input.device(), ")");
-  at::Tensor mask = at::empty_like(input, input.options().dtype(at::kBool),
-                                   at::MemoryFormat::Contiguous);
+  // The mask and the output take the input's layout (channels-last stays channels-last), as the
+  // CPU kernel lays them out.
+  at::Tensor mask = at::empty_like(input, input.options().dtype(at::kBool));
   if (train.has_value() && !*train) return {input.clone(), mask.fill_(true)};
-  at::Tensor output = at::empty_like(input, at::MemoryFormat::Contiguous);
+  at::Tensor output = at::empty_like(input);
   if (input.numel() == 0) return {output, mask};
   const double keep = 1. - p;
   const double scale = keep == 0. ? 0. : 1. / keep;

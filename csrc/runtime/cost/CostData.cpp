@@ -62,6 +62,8 @@ Efficiency read_efficiency(const Reader& r) {
   e.op_latency_us = r.number_or("op_latency_us", 0);
   e.op_latency_source = r.text_or("op_latency_source", "");
   e.instruction_overhead_cycles = r.number_or("instruction_overhead_cycles", 0);
+  e.host_step_us = r.number_or("host_step_us", 0);
+  e.host_step_source = r.text_or("host_step_source", "");
   e.tensor_source = r.text_or("tensor_source", "");
   e.hbm_source = r.text_or("hbm_source", "");
   e.link_source = r.text_or("link_source", "");
@@ -115,6 +117,9 @@ CostData parse_cost_data(const std::string& text, const std::string& origin) {
       l.hop_latency_us = r.number("hop_latency_us");
       l.mesh_below_mbytes = r.number_or("mesh_below_mbytes", 0);
       l.rdh_below_mbytes = r.number_or("rdh_below_mbytes", 0);
+      l.one_shot_below_mbytes = r.number_or("one_shot_below_mbytes", 0);
+      l.two_shot_below_mbytes = r.number_or("two_shot_below_mbytes", 0);
+      l.multicast = r.number_or("multicast", 0) > 0;
       l.source = r.text("source");
       data.links[key] = l;
     } else if (kind == "instance" && !key.empty()) {

@@ -20,7 +20,11 @@ struct Efficiency {
   // Static overhead of one engine instruction, in that engine's cycles: a small op that waits
   // for the one before it pays it in full (0: none modelled).
   double instruction_overhead_cycles = 0;
-  std::string tensor_source, hbm_source, link_source, op_latency_source;
+  // A serving loop that waits for each step's result before preparing the next (no asynchronous
+  // runtime or scheduling) leaves the device idle this long per step: sampling read back,
+  // scheduling, the next step's inputs, the launch. 0: none modelled.
+  double host_step_us = 0;
+  std::string tensor_source, hbm_source, link_source, op_latency_source, host_step_source;
 };
 
 struct GpuSpec {
@@ -46,6 +50,13 @@ struct LinkSpec {
   // 0: rings only.
   double mesh_below_mbytes = 0;
   double rdh_below_mbytes = 0;
+  // NVSwitch: a serving engine's all-reduce reads every peer's buffer in one step below
+  // one_shot_below_mbytes and reduce-scatters then all-gathers in two below
+  // two_shot_below_mbytes (TensorRT-LLM's custom all-reduce); above, NCCL. multicast: the switch
+  // reduces in the network (NVLink SHARP), so an all-reduce moves each byte once each way.
+  double one_shot_below_mbytes = 0;
+  double two_shot_below_mbytes = 0;
+  bool multicast = false;
   std::string source;
 };
 
