@@ -65,6 +65,14 @@ PYTORCH_TESTS ?= ../shared/pytorch-tests
 conformance: build
 	PYTORCH_TESTS=$(abspath $(PYTORCH_TESTS)) $(PYTHON) tests/conformance/suites.py $(CONFORMANCE_ARGS)
 
+# The layout and aliasing fuzzer's long run: every native op, FUZZ_EXAMPLES examples each (default
+# 100), every FUZZ_COMPILE_EVERY-th op compiled too, a new seed unless FUZZ_SEED is given (`make
+# test` runs 2 examples per op from a fixed seed; see docs/fuzzing.md).
+.PHONY: fuzz
+fuzz: build
+	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-100} FUZZ_COMPILE_EVERY=$${FUZZ_COMPILE_EVERY:-4} \
+	  FUZZ_SEED=$${FUZZ_SEED:-random} $(PYTHON) -m pytest tests/fuzz/test_fuzz.py $(PYTEST_ARGS)
+
 # The Hugging Face architecture sweep: every entry of transformers' MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
 # tiny and random, on neuron against CPU, float32 then bfloat16; writes docs/hf_coverage*.md/json.
 .PHONY: coverage
