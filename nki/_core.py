@@ -941,9 +941,32 @@ class Tracer:
         self._fold_assignments()
         self._resolve_accumulation()
         self._place_on_chip()
+        self._interleave_programs()
         buffers = [(b.memory.code, b.dtype.code, b.elements, b.binding, b.poison)
                    for b in self.buffers]
         return buffers, [ins.encode() for ins in self.instructions]
+
+    def _interleave_programs(self):
+        """SPMD programs run at the same time on their cores: the interpreter executes their
+        instructions interleaved (the k-th of each program in turn) rather than one program
+        after another, so that programs touching the same shared_hbm tensor see what concurrent
+        cores would (e.g. every program zeroing an output before any writes its share)."""
+        if len(self.grid) == 1 and self.grid[0] == 1:
+            return
+        per = {}
+        for i, ins in enumerate(self.instructions):
+            per.setdefault(ins.program, []).append(i)
+        order = []
+        queues = [per[p] for p in sorted(per)]
+        k = 0
+        while any(k < len(q) for q in queues):
+            order.extend(q[k] for q in queues if k < len(q))
+            k += 1
+        remap = {old: new for new, old in enumerate(order)}
+        out = [self.instructions[i] for i in order]
+        for ins in out:
+            ins.after = [remap[j] for j in ins.after]
+        self.instructions = out
 
     def _fold_assignments(self):
         """Drops the copy of `t[...] = value` where value is a fresh on-chip tile that its
