@@ -3,6 +3,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -27,8 +28,9 @@ struct Swapped {
 
 class HostMathKernel final : public c10::OperatorKernel {
  public:
-  HostMathKernel(const OpFamily& family, const std::string& name)
-      : family_(family), name_(nrtsim::intern(name)) {}
+  HostMathKernel(const OpFamily& family, const std::string& name,
+                 LaunchKind kind = LaunchKind::kKernel)
+      : family_(family), name_(nrtsim::intern(name)), kind_(kind) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     const c10::FunctionSchema& schema = op.schema();
@@ -39,7 +41,18 @@ class HostMathKernel final : public c10::OperatorKernel {
     const c10::Device device = found.value_or(c10::Device(c10::DeviceType::PrivateUse1));
     substitute_generators(schema, *stack, first, device);
 
-    Kernel kernel(name_, device, family_.engine);
+    Kernel kernel(name_, device, family_.engine, kind_);
+    // A tensor passed twice (an in-place op's self as its own out=: nan_to_num_ calls
+    // nan_to_num.out(self, out=self)) gets one host view, writable if either use writes: the CPU
+    // kernel must see one tensor, as it does on the CPU, or it takes two views of one storage for
+    // an overlap it refuses.
+    std::vector<const c10::TensorImpl*> written;
+    for (size_t i = 0; i < arguments.size(); ++i) {
+      const auto* alias = arguments[i].alias_info();
+      if (alias == nullptr || !alias->isWrite()) continue;
+      const c10::IValue& value = (*stack)[first + i];
+      if (value.isTensor()) written.push_back(value.toTensor().unsafeGetTensorImpl());
+    }
     std::vector<Swapped> swapped;
     auto swap = [&](const at::Tensor& t, bool writable, bool out_argument) -> at::Tensor {
       if (!t.defined()) return t;
@@ -47,6 +60,13 @@ class HostMathKernel final : public c10::OperatorKernel {
       // contents are not read.
       if (!out_argument) kernel.reads(t);
       if (!is_neuron(t)) return t;
+      // The same tensor twice is the same view twice, as on the CPU (where the overlap checks
+      // take one TensorImpl in two places for a full overlap, never a partial one).
+      for (const auto& s : swapped) {
+        if (s.original.is_same(t)) return s.view;
+      }
+      writable = writable || std::find(written.begin(), written.end(),
+                                       t.unsafeGetTensorImpl()) != written.end();
       swapped.push_back({t, host_view(t, writable), writable});
       return swapped.back().view;
     };
@@ -116,13 +136,12 @@ class HostMathKernel final : public c10::OperatorKernel {
 
   OpFamily family_;
   const char* name_;  // interned
+  LaunchKind kind_;
 };
 
-// No argument is written. The functional form of a structured op gets a kernel of its own: the
-// generic wrapper PyTorch would use instead allocates its output through empty.memory_format with
-// the format the inputs suggest, channels-last for channels-last-strided inputs, which neuron
-// rejects when a program asks for it (TorchNeuron's rule). Run on the host, the CPU kernel picks
-// the output strides as on the CPU and the result moves to HBM with them.
+// No argument is written. The functional form of a structured op gets a kernel of its own: run on
+// the host, the CPU kernel picks the output strides as on the CPU and the result moves to HBM
+// with them, without the second dispatch of PyTorch's generic wrapper.
 bool is_functional(const c10::FunctionSchema& schema) {
   for (const auto& a : schema.arguments()) {
     if (a.alias_info() != nullptr && a.alias_info()->isWrite()) return false;
@@ -154,8 +173,8 @@ std::unordered_map<std::string, OpFamily>& families_by_op() {
 }  // namespace
 
 void run_host_math(const OpFamily& family, const c10::OperatorHandle& op,
-                   torch::jit::Stack* stack) {
-  HostMathKernel(family, op_name(op.operator_name()))(op, c10::DispatchKeySet(), stack);
+                   torch::jit::Stack* stack, LaunchKind kind) {
+  HostMathKernel(family, op_name(op.operator_name()), kind)(op, c10::DispatchKeySet(), stack);
 }
 
 const OpFamily* find_op_family(const std::string& op) {
