@@ -55,6 +55,24 @@ opinfo: build
 moduleinfo: build
 	TORCH_NEURONX_MODULEINFO=full $(PYTHON) -m pytest tests/moduleinfo $(PYTEST_ARGS)
 
+# PyTorch's device-generic suites (test_binary_ufuncs.py, test_view_ops.py, test_nn.py's
+# TestNNDeviceType), run for neuron and for the CPU from a copy in build/conformance and compared
+# per test against tests/conformance/known_failures.txt (docs/conformance.md). The files are not
+# in this repository: PYTORCH_TESTS names their folder. About two hours on two cores; `make test`
+# runs a subset.
+PYTORCH_TESTS ?= ../shared/pytorch-tests
+.PHONY: conformance
+conformance: build
+	PYTORCH_TESTS=$(abspath $(PYTORCH_TESTS)) $(PYTHON) tests/conformance/suites.py $(CONFORMANCE_ARGS)
+
+# The layout and aliasing fuzzer's long run: every native op, FUZZ_EXAMPLES examples each (default
+# 100), every FUZZ_COMPILE_EVERY-th op compiled too, a new seed unless FUZZ_SEED is given (`make
+# test` runs 2 examples per op from a fixed seed; see docs/fuzzing.md).
+.PHONY: fuzz
+fuzz: build
+	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-100} FUZZ_COMPILE_EVERY=$${FUZZ_COMPILE_EVERY:-4} \
+	  FUZZ_SEED=$${FUZZ_SEED:-random} $(PYTHON) -m pytest tests/fuzz/test_fuzz.py $(PYTEST_ARGS)
+
 # The Hugging Face architecture sweep: every entry of transformers' MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
 # tiny and random, on neuron against CPU, float32 then bfloat16; writes docs/hf_coverage*.md/json.
 .PHONY: coverage

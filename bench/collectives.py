@@ -21,7 +21,7 @@ concurrent memcpy of the buffer on every rank is its floor, reported as a fracti
 Last, the TP x FSDP training step of the tiny Llama (TP=2 x FSDP=2) on neuron vs the same step on
 CPU with Gloo.
 
-    python bench/collectives.py [--max-mib 256] [--reps 12] [--ranks 4] [--skip-step]
+    python bench/collectives.py [--min-kib 4] [--max-mib 256] [--reps 12] [--ranks 4] [--skip-step]
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def worker(args) -> None:
     concurrent = statistics.median(concurrent)
 
     rows = []
-    size = 4 << 10
+    size = args.min_kib << 10
     while size <= big:
         n = size // 4
         calls = max(1, min(20, (32 << 20) // size))  # 20 up to 1 MiB, 8, 2, then 1 from 64 MiB
@@ -234,6 +234,7 @@ def worker(args) -> None:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--min-kib", type=int, default=4)
     parser.add_argument("--max-mib", type=int, default=256)
     parser.add_argument("--reps", type=int, default=12)
     parser.add_argument("--ranks", type=int, default=4)

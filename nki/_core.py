@@ -88,6 +88,24 @@ class DType:
         """An MX x4 format: one element holds four values."""
         return self.code in MX_PACKED
 
+    @property
+    def dtype(self):
+        """The NumPy dtype (``np.dtype(nl.float32)``, ``x.astype(nl.bfloat16)``; bfloat16 and
+        float8 through ml_dtypes, when installed)."""
+        import numpy as np
+
+        name = {"bool_": "bool", "tfloat32": "float32"}.get(self.name, self.name)
+        try:
+            return np.dtype(name)
+        except TypeError:
+            try:
+                import ml_dtypes  # noqa: F401  (registers bfloat16 / float8 with NumPy)
+
+                return np.dtype(name)
+            except (ImportError, TypeError):
+                raise NkiError(f"NumPy has no {self.name} (install ml_dtypes for bfloat16 / "
+                               "float8)") from None
+
 
 float32 = DType("float32", 0, 4, True)
 tfloat32 = DType("tfloat32", 0, 4, True)  # stored as float32; the Tensor engine reads 19 bits
@@ -257,20 +275,33 @@ def _contiguous_strides(shape):
 
 class NKIObject:
     """Base class of the objects a kernel may build (NKI 0.6 ``nl.NKIObject``): user classes
-    inherit from it and behave like dataclasses (keyword construction, field-wise equality)."""
+    inherit from it and behave like dataclasses, with or without ``@dataclass``: construction by
+    position or keyword over the annotated fields (defaults from the class), field-wise
+    equality."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, *args, **kwargs):
+        fields = []
+        for klass in reversed(type(self).__mro__):
+            for name in getattr(klass, "__annotations__", {}):
+                if name not in fields:
+                    fields.append(name)
+        if len(args) > len(fields):
+            raise TypeError(f"{type(self).__name__} takes {len(fields)} fields, got {len(args)}")
+        values = dict(zip(fields, args))
         for k, v in kwargs.items():
-            setattr(self, k, v)
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        # A class with annotations and no __init__ of its own gets the dataclass one, as NKI's
-        # compiler treats such classes.
-        if "__init__" not in cls.__dict__ and cls.__dict__.get("__annotations__"):
-            import dataclasses
-
-            dataclasses.dataclass(cls)
+            if k in values:
+                raise TypeError(f"{type(self).__name__}: {k} given twice")
+            values[k] = v
+        for name in fields:
+            if name not in values:
+                if not hasattr(type(self), name):
+                    raise TypeError(f"{type(self).__name__} needs {name}")
+                values[name] = getattr(type(self), name)
+        for k, v in values.items():
+            object.__setattr__(self, k, v)
+        post = getattr(self, "__post_init__", None)
+        if post is not None:
+            post()
 
     def __eq__(self, other):
         if type(other) is not type(self):
@@ -278,6 +309,10 @@ class NKIObject:
         return vars(self) == vars(other)
 
     __hash__ = object.__hash__
+
+    def __repr__(self):
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({fields})"
 
 
 refused("nki.language.NkiTensor.vector_select",
@@ -294,8 +329,8 @@ class DynamicSlice:
             raise error(f"nl.ds({start!r}, {size!r}): start and size must be integers known when "
                         "the kernel specialises (runtime offsets need .ap(scalar_offset=...))")
         self.start, self.size = int(start), int(size)
-        if self.size <= 0:
-            raise error(f"nl.ds({start}, {size}): size must be positive")
+        if self.size < 0:
+            raise error(f"nl.ds({start}, {size}): size must not be negative")
 
     def as_slice(self):
         return slice(self.start, self.start + self.size)
@@ -906,9 +941,32 @@ class Tracer:
         self._fold_assignments()
         self._resolve_accumulation()
         self._place_on_chip()
+        self._interleave_programs()
         buffers = [(b.memory.code, b.dtype.code, b.elements, b.binding, b.poison)
                    for b in self.buffers]
         return buffers, [ins.encode() for ins in self.instructions]
+
+    def _interleave_programs(self):
+        """SPMD programs run at the same time on their cores: the interpreter executes their
+        instructions interleaved (the k-th of each program in turn) rather than one program
+        after another, so that programs touching the same shared_hbm tensor see what concurrent
+        cores would (e.g. every program zeroing an output before any writes its share)."""
+        if len(self.grid) == 1 and self.grid[0] == 1:
+            return
+        per = {}
+        for i, ins in enumerate(self.instructions):
+            per.setdefault(ins.program, []).append(i)
+        order = []
+        queues = [per[p] for p in sorted(per)]
+        k = 0
+        while any(k < len(q) for q in queues):
+            order.extend(q[k] for q in queues if k < len(q))
+            k += 1
+        remap = {old: new for new, old in enumerate(order)}
+        out = [self.instructions[i] for i in order]
+        for ins in out:
+            ins.after = [remap[j] for j in ins.after]
+        self.instructions = out
 
     def _fold_assignments(self):
         """Drops the copy of `t[...] = value` where value is a fresh on-chip tile that its

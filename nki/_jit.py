@@ -268,7 +268,14 @@ class JitKernel:
                 raise _core.NkiError(f"kernel '{self.__name__}' must return HBM tensors "
                                      f"(nl.ndarray(..., buffer=nl.shared_hbm)); got {t!r}")
             buf = t._buffer
-            if t.shape != buf.shape or t.offset != 0 or t.strides != _core._contiguous_strides(buf.shape):
+            if t.shape != buf.shape:
+                # A reshaped view of a whole output (out.reshape(...)) is that output reshaped.
+                if (t.offset != 0 or t.numel() != buf.elements or t._dtype is not None
+                        or t.strides != _core._contiguous_strides(t.shape)):
+                    raise _core.NkiError(f"kernel '{self.__name__}' returns a view of part of a "
+                                         "tensor; return whole tensors (or a reshape of one)")
+                buf.shape = t.shape
+            elif t.offset != 0 or t.strides != _core._contiguous_strides(buf.shape):
                 raise _core.NkiError(f"kernel '{self.__name__}' returns a view of a tensor; "
                                      "return whole tensors")
             if buf.binding >= 0 and buf.binding < n_inputs:

@@ -98,7 +98,9 @@ softplus = _unary_op("softplus", 12, py=lambda a: math.log1p(math.exp(a)))
 erf = _unary_op("erf", 13, py=math.erf)
 sin = _unary_op("sin", 14, py=math.sin)
 cos = _unary_op("cos", 15, py=math.cos)
-abs = _unary_op("abs", 16, py=lambda a: a if a >= 0 else -a)  # noqa: A001
+# As an ALU op (tensor_scalar's op0 with operand 0, a unary op of the Vector engine) abs is
+# abs_max(x, 0) = |x|.
+abs = _unary_op("abs", 16, alu=21, py=lambda a: a if a >= 0 else -a)  # noqa: A001
 square = _unary_op("square", 17, py=lambda a: a * a)
 sign = _unary_op("sign", 18, py=lambda a: float((a > 0) - (a < 0)))
 negative = _unary_op("negative", 19, py=operator.neg)

@@ -26,14 +26,10 @@ class _NotHere:
 
 def _static_cast(array, dtype):
     """neuron_dtypes.static_cast: a value conversion to `dtype` (NumPy / ml_dtypes types)."""
-    name = getattr(dtype, "name", None) or str(dtype)
-    if name.endswith("_x4"):
+    name = getattr(dtype, "name", None)
+    if isinstance(name, str) and name.endswith("_x4"):
         raise NotImplementedError(f"packing to {name} is not provided here (MX reference data)")
-    try:
-        import ml_dtypes  # noqa: F401  (registers bfloat16 / float8 with NumPy)
-    except ImportError:
-        pass
-    return np.asarray(array).astype(np.dtype(name))
+    return np.asarray(array).astype(_np_dtype(dtype))
 
 
 def _np_dtype(dtype):
@@ -41,7 +37,11 @@ def _np_dtype(dtype):
         import ml_dtypes  # noqa: F401
     except ImportError:
         pass
-    return np.dtype(getattr(dtype, "name", None) or str(dtype))
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        name = getattr(dtype, "name", None)
+        return np.dtype(name if isinstance(name, str) else str(dtype))
 
 
 _dt = _module("neuron_dtypes", static_cast=_static_cast,

@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "backend/distributed/Staging.h"
+#include "backend/distributed/StoreRendezvous.h"
 #include "runtime/Env.h"
 #include "runtime/Error.h"
 
@@ -104,6 +105,48 @@ std::string host_display_name() {
 int HostLayout::local_index(int r) const {
   const auto& ranks = ranks_of[host_of[r]];
   return static_cast<int>(std::find(ranks.begin(), ranks.end(), r) - ranks.begin());
+}
+
+HostLayout HostLayout::discover(c10d::Store& store, int rank, int size,
+                                std::chrono::milliseconds timeout) {
+  const std::string me = host_identity();
+  const std::string shown = host_display_name();
+  store.set("nrtsim/host/" + std::to_string(rank), std::vector<uint8_t>(me.begin(), me.end()));
+  store.set("nrtsim/hostname/" + std::to_string(rank),
+            std::vector<uint8_t>(shown.begin(), shown.end()));
+  std::vector<std::string> keys;
+  std::vector<int> from;
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) continue;
+    keys.push_back("nrtsim/host/" + std::to_string(r));
+    from.push_back(r);
+  }
+  rendezvous_wait(store, keys, from, rank, timeout, rank == 0 && size >= 8);
+  HostLayout layout;
+  layout.rank = rank;
+  std::vector<std::string> ids;
+  for (int r = 0; r < size; ++r) {
+    std::string id = me;
+    if (r != rank) {
+      const auto other = store.get("nrtsim/host/" + std::to_string(r));
+      id.assign(other.begin(), other.end());
+    }
+    auto known = std::find(ids.begin(), ids.end(), id);
+    if (known == ids.end()) {
+      ids.push_back(id);
+      layout.ranks_of.emplace_back();
+      const auto name = rendezvous_get(store, "nrtsim/hostname/" + std::to_string(r), rank, r,
+                                       timeout);
+      layout.names.emplace_back(name.begin(), name.end());
+      known = ids.end() - 1;
+    }
+    const int host = static_cast<int>(known - ids.begin());
+    layout.host_of.push_back(host);
+    layout.ranks_of[host].push_back(r);
+  }
+  layout.host = layout.host_of[rank];
+  layout.local_rank = layout.local_index(rank);
+  return layout;
 }
 
 void set_gloo_factory(GlooFactory factory) {

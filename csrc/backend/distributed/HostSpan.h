@@ -49,6 +49,12 @@ struct HostLayout {
   bool leader() const { return local_rank == 0; }
   bool local(int r) const { return host_of[r] == host; }
   int local_index(int r) const;  // r's index among its host's ranks
+
+  // Collective over the group: every rank publishes its host identity in `store` and reads
+  // everyone's (the group's timeout bounds the wait; group rank 0 of 8 or more ranks reports
+  // progress).
+  static HostLayout discover(c10d::Store& store, int rank, int size,
+                             std::chrono::milliseconds timeout);
 };
 
 // Builds a Gloo process group (store, rank, size, timeout); installed by the Python layer.

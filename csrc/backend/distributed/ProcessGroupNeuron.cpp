@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "backend/core/KernelLaunch.h"
+#include "backend/distributed/StoreRendezvous.h"
 #include "backend/distributed/Works.h"
 #include "runtime/Env.h"
 
@@ -78,70 +79,6 @@ nrtsim::Work link_work(const tp::LinkBytes& link) {
     work.timeline_ns = ns;
   }
   return work;
-}
-
-// Values the other ranks publish while creating the same group: waits for `keys` (key i from
-// group rank from_ranks[i]). The wait has the group's timeout, not the store's own (a TCPStore's
-// default is far longer): a rank that never creates this group, or creates it under other keys,
-// must become an error naming it, never a hang. A store that fails otherwise (its host exited)
-// is said at once, as such. With `progress`, how many ranks have come is printed every 10 s:
-// a large job's ranks take a while to start (32 interpreters importing torch on a few cores).
-void rendezvous_wait(c10d::Store& store, const std::vector<std::string>& keys,
-                     const std::vector<int>& from_ranks, int rank,
-                     std::chrono::milliseconds timeout, bool progress) {
-  using clock = std::chrono::steady_clock;
-  const auto start = clock::now();
-  const auto missing = [&] {
-    std::vector<int> late;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (!store.check({keys[i]})) late.push_back(from_ranks[i]);
-    }
-    return late;
-  };
-  const auto ranks_text = [](const std::vector<int>& ranks) {
-    std::string s;
-    for (size_t i = 0; i < ranks.size() && i < 16; ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-    if (ranks.size() > 16) s += ", ...";
-    return s;
-  };
-  while (true) {
-    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start);
-    const auto slice = std::min(timeout - waited, std::chrono::milliseconds(progress ? 10'000 : timeout.count()));
-    try {
-      store.wait(keys, std::max(slice, std::chrono::milliseconds(1)));
-      return;
-    } catch (const c10::DistStoreError&) {
-      // A wait that timed out: the store is fine, some rank is late.
-    } catch (const std::exception& e) {
-      dist_error("neuron process group: rank " + std::to_string(rank) +
-                 " lost the c10d Store while the group was being created (" + e.what() +
-                 "): the rank that hosts it (rank 0 of the job, at MASTER_ADDR) has exited or is "
-                 "unreachable; every member must create the group before that rank exits");
-    }
-    const std::vector<int> late = missing();
-    if (late.empty()) return;
-    const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start);
-    if (now >= timeout) {
-      dist_error("neuron process group: rank " + std::to_string(rank) + " waited " +
-                 std::to_string(timeout.count()) + " ms for " +
-                 (late.size() == 1 ? "rank " : "ranks ") + ranks_text(late) +
-                 " of the new group to join it: every rank of a group must create it (the same "
-                 "new_group / split_group calls, in the same order, on every member)");
-    }
-    if (progress) {
-      std::fprintf(stderr,
-                   "neuron process group: %zu of %zu ranks have joined after %lld s, waiting for "
-                   "rank(s) %s\n",
-                   keys.size() + 1 - late.size(), keys.size() + 1,
-                   static_cast<long long>(now.count() / 1000), ranks_text(late).c_str());
-    }
-  }
-}
-
-std::vector<uint8_t> rendezvous_get(c10d::Store& store, const std::string& key, int rank,
-                                    int from_rank, std::chrono::milliseconds timeout) {
-  rendezvous_wait(store, {key}, {from_rank}, rank, timeout, false);
-  return store.get(key);
 }
 
 size_t env_bytes(const char* variable, size_t fallback) {
@@ -214,46 +151,9 @@ ProcessGroupNeuron::ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& st
   topts.slot_bytes = env_bytes("NRTSIM_COLLECTIVE_SLOT_BYTES", topts.slot_bytes);
   topts.channel_bytes = env_bytes("NRTSIM_P2P_RING_BYTES", topts.channel_bytes);
   store_->setTimeout(options_->timeout);
-  // Which rank is on which host (see HostSpan.h for what counts as one). The shared-memory
+  // Which rank is on which host (HostSpan.h says what counts as one). The shared-memory
   // transport connects the ranks of one host; a group on several hosts adds the Gloo leg.
-  const std::string me = host_identity();
-  const std::string shown = host_display_name();
-  store_->set("nrtsim/host/" + std::to_string(rank), std::vector<uint8_t>(me.begin(), me.end()));
-  store_->set("nrtsim/hostname/" + std::to_string(rank),
-              std::vector<uint8_t>(shown.begin(), shown.end()));
-  std::vector<std::string> keys;
-  std::vector<int> from;
-  for (int r = 0; r < size; ++r) {
-    if (r == rank) continue;
-    keys.push_back("nrtsim/host/" + std::to_string(r));
-    from.push_back(r);
-  }
-  // Group rank 0 of a large group reports how many have come while it waits.
-  rendezvous_wait(*store_, keys, from, rank, options_->timeout, rank == 0 && size >= 8);
-  HostLayout layout;
-  layout.rank = rank;
-  std::vector<std::string> ids;
-  for (int r = 0; r < size; ++r) {
-    std::string id = me;
-    if (r != rank) {
-      const auto other = store_->get("nrtsim/host/" + std::to_string(r));
-      id.assign(other.begin(), other.end());
-    }
-    auto known = std::find(ids.begin(), ids.end(), id);
-    if (known == ids.end()) {
-      ids.push_back(id);
-      layout.ranks_of.emplace_back();
-      const auto name = rendezvous_get(*store_, "nrtsim/hostname/" + std::to_string(r), rank, r,
-                                       options_->timeout);
-      layout.names.emplace_back(name.begin(), name.end());
-      known = ids.end() - 1;
-    }
-    const int host = static_cast<int>(known - ids.begin());
-    layout.host_of.push_back(host);
-    layout.ranks_of[host].push_back(r);
-  }
-  layout.host = layout.host_of[rank];
-  layout.local_rank = layout.local_index(rank);
+  HostLayout layout = HostLayout::discover(*store_, rank, size, options_->timeout);
   const int local_rank = layout.local_rank;
   const int local_size = layout.local_size();
   const std::string key = "nrtsim/segment/" + std::to_string(layout.host);
@@ -385,7 +285,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::execute(const CallSpec& spec,
     link.sent += b.sent;
     link.received += b.received;
     link.efa += b.efa;
+    link.buffer += b.buffer;  // a coalesced call moves its buffers as one
+    link.passes = std::max(link.passes, b.passes);
     link.algorithm = b.algorithm;
+    link.ranks = b.ranks;
+    link.hosts = b.hosts;
   }
   // Transport errors are translated inside the body: launch_on would make them RuntimeErrors.
   auto body = [&] {
