@@ -137,3 +137,22 @@ def test_mode_out_runs_on_neuron():
     torch.mode(x.to("neuron"), out=neuron)
     _same(neuron[0], values)
     _same(neuron[1], indices)
+
+
+# ---------------------------------------------------------------------------------------------
+# Found, not fixed yet (handed over; docs/fuzzing.md)
+
+OUT_IS_SELF = ("the unboxed add/sub/mul/div .out kernels (Elementwise.cpp, host_math_out) give "
+               "self and out= two host views when they are one tensor, so the CPU's "
+               "TensorIterator does not see a read-write output and resizes it instead of refusing")
+
+
+@pytest.mark.xfail(reason=OUT_IS_SELF, strict=True)
+def test_ldexp_inplace_refuses_a_self_it_would_have_to_broadcast():
+    """ldexp_ runs mul.out(self, 2**other, out=self). (Fuzzer, long run seed 3115436528: ldexp
+    (inplace), self float32[], other float32[1].)"""
+    for device in ("cpu", "neuron"):
+        self_ = torch.tensor(1.5, device=device)
+        with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+            self_.ldexp_(torch.tensor([2.0], device=device))
+        assert self_.shape == ()
