@@ -65,12 +65,20 @@ PYTORCH_TESTS ?= ../shared/pytorch-tests
 conformance: build
 	PYTORCH_TESTS=$(abspath $(PYTORCH_TESTS)) $(PYTHON) tests/conformance/suites.py $(CONFORMANCE_ARGS)
 
+# The layout and aliasing fuzzer's long run: every native op, FUZZ_EXAMPLES examples each (default
+# 100), every FUZZ_COMPILE_EVERY-th op compiled too, a new seed unless FUZZ_SEED is given (`make
+# test` runs 2 examples per op from a fixed seed; see docs/fuzzing.md).
+.PHONY: fuzz
+fuzz: build
+	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-100} FUZZ_COMPILE_EVERY=$${FUZZ_COMPILE_EVERY:-4} \
+	  FUZZ_SEED=$${FUZZ_SEED:-random} $(PYTHON) -m pytest tests/fuzz/test_fuzz.py $(PYTEST_ARGS)
+
 # The Hugging Face architecture sweep: every entry of transformers' MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
 # tiny and random, on neuron against CPU, float32 then bfloat16; writes docs/hf_coverage*.md/json.
 .PHONY: coverage
 coverage: build
-	$(PYTHON) -m torch_neuronx.hf_sweep --output-dir docs $(SWEEP_ARGS)
-	$(PYTHON) -m torch_neuronx.hf_sweep --output-dir docs --dtype bfloat16 $(SWEEP_ARGS)
+	$(PYTHON) testing/hf_sweep.py --output-dir docs $(SWEEP_ARGS)
+	$(PYTHON) testing/hf_sweep.py --output-dir docs --dtype bfloat16 $(SWEEP_ARGS)
 
 # The estimate's validation table against published results (docs/estimate.md); VALIDATE_ARGS
 # selects rows (--rows trn-train,trn-infer,gpu).
@@ -96,10 +104,10 @@ bench-nki: build
 
 format:
 	@command -v clang-format >/dev/null && find csrc tests/runtime -name '*.cpp' -o -name '*.h' | xargs clang-format -i || echo "clang-format not installed"
-	$(PYTHON) -m ruff format torch_neuronx tests examples bench 2>/dev/null || echo "ruff not installed (pip install ruff)"
+	$(PYTHON) -m ruff format torch_neuronx tests examples bench testing tools 2>/dev/null || echo "ruff not installed (pip install ruff)"
 
 lint:
-	$(PYTHON) -m ruff check torch_neuronx tests examples bench
+	$(PYTHON) -m ruff check torch_neuronx tests examples bench testing tools
 
 clean:
 	rm -rf build torch_neuronx/*.so

@@ -65,6 +65,9 @@ class StorageCopier:
                 else:
                     storage = t.untyped_storage()
                     key = (storage.data_ptr(), storage.nbytes(), t.dtype)
+                    if storage.nbytes() == 0:
+                        # Empty storages all have data pointer 0: they share nothing.
+                        key = (id(t), 0, t.dtype)
                     if key not in self._storages:
                         flat = torch.empty(0, dtype=t.dtype)
                         flat.set_(storage, 0, (storage.nbytes() // t.element_size(),), (1,))

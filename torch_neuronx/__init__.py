@@ -25,9 +25,9 @@ from torch_neuronx import _C  # noqa: E402
 
 # The simulated clock's per-engine model of each Trainium generation: an editable data file
 # (NRTSIM_ENGINE_MODEL names another one). Set before anything can start the runtime.
-_C._set_engine_model_path(
-    __import__("os").path.join(__import__("os").path.dirname(__file__), "data", "neuron_cores.ini")
-)
+from torch_neuronx import _env  # noqa: E402
+
+_C._set_engine_model_path(_env.data_file("neuron_cores.ini"))
 from torch_neuronx import _registration  # noqa: E402
 
 _registration.register()

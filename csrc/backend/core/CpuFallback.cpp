@@ -13,8 +13,6 @@
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <set>
 #include <string>
@@ -25,14 +23,16 @@
 #include "backend/core/DeviceCheck.h"
 #include "backend/core/HostMathKernel.h"
 #include "backend/core/KernelLaunch.h"
+#include "runtime/Env.h"
 
 namespace torch_neuronx {
 namespace {
 
+// TORCH_NEURONX_FALLBACK_WARN, read when an op is about to be warned about (a script may set
+// it after importing the package); a value that is not a switch raises, listing the switch words.
 bool warnings_enabled() {
-  const char* value = std::getenv("TORCH_NEURONX_FALLBACK_WARN");
-  return value == nullptr || (std::strcmp(value, "0") != 0 && std::strcmp(value, "false") != 0 &&
-                              std::strcmp(value, "False") != 0);
+  return runtime_call(
+      [] { return nrtsim::env::switch_value("TORCH_NEURONX_FALLBACK_WARN").value_or(true); });
 }
 
 void warn_once(const std::string& name) {
@@ -40,9 +40,15 @@ void warn_once(const std::string& name) {
   static auto* warned = new std::set<std::string>();
   {
     std::lock_guard<std::mutex> lock(mutex);
+    if (warned->count(name) != 0) return;
+  }
+  // Before the op counts as warned about: a bad value raises again at the next call.
+  const bool enabled = warnings_enabled();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
     if (!warned->insert(name).second) return;
   }
-  if (warnings_enabled()) {
+  if (enabled) {
     TORCH_WARN("Operator '", name, "' executed via CPU fallback on neuron: it has no native "
                "kernel, so its inputs are copied to the host and its results back, which costs "
                "performance. torch_neuronx.get_fallback_ops() lists every such op; set "

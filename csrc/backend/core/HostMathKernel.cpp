@@ -3,6 +3,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -41,6 +42,17 @@ class HostMathKernel final : public c10::OperatorKernel {
     substitute_generators(schema, *stack, first, device);
 
     Kernel kernel(name_, device, family_.engine, kind_);
+    // A tensor passed twice (an in-place op's self as its own out=: nan_to_num_ calls
+    // nan_to_num.out(self, out=self)) gets one host view, writable if either use writes: the CPU
+    // kernel must see one tensor, as it does on the CPU, or it takes two views of one storage for
+    // an overlap it refuses.
+    std::vector<const c10::TensorImpl*> written;
+    for (size_t i = 0; i < arguments.size(); ++i) {
+      const auto* alias = arguments[i].alias_info();
+      if (alias == nullptr || !alias->isWrite()) continue;
+      const c10::IValue& value = (*stack)[first + i];
+      if (value.isTensor()) written.push_back(value.toTensor().unsafeGetTensorImpl());
+    }
     std::vector<Swapped> swapped;
     auto swap = [&](const at::Tensor& t, bool writable, bool out_argument) -> at::Tensor {
       if (!t.defined()) return t;
@@ -51,8 +63,10 @@ class HostMathKernel final : public c10::OperatorKernel {
       // The same tensor twice is the same view twice, as on the CPU (where the overlap checks
       // take one TensorImpl in two places for a full overlap, never a partial one).
       for (const auto& s : swapped) {
-        if (s.original.is_same(t) && (s.writable || !writable)) return s.view;
+        if (s.original.is_same(t)) return s.view;
       }
+      writable = writable || std::find(written.begin(), written.end(),
+                                       t.unsafeGetTensorImpl()) != written.end();
       swapped.push_back({t, host_view(t, writable), writable});
       return swapped.back().view;
     };

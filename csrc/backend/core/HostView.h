@@ -1,17 +1,35 @@
-// A CPU tensor that aliases a neuron tensor's memory (same storage bytes, sizes, strides, offset).
-// nrtsim's HBM is host memory, so a kernel may compute with ATen's CPU math directly on device
-// buffers through such a view: no copy, and it is still our kernel, launched through our path.
+// CPU code over device memory: the one service through which eager kernels and compiled programs
+// run ATen's CPU code on neuron tensors. nrtsim's HBM is host memory, so the CPU code works on
+// host views (CPU tensors aliasing a neuron tensor's bytes, sizes, strides, offset) with no copy,
+// allocates its fresh results in HBM (HostAllocationsInHbm), and hands them back as neuron
+// tensors (move_to_hbm for one result, HostResults for a program's several): still our kernel or
+// program, launched through our path.
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Storage.h>
 
 #include <optional>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 namespace torch_neuronx {
 
-// A view with `resizable` set may be resized by the CPU code it is handed to: its storage then
-// grows into fresh HBM of the tensor's device (the caller adopts it, see HostMathKernel).
+// --- host views ---------------------------------------------------------------------------------
+
+// A CPU tensor over an empty storage that owns nothing: what every host view is made of, built
+// once and pointed at a neuron tensor (point_at) for each use.
+at::Tensor empty_host_view();
+
+// Points `view` (from empty_host_view, held by the caller alone) at `neuron_tensor`: its bytes
+// through the view's storage, which does not own them (the neuron tensor keeps the memory alive
+// while the CPU code runs), its dtype, sizes, strides, offset and conjugate/negative bits.
+void point_at(const at::Tensor& view, const at::Tensor& neuron_tensor);
+
+// A host view from this thread's pool. With `resizable` set the CPU code may resize it: its
+// storage then grows into fresh HBM of the tensor's device (adopt_host_view carries it over).
 //
 // Views of one neuron storage that are alive at the same time on a thread share one host
 // storage, as the neuron tensors share theirs: the CPU code then sees the aliasing the CPU would
@@ -27,8 +45,10 @@ std::vector<at::Tensor> host_views(at::TensorList neuron_tensors);
 // sizes, strides, offset) over to the neuron tensor.
 void adopt_host_view(const at::Tensor& view, const at::Tensor& original);
 
+// --- fresh results in HBM -----------------------------------------------------------------------
+
 // While alive, CPU tensors this thread allocates are placed in HBM of `device`: wrapped around a
-// kernel's CPU code, its fresh results are already device memory.
+// kernel's or a program's CPU code, its fresh results are already device memory.
 class HostAllocationsInHbm {
  public:
   explicit HostAllocationsInHbm(c10::DeviceIndex device);
@@ -40,10 +60,46 @@ class HostAllocationsInHbm {
   c10::DeviceIndex previous_;
 };
 
+// Whether a CPU tensor's storage owns an HBM block (its CPU code allocated it inside a
+// HostAllocationsInHbm scope): the block can become a neuron storage without a copy. A host
+// view's storage owns nothing and answers false.
+bool owns_hbm_block(const c10::StorageImpl& host_storage);
+
 // A neuron tensor on `device` with the contents, sizes and strides of `host_tensor`: how a kernel
-// that computed a fresh result with ATen's CPU math hands it over. A result allocated in HBM (see
-// HostAllocationsInHbm) that owns its block alone is taken over without a copy; anything else is
-// copied.
+// that computed a fresh result with ATen's CPU math hands it over. A result that owns its HBM
+// block alone is taken over without a copy; anything else is copied (its extent only).
 at::Tensor move_to_hbm(const at::Tensor& host_tensor, c10::Device device);
+
+// What a compiled program's CPU code returned, turned into the program's outputs. Outputs that
+// share a storage keep sharing one (AOTAutograd regenerates views of outputs from their base), an
+// output over an input's bytes becomes the same alias of the neuron input, and a fresh result in
+// HBM is taken over without a copy when nothing but the outputs holds its block (else its
+// storage is copied whole, so the sharing survives). Per call it costs work in the number of
+// outputs; the inputs are looked up in a sorted vector (a decode step has ~50 inputs and one
+// output).
+class HostResults {
+ public:
+  // `inputs`: (host view data pointer, neuron storage) of each neuron input.
+  HostResults(c10::Device device, std::vector<std::pair<const void*, c10::Storage>> inputs);
+
+  // Whether `host` lies over one of the inputs' bytes.
+  bool aliases_input(const at::Tensor& host) const;
+  // Before any to_neuron: each result that will be handed over, so a block held only by results
+  // is known to be free to take.
+  void count_user(const at::Tensor& host);
+  at::Tensor to_neuron(const at::Tensor& host);
+  // A result the program produces on the CPU (a .cpu() inside the graph): one its CPU code put
+  // in HBM is copied to host memory; CPU inputs it aliases stay as they are.
+  at::Tensor to_cpu(const at::Tensor& host);
+
+ private:
+  const c10::Storage* input_storage(const void* data) const;
+
+  c10::Device device_;
+  std::vector<std::pair<const void*, c10::Storage>> inputs_;
+  std::unordered_map<c10::StorageImpl*, std::unordered_set<c10::TensorImpl*>> users_;
+  std::unordered_map<c10::StorageImpl*, c10::Storage> adopted_;
+  std::unordered_map<c10::StorageImpl*, c10::Storage> host_copies_;
+};
 
 }  // namespace torch_neuronx

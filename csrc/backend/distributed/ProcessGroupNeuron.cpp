@@ -385,7 +385,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::execute(const CallSpec& spec,
     link.sent += b.sent;
     link.received += b.received;
     link.efa += b.efa;
+    link.buffer += b.buffer;  // a coalesced call moves its buffers as one
+    link.passes = std::max(link.passes, b.passes);
     link.algorithm = b.algorithm;
+    link.ranks = b.ranks;
+    link.hosts = b.hosts;
   }
   // Transport errors are translated inside the body: launch_on would make them RuntimeErrors.
   auto body = [&] {
