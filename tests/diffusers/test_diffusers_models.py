@@ -13,7 +13,7 @@ import copy
 import pytest
 import torch
 
-from diffusers_check import DTYPES, assert_neuron_matches_cpu, dtype_id, marked
+from diffusers_check import DTYPES, assert_neuron_matches_cpu, dtype_id
 from diffusers_tiny import MODELS
 from diffusers_tolerance import cast
 
@@ -29,7 +29,7 @@ def _output(result) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
-@pytest.mark.parametrize("name", marked(MODELS, "ddpm_unet"))
+@pytest.mark.parametrize("name", list(MODELS))
 def test_model_matches_cpu(name, dtype):
     model, inputs = MODELS[name]()
     model = model.eval().to(dtype)

@@ -9,42 +9,10 @@ strides are not the ones any other device gives; their values are compared, thei
 
 from __future__ import annotations
 
-# i27-core fixes these at their root (issue 27 items 1 and 2).
-OVERLAP = ("partly overlapping out=/in-place operands are not refused (issue 27: memory-overlap "
-           "checks, i27-core)")
-CHANNELS_LAST_BINARY = ("binary ops on two 4-D channels-last operands mislabel their result's "
-                        "layout (issue 27 item 1, i27-core)")
-MODE_OUT = "torch.mode(..., out=) refuses the neuron device (issue 27, i27-core)"
-MEMORY_FORMAT = ("an explicit memory_format=channels_last(_3d) is refused on neuron (issue 27 "
-                 "item 2: compute every memory format, i27-core)")
-
-
-def _overlap(call, form, kind, message) -> bool:
-    return kind in ("overlaps input", "other overlaps self") and "neuron did not" in message
-
-
-def _mode_out(call, form, kind, message) -> bool:
-    return call.op.name == "mode" and form == "out" and "mode only supports CPU" in message
-
-
-def _memory_format(call, form, kind, message) -> bool:
-    refused = "only support contiguous or preserve memory format" in message
-    return refused and "neuron raised" in message
-
-
-def _channels_last_binary(call, form, kind, message) -> bool:
-    operands = [t for t in (call.input, *call.args) if hasattr(t, "dim")]
-    laid = [t for t in operands if t.dim() == 4 and t.numel() > 1 and not t.is_contiguous()
-            and t.is_contiguous(memory_format=__import__("torch").channels_last)]
-    return len(laid) >= 2
-
-
-KNOWN = [
-    (_overlap, OVERLAP),
-    (_mode_out, MODE_OUT),
-    (_memory_format, MEMORY_FORMAT),
-    (_channels_last_binary, CHANNELS_LAST_BINARY),
-]
+# (recognise(call, form, kind, message) -> bool, reason naming where it is fixed). Empty: the
+# failures it held (partial-overlap checks, torch.mode's out=, channels-last binary ops, explicit
+# channels-last memory formats) were fixed at their root by the i27-core work (issue 27).
+KNOWN: list = []
 
 DEVICE_PATH_STRIDES = {
     # at::max_pool1d runs max_pool1d_impl on CPU tensors that need no grad, and
