@@ -40,6 +40,9 @@ REASON_CLASSES = {
     "version-drift": "fails on the CPU too: the 2.4 test no longer matches torch 2.13",
     "by-design": "neuron refuses what TorchNeuron's documentation says it refuses",
     "missing-dtype": "a dtype neuron does not compute",
+    "cuda-expectation": "the test asserts CUDA's behaviour on every device but the CPU; neuron "
+                        "does what the CPU, the oracle, does",
+    "not-implemented": "a feature neuron lacks, refused with an error",
 }
 MAX_NON_DRIFT_ENTRIES = 30
 
@@ -66,7 +69,12 @@ CI_SUBSET = (
           "overlap or out_resize or test_add_ or test_mul_ or cpu_tensor or "
           "test_binary_ops_with_scalars or test_bitwise_shift or test_pow_ or "
           "(test_reference_numerics and float32 and (add or mul or sub or div))"),
-    Suite("test_nn.py", "TestNNDeviceType and (channels_last or memory_format or overlap)"),
+    Suite("test_nn.py",
+          "TestNNDeviceType and (channels_last or GroupNorm_memory_format or inplace_overlap or "
+          "conv_empty_input or channel_shuffle or TransformerEncoderLayer_empty or "
+          "(upsamplingBiMode2d_consistency and num_channels_3 and output_size_32 and "
+          "batch_size_1) or (upsamplingBiMode2d_antialias and memory_format1) or "
+          "(nonsupported_dtypes and uint8))"),
 )
 
 FAILED = {"failed", "error", "crashed", "collect_error"}
@@ -88,6 +96,7 @@ def normalize(nodeid: str) -> str:
     TestViewOpsPRIVATEUSE1 -> TestViewOps) and the test name's device token (its last _cpu or
     _neuron) replaced by _DEVICE."""
     parts = nodeid.split("::")
+    parts[0] = os.path.basename(parts[0])
     if len(parts) >= 3:
         parts[1] = re.sub(r"(PRIVATEUSE1|NEURON|CPU)$", "", parts[1])
         name = parts[2]
@@ -104,6 +113,7 @@ def normalize(nodeid: str) -> str:
 
 def _pytest_command(suite: Suite, extra: list[str]) -> list[str]:
     cmd = [sys.executable, "-m", "pytest", suite.file, "-q", "-p", "no:cacheprovider",
+           "--rootdir", ".", "-c", os.devnull,
            "-p", "deselect_plugin", "-o", "addopts=", "--tb=short", "-rN"]
     if suite.keyword:
         cmd += ["-k", suite.keyword]
@@ -272,7 +282,7 @@ def judge(comparisons: list[FileComparison], known: dict[str, Entry],
     failing = set()
     for c in comparisons:
         for test in c.cpu_pass_neuron_fail + c.neuron_fail_cpu_fail + c.neuron_fail_other:
-            key = f"{c.file}::{test.split('::', 1)[1]}" if not test.startswith(c.file) else test
+            key = test  # normalized ids start with the file name
             failing.add(key)
             entry = known.get(key)
             if entry is None:
