@@ -139,20 +139,25 @@ def test_mode_out_runs_on_neuron():
     _same(neuron[1], indices)
 
 
-# ---------------------------------------------------------------------------------------------
-# Found, not fixed yet (handed over; docs/fuzzing.md)
-
-OUT_IS_SELF = ("the unboxed add/sub/mul/div .out kernels (Elementwise.cpp, host_math_out) give "
-               "self and out= two host views when they are one tensor, so the CPU's "
-               "TensorIterator does not see a read-write output and resizes it instead of refusing")
-
-
-@pytest.mark.xfail(reason=OUT_IS_SELF, strict=True)
 def test_ldexp_inplace_refuses_a_self_it_would_have_to_broadcast():
-    """ldexp_ runs mul.out(self, 2**other, out=self). (Fuzzer, long run seed 3115436528: ldexp
-    (inplace), self float32[], other float32[1].)"""
+    """ldexp_ runs mul.out(self, 2**other, out=self). The unboxed add/sub/mul/div .out kernels
+    gave self and out= two host views, so the CPU's TensorIterator saw no read-write output and
+    resized self to the broadcast shape where the CPU refuses; one host view per tensor
+    (CallHostViews) fixes it. (Fuzzer, long run seed 3115436528: ldexp (inplace), self
+    float32[], other float32[1].)"""
     for device in ("cpu", "neuron"):
-        self_ = torch.tensor(1.5, device=device)
-        with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
-            self_.ldexp_(torch.tensor([2.0], device=device))
-        assert self_.shape == ()
+        other = torch.tensor([2.0], device=device)
+        for call in (lambda s: s.ldexp_(other), lambda s: torch.mul(s, other, out=s),
+                     lambda s: torch.add(s, other, alpha=2, out=s),
+                     lambda s: torch.sub(s, other, out=s), lambda s: torch.div(s, other, out=s)):
+            self_ = torch.tensor(1.5, device=device)
+            with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+                call(self_)
+            assert self_.shape == ()
+    # ... and an out= that is self with the broadcast shape is updated in place, as on the CPU.
+    x, y = torch.randn(3, 4).t(), torch.randn(4, 1)
+    neuron = x.to("neuron")
+    expected = torch.mul(x, y, out=x)
+    result = torch.mul(neuron, y.to("neuron"), out=neuron)
+    assert result is neuron
+    _same(neuron, expected)

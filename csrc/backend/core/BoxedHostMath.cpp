@@ -19,13 +19,6 @@ namespace torch_neuronx {
 
 namespace {
 
-// One neuron tensor argument and the host view standing in for it.
-struct Swapped {
-  at::Tensor original;
-  at::Tensor view;
-  bool writable;
-};
-
 class HostMathKernel final : public c10::OperatorKernel {
  public:
   HostMathKernel(const OpFamily& family, const std::string& name,
@@ -42,10 +35,8 @@ class HostMathKernel final : public c10::OperatorKernel {
     substitute_generators(schema, *stack, first, device);
 
     Kernel kernel(name_, device, family_.engine, kind_);
-    // A tensor passed twice (an in-place op's self as its own out=: nan_to_num_ calls
-    // nan_to_num.out(self, out=self)) gets one host view, writable if either use writes: the CPU
-    // kernel must see one tensor, as it does on the CPU, or it takes two views of one storage for
-    // an overlap it refuses.
+    // A tensor passed twice (an in-place op's self as its own out=) gets one host view
+    // (CallHostViews), writable if either use writes.
     std::vector<const c10::TensorImpl*> written;
     for (size_t i = 0; i < arguments.size(); ++i) {
       const auto* alias = arguments[i].alias_info();
@@ -53,22 +44,14 @@ class HostMathKernel final : public c10::OperatorKernel {
       const c10::IValue& value = (*stack)[first + i];
       if (value.isTensor()) written.push_back(value.toTensor().unsafeGetTensorImpl());
     }
-    std::vector<Swapped> swapped;
+    CallHostViews views;
     auto swap = [&](const at::Tensor& t, bool writable, bool out_argument) -> at::Tensor {
-      if (!t.defined()) return t;
       // Every tensor the CPU code reads counts, CPU scalars included; an out= argument's old
       // contents are not read.
-      if (!out_argument) kernel.reads(t);
-      if (!is_neuron(t)) return t;
-      // The same tensor twice is the same view twice, as on the CPU (where the overlap checks
-      // take one TensorImpl in two places for a full overlap, never a partial one).
-      for (const auto& s : swapped) {
-        if (s.original.is_same(t)) return s.view;
-      }
+      if (t.defined() && !out_argument) kernel.reads(t);
       writable = writable || std::find(written.begin(), written.end(),
                                        t.unsafeGetTensorImpl()) != written.end();
-      swapped.push_back({t, host_view(t, writable), writable});
-      return swapped.back().view;
+      return views.view(t, writable);
     };
     for (size_t i = 0; i < arguments.size(); ++i) {
       c10::IValue& value = (*stack)[first + i];
@@ -94,8 +77,8 @@ class HostMathKernel final : public c10::OperatorKernel {
 
     kernel.run([&] {
       op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
-      for (const auto& s : swapped) {
-        if (s.writable) {
+      for (const auto& s : views.entries()) {
+        if (s.resizable) {
           adopt_host_view(s.view, s.original);
           kernel.writes(s.original);
         }
@@ -103,10 +86,10 @@ class HostMathKernel final : public c10::OperatorKernel {
       for (size_t i = first; i < stack->size(); ++i) {
         c10::IValue& result = (*stack)[i];
         if (result.isTensor()) {
-          result = to_neuron(kernel, result.toTensor(), swapped);
+          result = to_neuron(kernel, result.toTensor(), views);
         } else if (result.isTensorList()) {
           c10::List<at::Tensor> moved;
-          for (const auto& t : result.toTensorVector()) moved.push_back(to_neuron(kernel, t, swapped));
+          for (const auto& t : result.toTensorVector()) moved.push_back(to_neuron(kernel, t, views));
           result = moved;
         }
       }
@@ -116,13 +99,12 @@ class HostMathKernel final : public c10::OperatorKernel {
  private:
   // A result of the CPU kernel, as the neuron tensor it stands for.
   // A fresh result counts as written; a returned argument was counted as its argument.
-  static at::Tensor to_neuron(Kernel& kernel, const at::Tensor& t,
-                              const std::vector<Swapped>& swapped) {
+  static at::Tensor to_neuron(Kernel& kernel, const at::Tensor& t, const CallHostViews& views) {
     if (!t.defined() || is_neuron(t)) return t;
-    for (const auto& s : swapped) {
+    for (const auto& s : views.entries()) {
       if (t.is_same(s.view)) return s.original;
     }
-    for (const auto& s : swapped) {
+    for (const auto& s : views.entries()) {
       // An alias of an argument the schema did not announce: alias the neuron tensor likewise.
       if (t.storage().data() != nullptr && t.storage().data() == s.view.storage().data()) {
         return s.original.as_strided(t.sizes(), t.strides(), t.storage_offset());

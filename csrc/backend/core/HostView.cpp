@@ -241,6 +241,15 @@ std::vector<at::Tensor> host_views(at::TensorList tensors) {
   return views;
 }
 
+at::Tensor CallHostViews::view(const at::Tensor& t, bool resizable) {
+  if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) return t;
+  for (const auto& e : entries_) {
+    if (e.original.is_same(t)) return e.view;
+  }
+  entries_.push_back({t, host_view(t, resizable), resizable});
+  return entries_.back().view;
+}
+
 void adopt_host_view(const at::Tensor& view, const at::Tensor& original) {
   c10::StorageImpl* view_storage = view.storage().unsafeGetStorageImpl();
   c10::StorageImpl* storage = original.storage().unsafeGetStorageImpl();

@@ -8,6 +8,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Storage.h>
+#include <c10/util/SmallVector.h>
 
 #include <optional>
 #include <unordered_map>
@@ -44,6 +45,31 @@ std::vector<at::Tensor> host_views(at::TensorList neuron_tensors);
 // After CPU code ran on a resizable host view of `original`: carry a resize (new HBM block,
 // sizes, strides, offset) over to the neuron tensor.
 void adopt_host_view(const at::Tensor& view, const at::Tensor& original);
+
+// The host views of one call's neuron arguments, one per tensor: a tensor passed twice (an
+// in-place op's self as its own out=: ldexp_ runs mul.out(self, 2**other, out=self),
+// nan_to_num_ runs nan_to_num.out(self, out=self)) is the same view twice. The CPU code then sees
+// one tensor where the CPU sees one, and its checks follow: an out= that is also an input is not
+// resized ("output with shape [] doesn't match the broadcast shape [1]"), and copying a tensor
+// onto itself is no overlap. With two views of one storage it resized self, or refused the copy.
+class CallHostViews {
+ public:
+  struct Entry {
+    at::Tensor original;  // the neuron tensor
+    at::Tensor view;
+    bool resizable;
+  };
+
+  // `t`'s host view in this call, made on its first use with `resizable` as host_view takes it
+  // (the first use decides: pass the out= or written argument first); an undefined or non-neuron
+  // tensor passes through.
+  at::Tensor view(const at::Tensor& t, bool resizable = false);
+
+  const c10::SmallVector<Entry, 4>& entries() const { return entries_; }
+
+ private:
+  c10::SmallVector<Entry, 4> entries_;
+};
 
 // --- fresh results in HBM -----------------------------------------------------------------------
 
