@@ -17,8 +17,8 @@ runs in the runtime's C++ interpreter: standalone on NumPy arrays / CPU tensors,
 tensors as one launch on the simulated core, timed per engine (``kernel.last_run``).
 """
 
-from nki import isa, language  # noqa: F401
-from nki._core import NkiError  # noqa: F401
+from nki import collectives, isa, language, typing  # noqa: F401
+from nki._core import NkiError, NkiSpillWarning  # noqa: F401
 from nki._jit import JitKernel, KernelRun, jit, simulate  # noqa: F401
 
 __version__ = "0.6.0"
@@ -37,4 +37,5 @@ benchmark = _removed("benchmark", "call the kernel and read kernel.last_run (mod
 profile = _removed("profile", "use torch_neuronx.NeuronProfiler around a call on neuron tensors")
 simulate_kernel = _removed("simulate_kernel", "use nki.simulate(kernel)(*args)")
 
-__all__ = ["JitKernel", "KernelRun", "NkiError", "isa", "jit", "language", "simulate"]
+__all__ = ["JitKernel", "KernelRun", "NkiError", "NkiSpillWarning", "isa", "jit", "language",
+           "simulate", "typing"]

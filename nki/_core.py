@@ -10,17 +10,48 @@ data.
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 import sys
 import threading
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# Frames in these directories are the API's own, not the kernel's: nki, its legacy API and the
+# neuronxcc.nki alias package.
+_API_DIRS = {_PACKAGE_DIR, os.path.join(_PACKAGE_DIR, "legacy"),
+             os.path.join(os.path.dirname(_PACKAGE_DIR), "neuronxcc"),
+             os.path.join(os.path.dirname(_PACKAGE_DIR), "neuronxcc", "nki")}
 
 
 class NkiError(ValueError):
     """A kernel broke a rule of the NKI language or of the NeuronCore it specialises for. The
     message starts with the kernel's ``file:line``."""
+
+
+# Names of the NKI 0.6 API this interpreter refuses (with the reason its error gives) or
+# implements only in part (what is refused): the conformance table in docs/nki.md reads them.
+REFUSED = {}
+PARTIAL = {
+    "nki.language.NkiTensor.ap": "scalar_offset / vector_offset (runtime offsets) are refused",
+    "nki.language.NkiTensor.select": "a tensor index (a runtime select) is refused",
+    "nki.language.fori_loop": "register (runtime) bounds are refused; integer bounds unroll",
+    "nki.language.dynamic_range": "register (runtime) bounds are refused; integer bounds unroll",
+    "nki.isa.nc_matmul": "perf_mode=double_row runs at the BF16 rate; tile_position / tile_size "
+                         "are checked but tiles do not run concurrently",
+    "nki.isa.dma_copy": "dge_mode, priority and engine do not change the modelled time",
+}
+
+
+# What tensors' operators and assignments call: nki.isa installs its instructions (dma_copy,
+# tensor_copy, memset, tensor_tensor, tensor_scalar) and nki.language its operations (add,
+# matmul, ...) when they are imported, so this module imports neither.
+HOOKS = {}
+
+
+def refused(qualname, reason):
+    REFUSED[qualname] = reason
+    return reason
 
 
 # ---------------------------------------------------------------------------------------------
@@ -49,6 +80,32 @@ class DType:
     def __hash__(self):
         return hash(self.code)
 
+    def __str__(self):
+        return self.name
+
+    @property
+    def packed(self):
+        """An MX x4 format: one element holds four values."""
+        return self.code in MX_PACKED
+
+    @property
+    def dtype(self):
+        """The NumPy dtype (``np.dtype(nl.float32)``, ``x.astype(nl.bfloat16)``; bfloat16 and
+        float8 through ml_dtypes, when installed)."""
+        import numpy as np
+
+        name = {"bool_": "bool", "tfloat32": "float32"}.get(self.name, self.name)
+        try:
+            return np.dtype(name)
+        except TypeError:
+            try:
+                import ml_dtypes  # noqa: F401  (registers bfloat16 / float8 with NumPy)
+
+                return np.dtype(name)
+            except (ImportError, TypeError):
+                raise NkiError(f"NumPy has no {self.name} (install ml_dtypes for bfloat16 / "
+                               "float8)") from None
+
 
 float32 = DType("float32", 0, 4, True)
 tfloat32 = DType("tfloat32", 0, 4, True)  # stored as float32; the Tensor engine reads 19 bits
@@ -64,11 +121,21 @@ uint16 = DType("uint16", 9, 2, False)
 int8 = DType("int8", 10, 1, False)
 uint8 = DType("uint8", 11, 1, False)
 bool_ = DType("bool_", 11, 1, False)  # stored as uint8
+# The MX formats of NeuronCore-v4 (OCP Microscaling): a power-of-two scale byte, and elements that
+# pack four FP8 values in 32 bits or four FP4 values in 16 bits (the first value in the lowest
+# bits). An x4 element is one unit of a tensor's shape; only nc_matmul_mx, quantize_mx, copies and
+# a zero memset understand what is inside.
+float8_e8m0fnu = DType("float8_e8m0fnu", 12, 1, True)
+float8_e5m2_x4 = DType("float8_e5m2_x4", 13, 4, True)
+float8_e4m3fn_x4 = DType("float8_e4m3fn_x4", 14, 4, True)
+float4_e2m1fn_x4 = DType("float4_e2m1fn_x4", 15, 2, True)
+MX_PACKED = (13, 14, 15)
 
 _BY_NAME = {
     d.name: d
     for d in (float32, tfloat32, bfloat16, float16, float8_e4m3, float8_e4m3fn, float8_e5m2,
-              int32, uint32, int16, uint16, int8, uint8, bool_)
+              int32, uint32, int16, uint16, int8, uint8, bool_, float8_e8m0fnu, float8_e5m2_x4,
+              float8_e4m3fn_x4, float4_e2m1fn_x4)
 }
 _BY_NAME.update({"bool": bool_, "float": float32, "half": float16, "float8_e4m3fnuz": None})
 _WIDE = {"float64": "float32", "int64": "int32", "uint64": "uint32", "double": "float32",
@@ -130,7 +197,10 @@ ENGINE_NAMES = ("tensor", "vector", "scalar", "gpsimd", "dma")
 
 # nrtsim::nki::Opcode
 (OP_DMA, OP_COPY, OP_TT, OP_TS, OP_ACT, OP_REDUCE, OP_MATMUL, OP_TRANSPOSE, OP_IOTA, OP_MEMSET,
- OP_SELECT, OP_PRINT) = range(12)
+ OP_SELECT, OP_PRINT, OP_SCAN, OP_PARTITION_REDUCE, OP_AFFINE_SELECT, OP_BN_STATS, OP_BN_AGGR,
+ OP_MAX8, OP_FIND_INDEX8, OP_MATCH_REPLACE8, OP_QUANTIZE_MX, OP_MATMUL_MX) = range(22)
+# Instructions that take MX x4 operands (the rest refuse them).
+PACKED_OPS = (OP_DMA, OP_COPY, OP_MEMSET, OP_QUANTIZE_MX, OP_MATMUL_MX)
 
 # Per NeuronCore version (shared/research/trainium_nki.md §1.2): SBUF bytes per partition, the
 # moving free size limit of one matmul, the chip section of neuron_cores.ini.
@@ -152,7 +222,7 @@ PSUM_BANKS = 8
 def caller_location():
     """(file, line) of the innermost frame outside this package: the kernel's own line."""
     f = sys._getframe(1)
-    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == _PACKAGE_DIR:
+    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) in _API_DIRS:
         f = f.f_back
     if f is None:
         return ("<unknown>", 0)
@@ -184,6 +254,7 @@ class Buffer:
         self.poison = poison
         self.location = caller_location()
         self.elements = math.prod(self.shape)
+        self.internal = False  # engine accumulators, spill homes: not the kernel's allocations
         tracer.buffers.append(self)
 
     @property
@@ -202,23 +273,100 @@ def _contiguous_strides(shape):
     return tuple(reversed(strides))
 
 
-class Tensor:
+class NKIObject:
+    """Base class of the objects a kernel may build (NKI 0.6 ``nl.NKIObject``): user classes
+    inherit from it and behave like dataclasses, with or without ``@dataclass``: construction by
+    position or keyword over the annotated fields (defaults from the class), field-wise
+    equality."""
+
+    def __init__(self, *args, **kwargs):
+        fields = []
+        for klass in reversed(type(self).__mro__):
+            for name in getattr(klass, "__annotations__", {}):
+                if name not in fields:
+                    fields.append(name)
+        if len(args) > len(fields):
+            raise TypeError(f"{type(self).__name__} takes {len(fields)} fields, got {len(args)}")
+        values = dict(zip(fields, args))
+        for k, v in kwargs.items():
+            if k in values:
+                raise TypeError(f"{type(self).__name__}: {k} given twice")
+            values[k] = v
+        for name in fields:
+            if name not in values:
+                if not hasattr(type(self), name):
+                    raise TypeError(f"{type(self).__name__} needs {name}")
+                values[name] = getattr(type(self), name)
+        for k, v in values.items():
+            object.__setattr__(self, k, v)
+        post = getattr(self, "__post_init__", None)
+        if post is not None:
+            post()
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return vars(self) == vars(other)
+
+    __hash__ = object.__hash__
+
+    def __repr__(self):
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({fields})"
+
+
+refused("nki.language.NkiTensor.vector_select",
+        "vector_select (per-partition runtime offsets) is not supported by this interpreter yet")
+refused("nki.language.NkiTensor.indirect",
+        "indirect (tensor indirection, NeuronCore-v4) is not supported by this interpreter yet")
+
+
+class DynamicSlice:
+    """``nl.ds(start, size)``: `size` elements from `start` along one dim."""
+
+    def __init__(self, start, size):
+        if not _is_int(start) or not _is_int(size):
+            raise error(f"nl.ds({start!r}, {size!r}): start and size must be integers known when "
+                        "the kernel specialises (runtime offsets need .ap(scalar_offset=...))")
+        self.start, self.size = int(start), int(size)
+        if self.size < 0:
+            raise error(f"nl.ds({start}, {size}): size must not be negative")
+
+    def as_slice(self):
+        return slice(self.start, self.start + self.size)
+
+    def __repr__(self):
+        return f"nl.ds({self.start}, {self.size})"
+
+
+def _is_int(x):
+    return isinstance(x, int) or (hasattr(x, "__index__") and not isinstance(x, float))
+
+
+class Tensor(NKIObject):
     """An NKI tensor: a strided view of a buffer (``NkiTensor``). Dim 0 of an SBUF / PSUM tensor
-    is the partition dim. Slicing and ``reshape`` make views and cost nothing at run time."""
+    is the partition dim. Slicing and ``reshape`` make views and cost nothing at run time. A view
+    may read its buffer's bytes as another dtype (``view`` / ``ap(dtype=)``): its offset and
+    strides then count elements of that dtype."""
 
     __array_priority__ = 1000  # NumPy scalars on the left defer to our operators
 
-    def __init__(self, buffer, shape, strides=None, offset=0):
+    def __init__(self, buffer, shape, strides=None, offset=0, dtype=None):
         self._buffer = buffer
         self.shape = tuple(int(s) for s in shape)
         self.strides = tuple(strides) if strides is not None else _contiguous_strides(self.shape)
         self.offset = offset
+        self._dtype = dtype if dtype is not None and dtype.code != buffer.dtype.code else None
         self._pending_matmul = None  # index of the nc_matmul that produced this fresh PSUM tile
+
+    def _derive(self, shape, strides, offset=None, dtype=None):
+        return Tensor(self._buffer, shape, strides, self.offset if offset is None else offset,
+                      dtype if dtype is not None else self._dtype)
 
     # -- properties NKI exposes
     @property
     def dtype(self):
-        return self._buffer.dtype
+        return self._dtype or self._buffer.dtype
 
     @property
     def buffer(self):
@@ -232,6 +380,10 @@ class Tensor:
     def ndim(self):
         return len(self.shape)
 
+    @property
+    def size(self):
+        return math.prod(self.shape)
+
     def __len__(self):
         return self.shape[0]
 
@@ -244,15 +396,43 @@ class Tensor:
     def same_view(self, other):
         return (isinstance(other, Tensor) and other._buffer is self._buffer
                 and other.shape == self.shape and other.strides == self.strides
-                and other.offset == self.offset)
+                and other.offset == self.offset and other.dtype == self.dtype)
 
     def encode(self):
-        return (self._buffer.id, self.offset, list(self.shape), list(self.strides))
+        return (self._buffer.id, self.offset, list(self.shape), list(self.strides),
+                self._dtype.code if self._dtype is not None else -1)
+
+    def _partition_stride(self):
+        b = self._buffer
+        return b.elements // b.shape[0] * b.dtype.itemsize // self.dtype.itemsize
+
+    # -- queries
+    def is_contiguous(self):
+        """Row-major over the free dims (on-chip: the partition dim is not a memory dim)."""
+        first = 1 if self._buffer.on_chip else 0
+        expect = 1
+        for n, st in reversed(list(zip(self.shape[first:], self.strides[first:]))):
+            if n != 1 and st != expect:
+                return False
+            expect *= n
+        return True
+
+    def get_pattern(self):
+        """The view's access pattern, [[stride, count], ...] per dim."""
+        return [[int(st), int(n)] for st, n in zip(self.strides, self.shape)]
+
+    def is_indirect(self):
+        return False
 
     # -- views
     def __getitem__(self, key):
         if not isinstance(key, tuple):
             key = (key,)
+        if any(getattr(k, "_index_grid", False) for k in key):
+            # Index grids (nl.arange / nl.mgrid) of the legacy neuronxcc.nki API: its module
+            # installs the indexer.
+            return HOOKS["grid_index"](self, key)
+        key = tuple(k.as_slice() if isinstance(k, DynamicSlice) else k for k in key)
         if any(k is Ellipsis for k in key):
             i = key.index(Ellipsis)
             fill = self.ndim - (len(key) - 1)
@@ -263,6 +443,10 @@ class Tensor:
         shape, strides, offset = [], [], self.offset
         for d, (k, n, st) in enumerate(zip(key, self.shape, self.strides)):
             if isinstance(k, slice):
+                for v in (k.start, k.stop, k.step):
+                    if v is not None and not _is_int(v):
+                        raise error(f"slice bound {v!r} of dim {d} is not an integer known at "
+                                    "specialisation (runtime offsets need .ap(scalar_offset=...))")
                 start, stop, step = k.indices(n)
                 if step <= 0:
                     raise error("slices need a positive step")
@@ -270,7 +454,7 @@ class Tensor:
                 offset += start * st
                 shape.append(count)
                 strides.append(st * step)
-            elif isinstance(k, (int,)) or hasattr(k, "__index__"):
+            elif _is_int(k):
                 k = int(k)
                 if k < 0:
                     k += n
@@ -282,27 +466,122 @@ class Tensor:
                     shape.append(1)
                     strides.append(st)
             else:
-                raise error(f"index {k!r} is not supported: use integers and slices of integers "
+                raise error(f"index {k!r} is not supported: use integers, slices and nl.ds "
                             "(shapes are compile-time constants)")
-        return Tensor(self._buffer, shape, strides, offset)
+        return self._derive(shape, strides, offset)
 
     def __setitem__(self, key, value):
         dst = self[key]
         if isinstance(value, Tensor):
             if dst.same_view(value):
                 return  # `t[...] += x` already wrote in place
-            from nki import isa
-
             if not dst._buffer.on_chip or not value._buffer.on_chip:
-                isa.dma_copy(dst=dst, src=value)
+                ins = HOOKS["dma_copy"](dst=dst, src=value)
             else:
-                isa.tensor_copy(dst=dst, src=value)
+                ins = HOOKS["tensor_copy"](dst=dst, src=value)
+            # `t[...] = nl.load(...)`: if the value is a fresh tile only this copy reads, its
+            # producer writes t directly (finalize folds the copy away, as NKI's compiler does).
+            current_tracer().instructions[ins.index].fold = True
         elif isinstance(value, (int, float, bool)):
-            from nki import isa
-
-            isa.memset(dst=dst, value=value)
+            HOOKS["memset"](dst=dst, value=value)
         else:
             raise error(f"cannot assign {type(value).__name__} to an NKI tensor")
+
+    def _dim(self, dim, what):
+        if not _is_int(dim):
+            raise error(f"{what}: dim must be an integer, got {dim!r}")
+        d = int(dim) + (self.ndim if int(dim) < 0 else 0)
+        if not 0 <= d < self.ndim:
+            raise error(f"{what}: dim {dim} is out of range for a {self.ndim}-D tensor")
+        return d
+
+    def _free_dim(self, dim, what):
+        d = self._dim(dim, what)
+        if d == 0 and self._buffer.on_chip:
+            raise error(f"{what}: dim 0 of an on-chip tensor is the partition dim; it stays as is")
+        return d
+
+    def slice(self, dim, start, end, step=1):
+        d = self._dim(dim, "slice")
+        if not (0 <= start < end <= self.shape[d]) or step < 1:
+            raise error(f"slice(dim={dim}, {start}, {end}, {step}): needs 0 <= start < end <= "
+                        f"{self.shape[d]} and step >= 1")
+        key = [slice(None)] * self.ndim
+        key[d] = slice(start, end, step)
+        return self[tuple(key)]
+
+    def select(self, dim, index):
+        d = self._dim(dim, "select")
+        if isinstance(index, Tensor):
+            raise error("select with a tensor index (a runtime select) is not supported by this "
+                        "interpreter yet; use a static index")
+        if not 0 <= int(index) < self.shape[d]:
+            raise error(f"select(dim={dim}, {index}): index out of range for size {self.shape[d]}")
+        shape = self.shape[:d] + self.shape[d + 1:]
+        strides = self.strides[:d] + self.strides[d + 1:]
+        if d == 0 and self._buffer.on_chip:
+            raise error("select: dim 0 of an on-chip tensor is the partition dim (index it with "
+                        "t[i] to keep a 1-partition view)")
+        return self._derive(shape, strides, self.offset + int(index) * self.strides[d])
+
+    def vector_select(self, dim, vector_offset):
+        raise error(REFUSED["nki.language.NkiTensor.vector_select"])
+
+    def indirect(self, index, num_elem=None):
+        raise error(REFUSED["nki.language.NkiTensor.indirect"])
+
+    def expand_dim(self, dim):
+        d = int(dim) + (self.ndim + 1 if int(dim) < 0 else 0)
+        if not 0 <= d <= self.ndim:
+            raise error(f"expand_dim({dim}): out of range for a {self.ndim}-D tensor")
+        if d == 0 and self._buffer.on_chip:
+            raise error("expand_dim: cannot insert a dim before the partition dim of an on-chip "
+                        "tensor")
+        return self._derive(self.shape[:d] + (1,) + self.shape[d:],
+                            self.strides[:d] + (0,) + self.strides[d:])
+
+    def squeeze_dim(self, dim):
+        d = self._free_dim(dim, "squeeze_dim")
+        if self.shape[d] != 1:
+            raise error(f"squeeze_dim({dim}): dim has size {self.shape[d]}, not 1")
+        return self._derive(self.shape[:d] + self.shape[d + 1:], self.strides[:d] + self.strides[d + 1:])
+
+    def reshape_dim(self, dim, shape):
+        d = self._dim(dim, "reshape_dim")
+        shape = list(shape)
+        if shape.count(-1) > 1:
+            raise error("reshape_dim: at most one -1")
+        if -1 in shape:
+            known = math.prod(s for s in shape if s != -1)
+            shape[shape.index(-1)] = self.shape[d] // max(known, 1)
+        if math.prod(shape) != self.shape[d]:
+            raise error(f"reshape_dim({dim}, {tuple(shape)}): product differs from size "
+                        f"{self.shape[d]}")
+        if d == 0 and self._buffer.on_chip and len(shape) != 1:
+            raise error("reshape_dim: the partition dim of an on-chip tensor cannot be split")
+        strides, st = [], self.strides[d]
+        for n in reversed(shape):
+            strides.append(st)
+            st *= n
+        return self._derive(self.shape[:d] + tuple(shape) + self.shape[d + 1:],
+                            self.strides[:d] + tuple(reversed(strides)) + self.strides[d + 1:])
+
+    def flatten_dims(self, start_dim, end_dim):
+        a = self._dim(start_dim, "flatten_dims")
+        b = self._dim(end_dim, "flatten_dims")
+        if a > b:
+            raise error(f"flatten_dims({start_dim}, {end_dim}): start after end")
+        if a == 0 and self._buffer.on_chip and b > 0:
+            raise error("flatten_dims: the partition dim of an on-chip tensor cannot merge")
+        for i in range(a, b):
+            if self.shape[i] != 1 and self.shape[i + 1] != 1 and \
+                    self.strides[i] != self.strides[i + 1] * self.shape[i + 1]:
+                raise error(f"flatten_dims({start_dim}, {end_dim}): dims {i} and {i + 1} are not "
+                            "contiguous in memory")
+        inner = [st for n, st in zip(self.shape[a:b + 1], self.strides[a:b + 1]) if n != 1]
+        st = inner[-1] if inner else self.strides[b]
+        return self._derive(self.shape[:a] + (math.prod(self.shape[a:b + 1]),) + self.shape[b + 1:],
+                            self.strides[:a] + (st,) + self.strides[b + 1:])
 
     def reshape(self, *shape):
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
@@ -312,13 +591,50 @@ class Tensor:
             known = math.prod(s for s in shape if s != -1)
             shape[shape.index(-1)] = self.numel() // max(known, 1)
         if math.prod(shape) != self.numel():
-            raise error(f"cannot reshape {self.shape} to {tuple(shape)}")
-        if self.strides != _contiguous_strides(self.shape):
-            raise error("reshape needs a contiguous tensor; copy it first")
+            raise error(f"cannot reshape {self.shape} to {tuple(shape)}: {self.numel()} elements "
+                        f"vs {math.prod(shape)}")
         if self._buffer.on_chip and shape[0] != self.shape[0]:
             raise error("reshape of an on-chip tensor must keep the partition dim "
                         f"({self.shape[0]}); got {tuple(shape)}")
-        return Tensor(self._buffer, shape, None, self.offset)
+        first = 1 if self._buffer.on_chip else 0
+        if not self.is_contiguous():
+            raise error("reshape needs a view that is contiguous over its free dims; copy it "
+                        "first")
+        strides = list(_contiguous_strides(shape))
+        if first:
+            strides[0] = self.strides[0]
+        return self._derive(shape, strides)
+
+    def rearrange(self, src_pattern, dst_pattern, fixed_sizes=None):
+        """einops-style: split grouped source dims, reorder, merge grouped destination dims."""
+        sizes = dict(fixed_sizes or {})
+        if len(src_pattern) != self.ndim:
+            raise error(f"rearrange: source pattern {src_pattern} has {len(src_pattern)} dims, "
+                        f"the tensor {self.ndim}")
+        t = self
+        names = []
+        d = 0
+        for item in src_pattern:
+            group = tuple(item) if isinstance(item, (tuple, list)) else (item,)
+            if len(group) > 1:
+                known = [sizes.get(g) for g in group]
+                t = t.reshape_dim(d, tuple(k if k is not None else -1 for k in known))
+            for g in group:
+                sizes[g] = t.shape[d]
+                names.append(g)
+                d += 1
+        flat_dst = [g for item in dst_pattern
+                    for g in (tuple(item) if isinstance(item, (tuple, list)) else (item,))]
+        if sorted(flat_dst) != sorted(names):
+            raise error(f"rearrange: {dst_pattern} does not use the names of {src_pattern}")
+        t = t.permute(tuple(names.index(g) for g in flat_dst))
+        d = 0
+        for item in dst_pattern:
+            group = tuple(item) if isinstance(item, (tuple, list)) else (item,)
+            if len(group) > 1:
+                t = t.flatten_dims(d, d + len(group) - 1)
+            d += 1
+        return t
 
     def broadcast_to(self, shape):
         shape = tuple(shape)
@@ -332,15 +648,71 @@ class Tensor:
                 strides.append(0)
             else:
                 raise error(f"cannot broadcast {self.shape} to {shape}")
-        return Tensor(self._buffer, shape, strides, self.offset)
+        return self._derive(shape, strides)
+
+    def broadcast(self, dim, size):
+        d = self._free_dim(dim, "broadcast")
+        if self.shape[d] != 1:
+            raise error(f"broadcast({dim}, {size}): dim has size {self.shape[d]}, not 1")
+        return self._derive(self.shape[:d] + (int(size),) + self.shape[d + 1:],
+                            self.strides[:d] + (0,) + self.strides[d + 1:])
 
     def permute(self, *dims):
         if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
             dims = tuple(dims[0])
+        if sorted(dims) != list(range(self.ndim)):
+            raise error(f"permute{tuple(dims)}: not a permutation of {self.ndim} dims")
         if self._buffer.on_chip and dims[0] != 0:
             raise error("permute of an on-chip tensor must keep the partition dim first")
-        return Tensor(self._buffer, [self.shape[d] for d in dims],
-                      [self.strides[d] for d in dims], self.offset)
+        return self._derive([self.shape[d] for d in dims], [self.strides[d] for d in dims])
+
+    def view(self, dtype):
+        """The same bytes read as `dtype`; the last dim scales by the ratio of the sizes."""
+        dtype = as_dtype(dtype)
+        old, new = self.dtype.itemsize, dtype.itemsize
+        if old == new:
+            return self._derive(self.shape, self.strides, dtype=dtype)
+        if self.strides[-1] != 1 and self.shape[-1] != 1:
+            raise error(f"view({dtype}): the last dim must be contiguous")
+        lead = list(self.strides[:-1])
+        if any((st * old) % new for st in lead) or (self.offset * old) % new:
+            raise error(f"view({dtype}): the view's strides / offset are not whole "
+                        f"{dtype} elements")
+        if (self.shape[-1] * old) % new:
+            raise error(f"view({dtype}): last dim {self.shape[-1]} x {old} bytes is not a "
+                        f"multiple of {new}")
+        return Tensor(self._buffer, self.shape[:-1] + (self.shape[-1] * old // new,),
+                      [st * old // new for st in lead] + [1], self.offset * old // new, dtype)
+
+    reinterpret_cast = view
+
+    def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0,
+           dtype=None):
+        """An explicit access pattern [[stride, count], ...] over the view's storage (strides and
+        offset in elements of `dtype`, default the tensor's). On-chip, the first pair is the
+        partition dim and its stride must be the storage's free size."""
+        if scalar_offset is not None or vector_offset is not None:
+            raise error(".ap with scalar_offset / vector_offset (runtime offsets) is not "
+                        "supported by this interpreter yet")
+        dtype = as_dtype(dtype) if dtype is not None else self.dtype
+        try:
+            pairs = [(int(st), int(n)) for st, n in pattern]
+        except (TypeError, ValueError):
+            raise error(f".ap: pattern must be [[stride, count], ...], got {pattern!r}") from None
+        if not pairs:
+            raise error(".ap: empty pattern")
+        base = self.offset * self.dtype.itemsize
+        if base % dtype.itemsize:
+            raise error(f".ap: the view's offset is not a whole number of {dtype} elements")
+        off = base // dtype.itemsize + (int(offset) if offset is not None else 0)
+        if self._buffer.on_chip:
+            pstride = self._buffer.elements // self._buffer.shape[0] * \
+                self._buffer.dtype.itemsize // dtype.itemsize
+            if pairs[0][0] != pstride and pairs[0][1] != 1:
+                raise error(f".ap on {self.buffer.name}: the first pair is the partition dim; its "
+                            f"stride must be the storage's free size {pstride}, got "
+                            f"{pairs[0][0]}")
+        return Tensor(self._buffer, [n for _, n in pairs], [st for st, _ in pairs], off, dtype)
 
     @property
     def T(self):
@@ -349,11 +721,9 @@ class Tensor:
                         "nl.transpose / nisa.nc_transpose")
         return self.permute(1, 0)
 
-    # -- arithmetic through nki.language
+    # -- arithmetic through nki.language (its functions, installed in HOOKS at its import)
     def _nl(self, name, *args):
-        from nki import language as nl
-
-        return getattr(nl, name)(*args)
+        return HOOKS[name](*args)
 
     def __add__(self, o): return self._nl("add", self, o)
     def __radd__(self, o): return self._nl("add", o, self)
@@ -373,8 +743,6 @@ class Tensor:
     def __matmul__(self, o): return self._nl("matmul", self, o)
 
     def _inplace(self, name, other):
-        from nki import isa, language as nl
-
         if (name == "add" and self.buffer is psum and isinstance(other, Tensor)
                 and other._pending_matmul is not None and other.shape == self.shape):
             # `acc += nl.matmul(...)`: the matmul accumulates into acc in PSUM instead of writing
@@ -383,11 +751,11 @@ class Tensor:
             tracer.retarget_matmul(other._pending_matmul, self)
             other._pending_matmul = None
             return self
-        op = getattr(nl, name)
+        op = HOOKS[name]
         if isinstance(other, Tensor):
-            isa.tensor_tensor(dst=self, data1=self, data2=other, op=op)
+            HOOKS["tensor_tensor"](dst=self, data1=self, data2=other, op=op)
         else:
-            isa.tensor_scalar(dst=self, data=self, op0=op, operand0=other)
+            HOOKS["tensor_scalar"](dst=self, data=self, op0=op, operand0=other)
         return self
 
     def __iadd__(self, o): return self._inplace("add", o)
@@ -418,6 +786,53 @@ def current_tracer(optional=False):
     return t
 
 
+class NkiSpillWarning(UserWarning):
+    """SBUF or PSUM is over-subscribed at some point of a kernel: as AWS's compiler does, a live
+    tile is spilled to the next memory tier (SBUF -> HBM, PSUM -> SBUF) and reloaded before its
+    next use. The transfers are part of the program and of its modelled time."""
+
+
+# Views an instruction may carry, in the order the runtime takes them (Program.h): dst, then the
+# operands a..f.
+VIEW_SLOTS = ("dst", "a", "b", "c", "d", "e", "f")
+
+
+class Instr:
+    """One recorded instruction: opcode, engine, views and parameters (Program.h's Instruction)."""
+
+    __slots__ = ("op", "engine", "program", "location", "views", "alu0", "alu1", "alu2",
+                 "reverse0", "reverse1", "imm0", "imm1", "imm2", "act", "axes", "negate",
+                 "accumulate", "reduce_cmd", "pattern", "text", "after", "name", "spill", "fold")
+
+    def __init__(self, op, engine, program, location, views, **params):
+        self.op, self.engine, self.program, self.location = op, engine, program, location
+        self.views = views  # slot -> Tensor
+        self.alu0 = self.alu1 = self.alu2 = 0
+        self.reverse0 = self.reverse1 = self.negate = False
+        self.imm0 = self.imm1 = self.imm2 = 0.0
+        self.act = self.axes = self.reduce_cmd = 0
+        self.accumulate = None
+        self.pattern, self.text, self.after, self.name, self.spill = [], "", [], None, None
+        self.fold = False
+        for k, v in params.items():
+            setattr(self, k, v)
+
+    @property
+    def dst(self):
+        return self.views.get("dst")
+
+    def operands(self):
+        return [v for v in self.views.values() if v is not None]
+
+    def encode(self):
+        v = [self.views[k].encode() if self.views.get(k) is not None else None for k in VIEW_SLOTS]
+        return (self.op, self.engine, self.program, self.location[1], *v, self.alu0, self.alu1,
+                self.alu2, bool(self.reverse0), bool(self.reverse1), float(self.imm0),
+                float(self.imm1), float(self.imm2), self.act, self.axes, bool(self.negate),
+                bool(self.accumulate), self.reduce_cmd, list(self.pattern), self.text,
+                list(self.after))
+
+
 class Tracer:
     """Collects one specialisation of a kernel: buffers and instructions, in program order."""
 
@@ -427,11 +842,17 @@ class Tracer:
         self.spec = TARGETS[target]
         self.grid = grid
         self.buffers = []
-        self.instructions = []  # lists, see emit()
-        self.locations = []  # per instruction: (file, line)
+        self.instructions = []  # Instr, in program order
         self.program = 0
         self.program_coords = (0,)
         self.hbm_allocs = {}  # program -> [Buffer] in allocation order (shared_hbm aliasing)
+        self.accumulators = {}  # (program, engine) -> the engine's reduce accumulator Buffer
+        self.spills = []  # [(Buffer, bytes moved)] chosen by finalize()
+        self.legacy_uses = None  # a list while a legacy-API kernel traces (nki.legacy.report)
+
+    @property
+    def locations(self):
+        return [ins.location for ins in self.instructions]
 
     def __enter__(self):
         self._previous = getattr(_state, "tracer", None)
@@ -477,107 +898,255 @@ class Tracer:
         buf = Buffer(self, hbm, shape, dtype, name, binding=binding, poison=False)
         return Tensor(buf, shape)
 
+    def accumulator(self, engine):
+        """A view of `engine`'s internal reduce accumulators ([128, 1] float32, one per lane),
+        which reduce_cmd carries between instructions. Not SBUF: it takes no capacity."""
+        key = (self.program, engine)
+        buf = self.accumulators.get(key)
+        if buf is None:
+            buf = Buffer(self, sbuf, (PMAX, 1), float32, f"<{ENGINE_NAMES[engine]} accumulator>",
+                         poison=False)
+            buf.internal = True
+            self.accumulators[key] = buf
+        return Tensor(buf, (PMAX, 1))
+
     # -- instructions
-    def emit(self, op, engine, dst, a=None, b=None, c=None, d=None, alu0=0, alu1=0,
-             reverse0=False, reverse1=False, imm0=0.0, imm1=0.0, act=0, axes=0, negate=False,
-             accumulate=None, pattern=(), text=""):
-        location = caller_location()
-        self.instructions.append([op, engine, self.program, location[1], dst, a, b, c, d, alu0,
-                                  alu1, reverse0, reverse1, float(imm0), float(imm1), act, axes,
-                                  negate, accumulate, list(pattern), text])
-        self.locations.append(location)
+    def emit(self, op, engine, dst=None, a=None, b=None, c=None, d=None, e=None, f=None, *,
+             name=None, **params):
+        ins = Instr(op, engine, self.program, caller_location(),
+                    {"dst": dst, "a": a, "b": b, "c": c, "d": d, "e": e, "f": f}, **params)
+        if any(isinstance(v, Tensor) and v.dtype.packed and op not in PACKED_OPS
+               for v in ins.operands()):
+            raise error("MX x4 tensors (float8_e5m2_x4, float8_e4m3fn_x4, float4_e2m1fn_x4) are "
+                        "read only by nc_matmul_mx and copies of the same dtype, and written by "
+                        "quantize_mx, copies and a zero memset")
+        ins.name = name
+        self.instructions.append(ins)
         return len(self.instructions) - 1
 
     def retarget_matmul(self, index, acc):
         ins = self.instructions[index]
-        old = ins[4]
+        old = ins.dst
         if acc.shape != old.shape:
             raise error(f"cannot accumulate a matmul of shape {old.shape} into {acc.shape}")
-        check_psum_dst(acc, self.instructions[index][5].dtype, self.instructions[index][6].dtype)
-        ins[4] = acc
-        ins[18] = True
+        check_psum_dst(acc, ins.views["a"].dtype, ins.views["b"].dtype)
+        ins.views["dst"] = acc
+        ins.accumulate = True
 
     # -- finishing
     def finalize(self):
         """Resolves PSUM accumulation groups, checks on-chip capacity over the buffers' lifetimes
-        and returns (buffers, instructions) in the form the runtime takes."""
+        (spilling where AWS's compiler spills) and returns (buffers, instructions) in the form the
+        runtime takes."""
+        self._fold_assignments()
         self._resolve_accumulation()
-        self._check_capacity()
+        self._place_on_chip()
+        self._interleave_programs()
         buffers = [(b.memory.code, b.dtype.code, b.elements, b.binding, b.poison)
                    for b in self.buffers]
-        out = []
-        for ins in self.instructions:
-            enc = list(ins)
-            for k in range(4, 9):
-                enc[k] = enc[k].encode() if enc[k] is not None else None
-            enc[18] = bool(enc[18])
-            out.append(tuple(enc))
-        return buffers, out
+        return buffers, [ins.encode() for ins in self.instructions]
+
+    def _interleave_programs(self):
+        """SPMD programs run at the same time on their cores: the interpreter executes their
+        instructions interleaved (the k-th of each program in turn) rather than one program
+        after another, so that programs touching the same shared_hbm tensor see what concurrent
+        cores would (e.g. every program zeroing an output before any writes its share)."""
+        if len(self.grid) == 1 and self.grid[0] == 1:
+            return
+        per = {}
+        for i, ins in enumerate(self.instructions):
+            per.setdefault(ins.program, []).append(i)
+        order = []
+        queues = [per[p] for p in sorted(per)]
+        k = 0
+        while any(k < len(q) for q in queues):
+            order.extend(q[k] for q in queues if k < len(q))
+            k += 1
+        remap = {old: new for new, old in enumerate(order)}
+        out = [self.instructions[i] for i in order]
+        for ins in out:
+            ins.after = [remap[j] for j in ins.after]
+        self.instructions = out
+
+    def _fold_assignments(self):
+        """Drops the copy of `t[...] = value` where value is a fresh on-chip tile that its
+        producer wrote whole and only this copy reads, of the same dtype and shape, into a memory
+        the producer's engine can write: the producer then writes t itself."""
+        uses = {}
+        for i, ins in enumerate(self.instructions):
+            for v in ins.operands():
+                uses.setdefault(v._buffer.id, []).append(i)
+        drop = set()
+        for i, ins in enumerate(self.instructions):
+            if not ins.fold:
+                continue
+            src, dst = ins.views["a"], ins.dst
+            buf = src._buffer
+            used = sorted(set(uses.get(buf.id, ())))
+            if (not buf.on_chip or not dst._buffer.on_chip or buf.internal or buf.binding >= 0
+                    or len(used) != 2
+                    or used[1] != i or src.shape != buf.shape or src.offset != 0
+                    or src.strides != _contiguous_strides(buf.shape) or src.dtype != dst.dtype
+                    or src._dtype is not None or dst.shape != src.shape):
+                continue
+            prod = self.instructions[used[0]]
+            if prod.dst is None or prod.dst._buffer is not buf or not prod.dst.same_view(src):
+                continue
+            if any(v._buffer is buf for k, v in prod.views.items() if k != "dst" and v is not None):
+                continue
+            if prod.engine == DMA and dst.buffer is psum:
+                continue
+            if prod.engine == GPSIMD and dst.buffer is psum:
+                continue
+            if prod.op in (OP_MATMUL, OP_MATMUL_MX, OP_TRANSPOSE) and dst.buffer is not psum:
+                continue
+            prod.views["dst"] = dst
+            drop.add(i)
+        if drop:
+            remap, out = {}, []
+            for i, ins in enumerate(self.instructions):
+                if i in drop:
+                    continue
+                remap[i] = len(out)
+                out.append(ins)
+            for ins in out:
+                ins.after = [remap[j] for j in ins.after if j in remap]
+            self.instructions = out
 
     def _resolve_accumulation(self):
         # accumulate=None: the first matmul into a PSUM region overwrites it and the following
         # ones accumulate, until something other than a matmul reads or writes that buffer.
         open_groups = {}
         for ins in self.instructions:
-            if ins[0] == OP_MATMUL:
-                dst = ins[4]
+            if ins.op in (OP_MATMUL, OP_MATMUL_MX):
+                dst = ins.dst
                 key = (dst.offset, dst.shape, dst.strides)
                 groups = open_groups.setdefault(dst._buffer.id, set())
-                if ins[18] is None:
-                    ins[18] = key in groups
+                if ins.accumulate is None:
+                    ins.accumulate = key in groups
                 groups.add(key)
                 continue
-            for v in ins[4:9]:
-                if v is not None and v._buffer.memory is psum:
+            for v in ins.operands():
+                if v._buffer.memory is psum:
                     open_groups.pop(v._buffer.id, None)
 
-    def _check_capacity(self):
-        first, last = {}, {}
+    def _place_on_chip(self):
+        """Sweeps the program with the set of live on-chip tiles (a tile lives from its first to
+        its last use, as the NKI allocator sees it). Where SBUF bytes per partition or PSUM banks
+        run out, the live tile that the current instruction does not use and whose next use is
+        farthest away is spilled: stored to the next tier after its previous use and reloaded
+        before its next one (as AWS's compiler does). Only when the current instruction's own
+        tiles do not fit is it an error."""
+        uses = {}
         for i, ins in enumerate(self.instructions):
-            for v in ins[4:9]:
-                if v is not None and v._buffer.on_chip:
-                    first.setdefault(v._buffer.id, i)
-                    last[v._buffer.id] = i
-        starts = {}
-        for bid, i in first.items():
-            starts.setdefault(i, []).append(bid)
-        ends = {}
-        for bid, i in last.items():
-            ends.setdefault(i, []).append(bid)
-        live = set()
-        sbuf_bytes = 0
-        psum_banks = 0
-        sbuf_limit = self.spec["sbuf_partition_bytes"]
+            for v in ins.operands():
+                b = v._buffer
+                if b.on_chip and not getattr(b, "internal", False):
+                    lst = uses.setdefault(b.id, [])
+                    if not lst or lst[-1] != i:
+                        lst.append(i)
+        used_at = {}
+        for bid, lst in uses.items():
+            for i in lst:
+                used_at.setdefault(i, []).append(bid)
+        last = {bid: lst[-1] for bid, lst in uses.items()}
+        cost = {sbuf: lambda b: b.partition_bytes(),
+                psum: lambda b: -(-b.partition_bytes() // PSUM_BANK_BYTES)}
+        limit = {sbuf: self.spec["sbuf_partition_bytes"], psum: PSUM_BANKS}
+        resident = {sbuf: set(), psum: set()}
+        total = {sbuf: 0, psum: 0}
+        prev_use = {}
+        spills = []  # (buffer, store after instruction, reload before instruction)
+        pending = {}  # bid -> store index, while spilled
         for i in range(len(self.instructions)):
-            for bid in starts.get(i, ()):
+            here = used_at.get(i, [])
+            for bid in here:
                 b = self.buffers[bid]
-                live.add(bid)
-                if b.memory is sbuf:
-                    sbuf_bytes += b.partition_bytes()
-                    if sbuf_bytes > sbuf_limit:
-                        raise self._capacity_error(b, live, sbuf, f"{sbuf_bytes} bytes per "
-                                                   f"partition of SBUF exceed the {sbuf_limit}")
-                else:
-                    psum_banks += -(-b.partition_bytes() // PSUM_BANK_BYTES)
-                    if psum_banks > PSUM_BANKS:
-                        raise self._capacity_error(b, live, psum, f"{psum_banks} PSUM banks "
-                                                   f"(2 KiB per partition each) exceed the "
-                                                   f"{PSUM_BANKS}")
-            for bid in ends.get(i, ()):
-                b = self.buffers[bid]
-                live.discard(bid)
-                if b.memory is sbuf:
-                    sbuf_bytes -= b.partition_bytes()
-                else:
-                    psum_banks -= -(-b.partition_bytes() // PSUM_BANK_BYTES)
+                m = b.memory
+                if bid not in resident[m]:
+                    resident[m].add(bid)
+                    total[m] += cost[m](b)
+                    if bid in pending:
+                        spills.append((b, pending.pop(bid), i))
+            for m in (sbuf, psum):
+                while total[m] > limit[m]:
+                    victims = [bid for bid in resident[m] if bid not in here and last[bid] > i]
+                    if not victims:
+                        raise self._capacity_error(self.instructions[i].location, resident[m], m,
+                                                   total[m], limit[m])
+                    # Belady's choice, as a register allocator spills: the tile whose next use is
+                    # farthest away (the fewest reloads), the larger on a tie.
+                    v = max(victims, key=lambda bid: (uses[bid][bisect.bisect_right(uses[bid], i)],
+                                                      cost[m](self.buffers[bid]), bid))
+                    resident[m].discard(v)
+                    total[m] -= cost[m](self.buffers[v])
+                    pending[v] = prev_use[v]
+            for bid in here:
+                prev_use[bid] = i
+                if last[bid] == i:
+                    m = self.buffers[bid].memory
+                    resident[m].discard(bid)
+                    total[m] -= cost[m](self.buffers[bid])
+        if spills:
+            self._insert_spills(spills)
 
-    def _capacity_error(self, buf, live, memory, what):
-        others = sorted((self.buffers[b] for b in live if self.buffers[b].memory is memory),
-                        key=lambda b: -b.partition_bytes())[:4]
+    def _insert_spills(self, spills):
+        import warnings
+
+        after, before = {}, {}
+        notes = []
+        for buf, store_at, reload_at in spills:
+            to_hbm = buf.memory is sbuf
+            home = Buffer(self, hbm if to_hbm else sbuf, buf.shape, buf.dtype,
+                          f"<spill of {buf.name or 'tile'}>", poison=False)
+            home.internal = True
+            whole = Tensor(buf, buf.shape)
+            saved = Tensor(home, buf.shape)
+            op, eng = (OP_DMA, DMA) if to_hbm else (OP_COPY, VECTOR)
+            store = Instr(op, eng, self.instructions[store_at].program, buf.location,
+                          {"dst": saved, "a": whole}, spill="save")
+            reload = Instr(op, eng, self.instructions[reload_at].program, buf.location,
+                           {"dst": whole, "a": saved}, spill="reload")
+            after.setdefault(store_at, []).append(store)
+            before.setdefault(reload_at, []).append(reload)
+            moved = 2 * buf.partition_bytes() * buf.shape[0]
+            self.spills.append((buf, moved))
+            if len(notes) < 3:
+                notes.append(
+                    f"{buf.memory.name} tile {buf.name + ' ' if buf.name else ''}{buf.shape} "
+                    f"{buf.dtype} from line {buf.location[1]} to "
+                    f"{'HBM' if to_hbm else 'SBUF'} after line "
+                    f"{self.instructions[store_at].location[1]}, back before line "
+                    f"{self.instructions[reload_at].location[1]}")
+        # One warning per specialisation, at the first spilled tile's line; kernel.last_run.spills
+        # lists every spill.
+        first = spills[0][0]
+        total = sum(m for _, m in self.spills)
+        more = f" (and {len(spills) - len(notes)} more)" if len(spills) > len(notes) else ""
+        warnings.warn_explicit(NkiSpillWarning(
+            f"{first.location[0]}:{first.location[1]} in kernel '{self.name}': on-chip memory is "
+            f"over-subscribed on a NeuronCore-v{self.spec['version']}, so {len(spills)} spill(s) "
+            f"move {total} bytes: {'; '.join(notes)}{more}; smaller or shorter-lived tiles "
+            "avoid it"), NkiSpillWarning, first.location[0], first.location[1])
+        out = []
+        remap = {}
+        for i, ins in enumerate(self.instructions):
+            out.extend(before.get(i, ()))
+            remap[i] = len(out)
+            out.append(ins)
+            out.extend(after.get(i, ()))
+        for ins in out:
+            ins.after = [remap[j] for j in ins.after]
+        self.instructions = out
+
+    def _capacity_error(self, location, live, memory, used, limit):
+        others = sorted((self.buffers[b] for b in live), key=lambda b: -b.partition_bytes())[:4]
         listing = "; ".join(f"{b.shape} {b.dtype} from line {b.location[1]}" for b in others)
-        return error(f"{what} of a NeuronCore-v{self.spec['version']} while this tile is live "
-                     f"(largest live tiles: {listing}); use smaller tiles or let tiles die "
-                     "earlier", buf.location)
+        unit = ("bytes per partition of SBUF" if memory is sbuf
+                else "PSUM banks (2 KiB per partition each)")
+        return error(f"{used} {unit} exceed the {limit} of a NeuronCore-v{self.spec['version']} "
+                     f"for the tiles this instruction uses together ({listing}); nothing can be "
+                     "spilled there: use smaller tiles", location)
 
 
 def check_psum_dst(dst, *input_dtypes):

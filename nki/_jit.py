@@ -2,15 +2,18 @@
 
 A jitted kernel is specialised once per (grid, target, argument shapes and dtypes, constants):
 its body runs under a tracer with symbolic HBM tensors, the recorded instructions are checked and
-handed to the runtime's interpreter (``torch_neuronx._C._NkiExecutable``), and the result is
-cached. A call then dispatches on its arguments: NumPy arrays (and CPU tensors) run standalone on
-the host; ``neuron`` tensors run on their simulated NeuronCore as one launch record of kind
-``nki_kernel``; fake / meta tensors (torch.compile's tracing) only get outputs of the right shape.
+handed to the runtime's interpreter through the package's own binding (``nki._nki.Executable``),
+and the result is cached. A call then dispatches on its arguments: NumPy arrays (and CPU tensors)
+run standalone on the host; tensors of a registered device (``neuron``, which torch_neuronx
+registers with ``register_device``) run there as one launch; fake / meta tensors (torch.compile's
+tracing) only get outputs of the right shape. Nothing here imports torch_neuronx: it depends on
+nki, not the reverse.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
 import os
 import sys
@@ -18,6 +21,27 @@ import sys
 import numpy as np
 
 from nki import _core
+from nki import _nki
+
+# The core figures the interpreter times kernels with: the data file shipped beside this package
+# (NRTSIM_ENGINE_MODEL overrides it, as for the runtime).
+_nki.set_engine_model_path(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))), "torch_neuronx", "data", "neuron_cores.ini"))
+
+# What DMA transfers cost (nki/data/dma.ini, with its sources; NRTSIM_DMA_MODEL overrides it).
+DMA_MODEL_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "dma.ini")
+_nki.set_dma_model_path(DMA_MODEL_PATH)
+
+# Devices whose tensors kernels run on, by torch device type: register_device(kind, runner).
+_DEVICES = {}
+
+
+def register_device(kind, runner):
+    """Lets kernels run on tensors of device type `kind`. `runner` has ``target(index)`` (the
+    platform target of that device: "trn1" / "trn2" / "trn3"), ``current_device()`` and
+    ``launch(executable, index, memory)`` -> (printed lines, timeline dict), where `executable`
+    is an ``nki._nki.Executable`` and `memory` the (address, bytes) of each bound buffer."""
+    _DEVICES[kind] = runner
 
 _TORCH_DTYPES = {
     "float32": "float32", "bfloat16": "bfloat16", "float16": "float16",
@@ -40,12 +64,13 @@ def _kind(x):
 
         if is_fake(x) or x.device.type == "meta":
             return "fake"
-        if x.device.type == "neuron":
-            return "neuron"
+        if x.device.type in _DEVICES:
+            return "device"
         if x.device.type == "cpu":
             return "cpu"
-        raise _core.NkiError(f"NKI kernels take neuron, CPU or NumPy data; got a tensor on "
-                             f"{x.device}")
+        raise _core.NkiError(f"NKI kernels take CPU or NumPy data, or tensors of a registered "
+                             f"device ({', '.join(sorted(_DEVICES)) or 'none registered'}); got "
+                             f"a tensor on {x.device}")
     return None
 
 
@@ -62,21 +87,26 @@ def _freeze(value):
     return (type(value).__name__, value)
 
 
-def _target(mode, device_index):
+def _target(mode, device):
     override = os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE")
+    aliases = {"gen2": "trn1", "inf2": "trn1", "gen3": "trn2", "gen4": "trn3"}
+    if override:
+        override = aliases.get(override, override)
     if override and override not in _core.TARGETS:
         raise _core.NkiError(f"NEURON_PLATFORM_TARGET_OVERRIDE={override!r}: expected one of "
-                             f"{', '.join(_core.TARGETS)}")
-    if mode == "neuron" or not override:
+                             f"{', '.join(_core.TARGETS)} (or gen2 / gen3 / gen4)")
+    if mode == "device":
+        kind, index = device
+        return _DEVICES[kind].target(index)
+    if override:
+        return override
+    # On the host: the default device's core when a device is registered, else NeuronCore-v3.
+    for runner in _DEVICES.values():
         try:
-            import torch_neuronx
-
-            version = torch_neuronx.core_model(device_index if mode == "neuron" else 0)["neuroncore"]
-            return {"v2": "trn1", "v3": "trn2", "v4": "trn3"}[version]
-        except Exception:
-            if mode == "neuron":
-                raise
-    return override or "trn2"
+            return runner.target(0)
+        except Exception:  # noqa: BLE001 - a device that cannot say falls back to trn2
+            break
+    return "trn2"
 
 
 class KernelRun:
@@ -87,7 +117,8 @@ class KernelRun:
     (start, end) of its first and last instruction from the start of the timeline, which the
     profiler draws on that engine's track."""
 
-    def __init__(self, timeline, printed=()):
+    def __init__(self, timeline, printed=(), spills=()):
+        self.spills = list(spills)  # [(tile description, bytes moved)]
         self.makespan_ns = timeline["makespan_ns"]
         self.busy_ns = dict(timeline["busy_ns"])
         self.instructions = dict(timeline["instructions"])
@@ -112,7 +143,8 @@ class KernelRun:
 class Specialization:
     """One kernel specialised for one set of argument shapes, dtypes and constants."""
 
-    def __init__(self, kernel, tracer, executable, outputs, structure, n_inputs, mutated):
+    def __init__(self, kernel, tracer, executable, outputs, structure, n_inputs, mutated,
+                 constants=()):
         self.kernel = kernel
         self.target = tracer.target
         self.chip = tracer.spec["chip"]
@@ -123,6 +155,10 @@ class Specialization:
         self.mutated = mutated  # input indices the kernel writes
         self.instruction_count = len(tracer.instructions)
         self.locations = tracer.locations
+        self.constants = list(constants)  # arrays bound after the outputs (nl.shared_constant)
+        self.legacy_uses = tracer.legacy_uses  # constructs of the legacy API (nki.legacy)
+        self.spills = [(f"{b.memory.name} {b.shape} {b.dtype} from line {b.location[1]}", moved)
+                       for b, moved in tracer.spills]
 
     def timeline(self):
         return self.executable.timeline(self.chip)
@@ -168,7 +204,7 @@ class JitKernel:
         grid = tuple(int(g) for g in grid)
         if not grid or any(g < 1 for g in grid):
             raise _core.NkiError(f"kernel[{grid}]: grid sizes must be positive integers")
-        return functools.partial(self._call, grid)
+        return GridLaunch(self, grid)
 
     def __call__(self, *args, **kwargs):
         return self._call((1,), *args, **kwargs)
@@ -182,7 +218,7 @@ class JitKernel:
         kinds = [_kind(a) for a in args]
         arrays = [(i, a) for i, a in enumerate(args) if kinds[i] is not None]
         target = target or self.platform_target or _target(
-            "neuron" if "neuron" in kinds else "host", _device_index(args, kinds))
+            "device" if "device" in kinds else "host", _device_of(args, kinds))
         key = (grid, target,
                tuple(("A", tuple(a.shape), _core.as_dtype(a.dtype).name) if kinds[i] is not None
                      else ("C", _freeze(a)) for i, a in enumerate(args)),
@@ -193,8 +229,24 @@ class JitKernel:
             self._cache[key] = spec
         return spec
 
+    def _make_tracer(self, target, grid):
+        return _core.Tracer(self.__name__, target, grid)
+
+    def _check_annotations(self, args, kwargs, kinds):
+        from nki.typing import TensorType
+
+        try:
+            bound = inspect.signature(self.fn).bind(*args, **kwargs)
+        except TypeError as e:
+            raise _core.NkiError(f"kernel '{self.__name__}': {e}") from None
+        for pname, value in bound.arguments.items():
+            ann = self.fn.__annotations__.get(pname)
+            if isinstance(ann, TensorType) and hasattr(value, "shape"):
+                ann.check(pname, value, self.__name__)
+
     def _trace(self, args, kinds, arrays, kwargs, grid, target):
-        tracer = _core.Tracer(self.__name__, target, grid)
+        self._check_annotations(args, kwargs, kinds)
+        tracer = self._make_tracer(target, grid)
         with tracer:
             symbolic = list(args)
             for binding, (i, a) in enumerate(arrays):
@@ -216,7 +268,14 @@ class JitKernel:
                 raise _core.NkiError(f"kernel '{self.__name__}' must return HBM tensors "
                                      f"(nl.ndarray(..., buffer=nl.shared_hbm)); got {t!r}")
             buf = t._buffer
-            if t.shape != buf.shape or t.offset != 0 or t.strides != _core._contiguous_strides(buf.shape):
+            if t.shape != buf.shape:
+                # A reshaped view of a whole output (out.reshape(...)) is that output reshaped.
+                if (t.offset != 0 or t.numel() != buf.elements or t._dtype is not None
+                        or t.strides != _core._contiguous_strides(t.shape)):
+                    raise _core.NkiError(f"kernel '{self.__name__}' returns a view of part of a "
+                                         "tensor; return whole tensors (or a reshape of one)")
+                buf.shape = t.shape
+            elif t.offset != 0 or t.strides != _core._contiguous_strides(buf.shape):
                 raise _core.NkiError(f"kernel '{self.__name__}' returns a view of a tensor; "
                                      "return whole tensors")
             if buf.binding >= 0 and buf.binding < n_inputs:
@@ -226,13 +285,18 @@ class JitKernel:
                 buf.binding = n_inputs + len(bound)
                 bound[buf.id] = buf.binding
             outputs.append((buf.shape, buf.dtype, ("output", bound[buf.id] - n_inputs)))
-        mutated = sorted({ins[4]._buffer.binding for ins in tracer.instructions
-                          if ins[4] is not None and 0 <= ins[4]._buffer.binding < n_inputs})
+        mutated = sorted({v._buffer.binding for ins in tracer.instructions
+                          for v in (ins.dst, ins.views.get("d"), ins.views.get("f"))
+                          if v is not None and 0 <= v._buffer.binding < n_inputs})
+        constants = []
+        for buf in tracer.buffers:
+            if getattr(buf, "constant", None) is not None:
+                buf.binding = n_inputs + len(bound) + len(constants)
+                constants.append(buf.constant)
         buffers, instructions = tracer.finalize()
-        from torch_neuronx import _C
-
-        executable = _C._NkiExecutable(self.__name__, buffers, instructions)
-        return Specialization(self, tracer, executable, outputs, structure, n_inputs, mutated)
+        executable = _nki.Executable(self.__name__, buffers, instructions)
+        return Specialization(self, tracer, executable, outputs, structure, n_inputs, mutated,
+                              constants)
 
     # -- calls
     def _call(self, grid, *args, **kwargs):
@@ -240,7 +304,23 @@ class JitKernel:
             return self.fn(*args, **kwargs)  # a kernel called from a kernel is inlined
         return self.run(args, kwargs, grid)
 
+    def _positional(self, args, kwargs):
+        """Arrays passed by keyword become positional (kernels specialise on positions)."""
+        if not any(_kind(v) is not None for v in kwargs.values()):
+            return args, kwargs
+        try:
+            bound = inspect.signature(self.fn).bind(*args, **kwargs)
+        except TypeError as e:
+            raise _core.NkiError(f"kernel '{self.__name__}': {e}") from None
+        bound.apply_defaults()
+        params = inspect.signature(self.fn).parameters
+        if any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params.values()):
+            raise _core.NkiError(f"kernel '{self.__name__}': pass arrays positionally to a kernel "
+                                 "with keyword-only or variadic parameters")
+        return tuple(bound.arguments[name] for name in params), {}
+
     def run(self, args, kwargs, grid=(1,), host=False):
+        args, kwargs = self._positional(args, kwargs)
         kinds = [_kind(a) for a in args]
         present = {k for k in kinds if k is not None}
         if not present:
@@ -248,19 +328,19 @@ class JitKernel:
         if "numpy" in present and len(present) > 1:
             raise _core.NkiError(f"kernel '{self.__name__}': mix of NumPy arrays and torch "
                                  "tensors; pass one kind")
-        if "neuron" in present and "cpu" in present:
-            raise _core.NkiError(f"kernel '{self.__name__}': mix of neuron and CPU tensors; "
+        if "device" in present and "cpu" in present:
+            raise _core.NkiError(f"kernel '{self.__name__}': mix of device and CPU tensors; "
                                  "move them to one device")
         spec = self.specialize(args, kwargs, grid)
         arrays = [a for a, k in zip(args, kinds) if k is not None]
         if "fake" in present:
             return _fake_outputs(spec, arrays)
-        if "neuron" in present and not host:
+        if "device" in present and not host:
             devices = {a.device for a in arrays}
             if len(devices) > 1:
                 raise _core.NkiError(f"kernel '{self.__name__}': tensors on {sorted(map(str, devices))}; "
                                      "an NKI kernel runs on one NeuronCore")
-            return self._run_neuron(spec, arrays, devices.pop())
+            return self._run_device(spec, arrays, devices.pop())
         return self._run_host(spec, arrays, "numpy" in present)
 
     def _run_host(self, spec, arrays, numpy):
@@ -269,12 +349,13 @@ class JitKernel:
             inputs = [np.ascontiguousarray(a) for a in arrays]
             fresh = [np.empty(shape, dtype=_np_dtype(dt)) for shape, dt, (kind, _) in spec.outputs
                      if kind == "output"]
-            memory = [(a.ctypes.data, a.nbytes) for a in inputs + fresh]
+            memory = [(a.ctypes.data, a.nbytes) for a in inputs + fresh + spec.constants]
         else:
             inputs = [a.detach().contiguous() for a in arrays]
             fresh = [torch.empty(shape, dtype=_torch_dtype(dt)) for shape, dt, (kind, _)
                      in spec.outputs if kind == "output"]
             memory = [(t.data_ptr(), t.numel() * t.element_size()) for t in inputs + fresh]
+            memory += [(c.ctypes.data, c.nbytes) for c in spec.constants]
         printed = spec.executable.run_host(memory)
         for i in spec.mutated:
             if inputs[i] is not arrays[i]:
@@ -284,32 +365,47 @@ class JitKernel:
                     with torch.no_grad():
                         arrays[i].copy_(inputs[i])
         timeline = spec.timeline()
-        self.last_run = KernelRun(timeline, printed)
+        self.last_run = KernelRun(timeline, printed, spec.spills)
         _print(printed)
         return _outputs(spec, arrays, fresh)
 
-    def _run_neuron(self, spec, arrays, device):
+    def _run_device(self, spec, arrays, device):
         torch = _torch()
         inputs = [a.detach().contiguous() for a in arrays]
         fresh = [torch.empty(shape, dtype=_torch_dtype(dt), device=device)
                  for shape, dt, (kind, _) in spec.outputs if kind == "output"]
-        memory = [(t.data_ptr(), t.numel() * t.element_size()) for t in inputs + fresh]
-        index = device.index if device.index is not None else torch.neuron.current_device()
-        printed, timeline = spec.executable.launch(index, memory)
+        runner = _DEVICES[device.type]
+        index = device.index if device.index is not None else runner.current_device()
+        constants = [torch.from_numpy(c).to(device) for c in spec.constants]
+        memory = [(t.data_ptr(), t.numel() * t.element_size()) for t in inputs + fresh + constants]
+        printed, timeline = runner.launch(spec.executable, index, memory)
         for i in spec.mutated:
             if inputs[i] is not arrays[i]:
                 with torch.no_grad():
                     arrays[i].copy_(inputs[i])
-        self.last_run = KernelRun(timeline, printed)
+        self.last_run = KernelRun(timeline, printed, spec.spills)
         _print(printed)
         return _outputs(spec, arrays, fresh)
 
 
-def _device_index(args, kinds):
+def _device_of(args, kinds):
     for a, k in zip(args, kinds):
-        if k == "neuron":
-            return a.device.index if a.device.index is not None else 0
-    return 0
+        if k == "device":
+            runner = _DEVICES[a.device.type]
+            return a.device.type, (a.device.index if a.device.index is not None
+                                   else runner.current_device())
+    return None
+
+
+class GridLaunch:
+    """``kernel[grid]``: the kernel launched as an SPMD grid of programs."""
+
+    def __init__(self, kernel, grid):
+        self.kernel = kernel
+        self.grid = grid
+
+    def __call__(self, *args, **kwargs):
+        return self.kernel._call(self.grid, *args, **kwargs)
 
 
 def _print(lines):
@@ -347,22 +443,26 @@ def _fake_outputs(spec, arrays):
     return _outputs(spec, arrays, fresh)
 
 
-def jit(kernel=None, *, platform_target=None, mode=None, **options):
+def jit(fn=None, *, platform_target=None, mode=None, **options):
     """Marks a kernel: ``@nki.jit`` or ``@nki.jit(platform_target="trn2")``."""
-    if kernel is None:
-        return lambda fn: JitKernel(fn, platform_target=platform_target, **options)
-    if isinstance(kernel, JitKernel):
-        return kernel
-    return JitKernel(kernel, platform_target=platform_target, **options)
+    if fn is None:
+        return lambda f: JitKernel(f, platform_target=platform_target, **options)
+    if isinstance(fn, JitKernel):
+        return fn
+    return JitKernel(fn, platform_target=platform_target, **options)
 
 
 def simulate(kernel):
-    """``nki.simulate(kernel)(*args)``: run on the host interpreter whatever the arguments' device
-    (torch tensors in, torch tensors out; NumPy in, NumPy out)."""
+    """``nki.simulate(kernel)(*args)`` (or ``nki.simulate(kernel[2])``): run on the host
+    interpreter whatever the arguments' device (torch tensors in, torch tensors out; NumPy in,
+    NumPy out)."""
+    grid = (1,)
+    if isinstance(kernel, GridLaunch):
+        kernel, grid = kernel.kernel, kernel.grid
     kernel = jit(kernel)
 
     def run(*args, **kwargs):
-        return kernel.run(args, kwargs, host=True)
+        return kernel.run(args, kwargs, grid, host=True)
 
     return run
 

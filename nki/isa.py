@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import math
 
-from nki import _core
+from nki import _core, _ops
 from nki._core import (
     DMA, GPSIMD, OP_ACT, OP_COPY, OP_DMA, OP_IOTA, OP_MATMUL, OP_MEMSET, OP_REDUCE, OP_SELECT,
     OP_TRANSPOSE, OP_TS, OP_TT, PMAX, SCALAR, STATIONARY_FMAX, TENSOR, VECTOR, Tensor, error,
@@ -59,9 +59,75 @@ class nc_version(enum.IntEnum):
     gen4 = 4
 
 
+# Deprecated aliases of the engine enum's members (NKI 0.6 keeps them).
+tensor_engine = engine.tensor
+vector_engine = engine.vector
+scalar_engine = engine.scalar
+gpsimd_engine = engine.gpsimd
+unknown_engine = engine.unknown
+
+
+class dma_engine(enum.Enum):
+    dma = 1
+    gpsimd_dma = 2
+
+
 def get_nc_version():
     """The NeuronCore version the current kernel specialises for."""
     return nc_version(_core.current_tracer().spec["version"])
+
+
+def get_nc_sub_version():
+    """The NeuronCore sub-version (0: the base part of each generation, the only one modelled)."""
+    _core.current_tracer()
+    return 0
+
+
+class NkiValidationError(_core.NkiError):
+    """An instruction broke a rule of the NeuronCore (the interpreter raises NkiError)."""
+
+
+class NkiInstruction(_core.NKIObject):
+    """The handle an nki.isa call returns: ``depends_on(*producers)`` makes it wait for other
+    instructions beyond the data dependencies the compiler finds (the timeline honours it)."""
+
+    def __init__(self, index):
+        self.index = index
+
+    def depends_on(self, *producers):
+        tracer = _core.current_tracer()
+        ins = tracer.instructions[self.index]
+        for p in producers:
+            if not isinstance(p, NkiInstruction):
+                raise error(f"depends_on takes instructions returned by nki.isa calls, got "
+                            f"{type(p).__name__}")
+            if p.index >= self.index:
+                raise error("depends_on: an instruction can only wait for earlier ones (program "
+                            "order)")
+            ins.after.append(p.index)
+        return self
+
+    def __repr__(self):
+        return f"NkiInstruction({self.index})"
+
+
+def _emit(tracer, name, op, engine, *views, **params):
+    if name is not None and not isinstance(name, str):
+        raise error(f"name= must be a string, got {type(name).__name__}")
+    return NkiInstruction(tracer.emit(op, engine, *views, name=name, **params))
+
+
+class VirtualRegister(_core.NKIObject):
+    """A 32-bit sequencer register (runtime values for device-side loops and offsets)."""
+
+    def __init__(self, state=None, frozen=False):
+        raise error(_core.REFUSED["nki.isa.VirtualRegister"])
+
+
+_core.refused("nki.isa.VirtualRegister",
+              "registers (nisa.register_alloc and VirtualRegister) hold runtime values, which "
+              "this interpreter does not model yet: loop bounds and offsets must be known when "
+              "the kernel specialises")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,13 +191,15 @@ def _operand(value, dst, what, op):
         view = Tensor(value._buffer, (dst.shape[0],) + (1,) * (dst.ndim - 1),
                       (value.strides[0],) + (0,) * (dst.ndim - 1), value.offset)
         return view.broadcast_to(dst.shape), 0.0
+    if value is None:
+        return None, 0.0  # a unary op0 (nl.abs) takes no operand
     if isinstance(value, (int, float, bool)) or hasattr(value, "__float__"):
         return None, float(value)
     raise error(f"{op}: {what} must be a number or a tensor, got {type(value).__name__}")
 
 
 def _alu(op, what="op"):
-    code = getattr(op, "alu", None)
+    code = getattr(_ops.resolve(op), "alu", None)
     if code is None:
         raise error(f"{op!r} is not an ALU operation (nl.add, nl.multiply, nl.maximum, ...)")
     return code
@@ -158,7 +226,7 @@ def _pick_engine(eng, default):
 
 def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False,
               is_transpose=False, accumulate=None, tile_position=None, tile_size=None,
-              perf_mode=None):
+              perf_mode=None, name=None):
     """dst[M, N] (+)= stationary[K, M].T @ moving[K, N] on the Tensor engine, accumulating in
     float32 in PSUM. K (the partition dim of both inputs) <= 128, M <= 128, N <= 512 (4096 on
     NeuronCore-v4). accumulate=None: the first matmul into a PSUM tile overwrites it, the next
@@ -172,8 +240,6 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
             raise error(f"{op}: {what} must be in SBUF (the Tensor engine reads SBUF), it is in "
                         f"{x.buffer.name}")
         _check_partition_start(x, what, op)
-    if is_transpose:
-        return nc_transpose(dst, moving, engine=engine.tensor)
     k, m, n = stationary.shape[0], _free(stationary), _free(moving)
     if moving.shape[0] != k:
         raise error(f"{op}: stationary {stationary.shape} and moving {moving.shape} must share the "
@@ -197,17 +263,22 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     if not (stationary.dtype.is_float and moving.dtype.is_float):
         raise error(f"{op}: the Tensor engine has no integer data path; got {stationary.dtype} x "
                     f"{moving.dtype}")
-    _core.check_psum_dst(dst, stationary.dtype, moving.dtype)
+    if is_transpose and dst.dtype == stationary.dtype and dst.buffer is psum:
+        # Transpose mode (moving = identity): the stationary's values pass through bit-exactly,
+        # so a 16-bit PSUM result is allowed on every version.
+        pass
+    else:
+        _core.check_psum_dst(dst, stationary.dtype, moving.dtype)
     if dst.shape[0] != m or _free(dst) != n:
         raise error(f"{op}: dst {dst.shape} must be [{m}, {n}] for stationary {stationary.shape} "
                     f"and moving {moving.shape}")
     if accumulate not in (None, True, False):
         raise error(f"{op}: accumulate must be None, True or False")
-    index = tracer.emit(OP_MATMUL, TENSOR, dst, stationary, moving, accumulate=accumulate)
+    index = _emit(tracer, name, OP_MATMUL, TENSOR, dst, stationary, moving, accumulate=accumulate)
     return index
 
 
-def nc_transpose(dst, data, engine=engine.tensor):
+def nc_transpose(dst, data, engine=engine.tensor, name=None):
     """dst[F, P] = data[P, F].T: on the Tensor engine (<= 128 x 128, into PSUM, bit-exact) or the
     Vector engine (<= 32 x 32)."""
     op = "nc_transpose"
@@ -231,61 +302,76 @@ def nc_transpose(dst, data, engine=engine.tensor):
         raise error(f"{op}: engine must be nisa.engine.tensor or nisa.engine.vector")
     if dst.shape[0] != f or _free(dst) != p:
         raise error(f"{op}: dst {dst.shape} must be [{f}, {p}] for data {data.shape}")
-    return tracer.emit(OP_TRANSPOSE, eng, dst, data)
+    return _emit(tracer, name, OP_TRANSPOSE, eng, dst, data)
 
 
 # ---------------------------------------------------------------------------------------------
 # Scalar engine
 
 
+def _reduction(tracer, eng, dst, reduce_op, reduce_res, cmd, init=None, negate=False,
+               op="reduce"):
+    """The views and parameters of an instruction's free-dim reduction into `eng`'s accumulator
+    registers (reduce_cmd carries them between instructions), written out to reduce_res."""
+    cmd = reduce_cmd(cmd) if not isinstance(cmd, reduce_cmd) else cmd
+    if reduce_res is None and cmd == reduce_cmd.idle:
+        return {}
+    if reduce_op is None:
+        reduce_op = _ops.add
+    if reduce_res is not None:
+        _on_chip(reduce_res, "reduce_res", op)
+        if reduce_res.shape[0] != dst.shape[0] or _free(reduce_res) != 1:
+            raise error(f"{op}: reduce_res must be [{dst.shape[0]}, 1]; got {reduce_res.shape}")
+    out = dict(d=reduce_res, e=tracer.accumulator(eng), alu2=_alu(reduce_op),
+               reduce_cmd=cmd.value, negate=bool(negate))
+    if cmd == reduce_cmd.load_reduce:
+        if init is None:
+            raise error(f"{op}: reduce_cmd.load_reduce needs reduce_init")
+        if isinstance(init, Tensor):
+            _on_chip(init, "reduce_init", op)
+            out["f"] = init
+        else:
+            out["imm2"] = float(init)
+    return out
+
+
 def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
-               reduce_cmd=reduce_cmd.idle):
+               reduce_cmd=reduce_cmd.idle, name=None):
     """dst = op(data * scale + bias) on the Scalar engine (FP32 inside); scale is a number or a
-    [P, 1] tensor, bias a [P, 1] tensor. With reduce_res, also reduce_res[P, 1] = reduce_op over
-    the free dims of the result (nl.add by default)."""
-    name = "activation"
+    [P, 1] tensor, bias a number or a [P, 1] tensor. With reduce_res, also reduce_res[P, 1] =
+    reduce_op over the free dims of the result (nl.add by default), through the engine's
+    accumulators (reduce_cmd)."""
+    label, name = name, "activation"
     tracer = _core.current_tracer()
     _on_chip(data, "data", name)
     _on_chip(dst, "dst", name)
-    act = getattr(op, "act", None)
+    act = getattr(_ops.resolve(op), "act", None)
     if act is None:
         raise error(f"{name}: {op!r} is not an activation function (nl.exp, nl.tanh, nl.copy, ...)")
     _same_elements(dst, data, name, "data")
     data = _view_like(data, dst)
-    bias_view = None
-    if bias is not None:
-        bias_view, imm = _operand(bias, dst, "bias", name)
-        if bias_view is None:
-            raise error(f"{name}: bias must be a [P, 1] tensor (use scale/bias tensors, or "
-                        "nisa.tensor_scalar for a constant shift)")
+    bias_view, bias_imm = (None, 0.0) if bias is None else _operand(bias, dst, "bias", name)
     scale_view, scale_imm = _operand(scale, dst, "scale", name)
-    red = None
-    alu = 0
-    if reduce_res is not None:
-        _on_chip(reduce_res, "reduce_res", name)
-        if reduce_res.shape[0] != dst.shape[0] or _free(reduce_res) != 1:
-            raise error(f"{name}: reduce_res must be [{dst.shape[0]}, 1]; got {reduce_res.shape}")
-        red = reduce_res
-        from nki import language as nl
-
-        alu = _alu(reduce_op if reduce_op is not None else nl.add)
-    return tracer.emit(OP_ACT, SCALAR, dst, data, bias_view, scale_view, red, alu0=alu,
-                       imm0=scale_imm, act=act)
+    red = _reduction(tracer, SCALAR, dst, reduce_op, reduce_res, reduce_cmd, op=name)
+    if red:
+        red["negate"] = False
+    return _emit(tracer, label, OP_ACT, SCALAR, dst, data, bias_view, scale_view,
+                 imm0=scale_imm, imm1=bias_imm, act=act, **red)
 
 
-def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0):
+def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None):
     """activation with its free-axis reduction (the same instruction)."""
     return activation(dst, op, data, bias=bias, scale=scale, reduce_op=reduce_op,
-                      reduce_res=reduce_res)
+                      reduce_res=reduce_res, name=name)
 
 
 # ---------------------------------------------------------------------------------------------
 # Vector / GpSimd engines
 
 
-def tensor_tensor(dst, data1, data2, op, engine=None):
+def tensor_tensor(dst, data1, data2, op, engine=None, name=None):
     """dst = data1 op data2, elementwise (FP32 inside). The inputs may not both be in PSUM."""
-    name = "tensor_tensor"
+    label, name = name, "tensor_tensor"
     tracer = _core.current_tracer()
     for what, x in (("dst", dst), ("data1", data1), ("data2", data2)):
         _on_chip(x, what, name)
@@ -296,34 +382,71 @@ def tensor_tensor(dst, data1, data2, op, engine=None):
         _engine_reaches(eng, x, name)
     _same_elements(dst, data1, name, "data1")
     _same_elements(dst, data2, name, "data2")
-    return tracer.emit(OP_TT, eng, dst, _view_like(data1, dst), _view_like(data2, dst),
+    return _emit(tracer, label, OP_TT, eng, dst, _view_like(data1, dst), _view_like(data2, dst),
                        alu0=_alu(op))
 
 
 def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=None,
-                  reverse1=False, engine=None):
+                  reverse1=False, engine=None, name=None):
     """dst = (data op0 operand0) op1 operand1; operands are numbers or [P, 1] tensors;
     reverse swaps an operation's sides."""
-    name = "tensor_scalar"
+    return _tensor_scalar("tensor_scalar", dst, data, op0, operand0, reverse0, op1, operand1,
+                          reverse1, engine, name)
+
+
+def _tensor_scalar(what, dst, data, op0, operand0, reverse0=False, op1=None, operand1=None,
+                   reverse1=False, engine=None, name=None, full_operand1=False, **reduce):
     tracer = _core.current_tracer()
-    _on_chip(data, "data", name)
-    _on_chip(dst, "dst", name)
+    _on_chip(data, "data", what)
+    _on_chip(dst, "dst", what)
     eng = _pick_engine(engine, VECTOR)
-    _engine_reaches(eng, dst, name)
-    _engine_reaches(eng, data, name)
-    _same_elements(dst, data, name, "data")
-    v0, i0 = _operand(operand0, dst, "operand0", name)
+    _engine_reaches(eng, dst, what)
+    _engine_reaches(eng, data, what)
+    _same_elements(dst, data, what, "data")
+    v0, i0 = _operand(operand0, dst, "operand0", what)
     v1, i1, a1 = None, 0.0, 0
     if op1 is not None:
-        v1, i1 = _operand(operand1, dst, "operand1", name)
+        if full_operand1:
+            _on_chip(operand1, "operand1", what)
+            _same_elements(dst, operand1, what, "operand1")
+            if data.buffer is psum and operand1.buffer is psum:
+                raise error(f"{what}: data and operand1 cannot both be in PSUM")
+            v1 = _view_like(operand1, dst)
+        else:
+            v1, i1 = _operand(operand1, dst, "operand1", what)
         a1 = _alu(op1)
-    return tracer.emit(OP_TS, eng, dst, _view_like(data, dst), v0, v1, alu0=_alu(op0), alu1=a1,
-                       reverse0=bool(reverse0), reverse1=bool(reverse1), imm0=i0, imm1=i1)
+    red = {}
+    if reduce:
+        red = _reduction(tracer, eng, dst, reduce["reduce_op"], reduce["reduce_res"],
+                         reduce["reduce_cmd"], reduce.get("reduce_init"),
+                         reduce.get("negate", False), op=what)
+    return _emit(tracer, name, OP_TS, eng, dst, _view_like(data, dst), v0, v1, alu0=_alu(op0),
+                 alu1=a1, reverse0=bool(reverse0), reverse1=bool(reverse1), imm0=i0, imm1=i1,
+                 **red)
 
 
-def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False):
+def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False,
+                         name=None):
+    """dst = (data op0 operand0) op1 operand1 on the Vector engine: operand0 a number or a
+    [P, 1] tensor, operand1 a tile of data's shape (one instruction, tensor_tensor's cost)."""
+    return _tensor_scalar("scalar_tensor_tensor", dst, data, op0, operand0, reverse0, op1,
+                          operand1, reverse1, None, name, full_operand1=True)
+
+
+def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, reverse0=False,
+                         reduce_cmd=reduce_cmd.reset_reduce, reduce_init=None,
+                         reduce_res_negate=False, name=None):
+    """dst = data op0 operand0, and its free-dim reduction (reduce_op) through the Vector
+    engine's accumulators into reduce_res [P, 1] (negated with reduce_res_negate)."""
+    return _tensor_scalar("tensor_scalar_reduce", dst, data, op0, operand0, reverse0, None, None,
+                          False, None, name, reduce_op=reduce_op, reduce_res=reduce_res,
+                          reduce_cmd=reduce_cmd, reduce_init=reduce_init,
+                          negate=reduce_res_negate)
+
+
+def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
     """dst = reduce op of data over free axes `axis` (never the partition dim)."""
-    name = "tensor_reduce"
+    label, name = name, "tensor_reduce"
     tracer = _core.current_tracer()
     _on_chip(data, "data", name)
     _on_chip(dst, "dst", name)
@@ -337,12 +460,12 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False):
         raise error(f"{name}: dst {dst.shape} must hold the {kept} results of reducing "
                     f"{data.shape} over {axes}")
     mask = sum(1 << a for a in axes)
-    return tracer.emit(OP_REDUCE, VECTOR, dst, data, alu0=_alu(op), axes=mask, negate=bool(negate))
+    return _emit(tracer, label, OP_REDUCE, VECTOR, dst, data, alu0=_alu(op), axes=mask, negate=bool(negate))
 
 
-def tensor_copy(dst, src, engine=None):
+def tensor_copy(dst, src, engine=None, name=None):
     """dst = src, converting dtype (Vector engine by default; Scalar / GpSimd on request)."""
-    name = "tensor_copy"
+    label, name = name, "tensor_copy"
     tracer = _core.current_tracer()
     _on_chip(src, "src", name)
     _on_chip(dst, "dst", name)
@@ -350,22 +473,22 @@ def tensor_copy(dst, src, engine=None):
     _engine_reaches(eng, dst, name)
     _engine_reaches(eng, src, name)
     _same_elements(dst, src, name)
-    return tracer.emit(OP_COPY, eng, dst, _view_like(src, dst))
+    return _emit(tracer, label, OP_COPY, eng, dst, _view_like(src, dst))
 
 
-def memset(dst, value, engine=None):
+def memset(dst, value, engine=None, name=None):
     """Fills dst with `value`."""
     tracer = _core.current_tracer()
     _tensor(dst, "dst")
     eng = DMA if not dst._buffer.on_chip else _pick_engine(engine, VECTOR)
     _engine_reaches(eng, dst, "memset")
-    return tracer.emit(OP_MEMSET, eng, dst, imm0=float(value))
+    return _emit(tracer, name, OP_MEMSET, eng, dst, imm0=float(value))
 
 
-def iota(dst, pattern, offset=0, channel_multiplier=0):
+def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
     """dst[p, i...] = offset + p * channel_multiplier + sum(step_k * i_k) on the GpSimd engine,
     pattern = [[step, count], ...] over dst's free dims (int32 arithmetic)."""
-    name = "iota"
+    label, name = name, "iota"
     tracer = _core.current_tracer()
     _on_chip(dst, "dst", name)
     if dst.buffer is not sbuf:
@@ -378,20 +501,20 @@ def iota(dst, pattern, offset=0, channel_multiplier=0):
     if dst.strides != _core._contiguous_strides(dst.shape):
         raise error(f"{name}: dst must be a contiguous tile")
     view = Tensor(dst._buffer, (dst.shape[0],) + tuple(counts), None, dst.offset)
-    return tracer.emit(OP_IOTA, GPSIMD, view, imm0=offset, imm1=channel_multiplier,
+    return _emit(tracer, label, OP_IOTA, GPSIMD, view, imm0=offset, imm1=channel_multiplier,
                        pattern=[0] + steps)
 
 
-def select(dst, predicate, on_true, on_false, engine=None):
+def select(dst, predicate, on_true, on_false, engine=None, name=None):
     """dst = predicate != 0 ? on_true : on_false, elementwise."""
-    name = "select"
+    label, name = name, "select"
     tracer = _core.current_tracer()
     for what, x in (("dst", dst), ("predicate", predicate), ("on_true", on_true),
                     ("on_false", on_false)):
         _on_chip(x, what, name)
         if x is not dst:
             _same_elements(dst, x, name, what)
-    return tracer.emit(OP_SELECT, _pick_engine(engine, VECTOR), dst, _view_like(predicate, dst),
+    return _emit(tracer, label, OP_SELECT, _pick_engine(engine, VECTOR), dst, _view_like(predicate, dst),
                        _view_like(on_true, dst), _view_like(on_false, dst))
 
 
@@ -400,10 +523,10 @@ def select(dst, predicate, on_true, on_false, engine=None):
 
 
 def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown,
-             engine=None):
+             engine=None, name=None):
     """dst = src between HBM and SBUF (either direction, or within one), converting dtype through
     float32 as the DMA engines do. PSUM is not a DMA target: copy through SBUF."""
-    name = "dma_copy"
+    label, name = name, "dma_copy"
     tracer = _core.current_tracer()
     _tensor(dst, "dst")
     _tensor(src, "src")
@@ -414,4 +537,428 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
     if dst.numel() != src.numel():
         raise error(f"{name}: dst {dst.shape} and src {src.shape} hold different numbers of "
                     "elements")
-    return tracer.emit(OP_DMA, DMA, dst, src)
+    return _emit(tracer, label, OP_DMA, DMA, dst, src)
+
+
+# ---------------------------------------------------------------------------------------------
+# Vector / GpSimd instructions beyond elementwise arithmetic
+
+
+def _ops_of(*ops):
+    return [_alu(o) for o in ops]
+
+
+def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False,
+                       name=None):
+    """Per partition, along the free dims: s = (data0[i] op0 s) op1 data1[i]; dst[i] = s, with s
+    starting at `initial` (a number or a [P, 1] tile). Vector engine, FP32 inside."""
+    what = "tensor_tensor_scan"
+    tracer = _core.current_tracer()
+    for w, x in (("dst", dst), ("data0", data0), ("data1", data1)):
+        _on_chip(x, w, what)
+    if data0.buffer is psum and data1.buffer is psum:
+        raise error(f"{what}: data0 and data1 cannot both be in PSUM")
+    _same_elements(dst, data0, what, "data0")
+    _same_elements(dst, data1, what, "data1")
+    init_view, init_imm = _operand(initial, dst, "initial", what)
+    if init_view is not None:
+        init_view = Tensor(initial._buffer, (dst.shape[0], 1), (initial.strides[0], 0),
+                           initial.offset, initial._dtype)
+    a0, a1 = _ops_of(op0, op1)
+    return _emit(tracer, name, _core.OP_SCAN, VECTOR, dst, _view_like(data0, dst),
+                 _view_like(data1, dst), init_view, alu0=a0, alu1=a1, imm2=init_imm,
+                 reverse0=bool(reverse0), reverse1=bool(reverse1))
+
+
+def tensor_partition_reduce(dst, op, data, name=None):
+    """dst[0, ...] = op over the partitions of data (nl.add, nl.maximum, nl.minimum,
+    nl.bitwise_or / bitwise_and, or nl.average) on the GpSimd engine."""
+    what = "tensor_partition_reduce"
+    tracer = _core.current_tracer()
+    _on_chip(data, "data", what)
+    _on_chip(dst, "dst", what)
+    if dst.buffer is psum or data.buffer is psum:
+        raise error(f"{what}: the GpSimd engine cannot access PSUM")
+    if dst.shape[0] != 1 or _free(dst) != _free(data):
+        raise error(f"{what}: dst must be [1, {_free(data)}] for data {data.shape}; got "
+                    f"{dst.shape}")
+    average = getattr(op, "name", "") == "average"
+    code = 1 if average else _alu(op)
+    return _emit(tracer, name, _core.OP_PARTITION_REDUCE, GPSIMD, dst, data, alu0=code,
+                 axes=1 if average else 0)
+
+
+def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op=None,
+                  offset=0, name=None):
+    """dst = cmp_op(offset + p * channel_multiplier + sum(step_k * i_k), 0) ? on_true_tile :
+    on_false_value, elementwise on the GpSimd engine (a causal mask in one instruction)."""
+    what = "affine_select"
+    tracer = _core.current_tracer()
+    _on_chip(dst, "dst", what)
+    _on_chip(on_true_tile, "on_true_tile", what)
+    if dst.buffer is not sbuf or on_true_tile.buffer is not sbuf:
+        raise error(f"{what}: dst and on_true_tile must be in SBUF (GpSimd)")
+    _same_elements(dst, on_true_tile, what, "on_true_tile")
+    steps = [int(s) for s, _ in pattern]
+    counts = [int(c) for _, c in pattern]
+    if math.prod(counts) != _free(dst):
+        raise error(f"{what}: pattern {pattern} gives {math.prod(counts)} elements per partition, "
+                    f"dst has {_free(dst)}")
+    if cmp_op is None:
+        cmp_op = _ops.equal
+    shaped = (dst.shape[0],) + tuple(counts)
+    dview = _reshaped(dst, shaped, what)
+    tview = _reshaped(on_true_tile, shaped, what)
+    return _emit(tracer, name, _core.OP_AFFINE_SELECT, GPSIMD, dview, tview, alu0=_alu(cmp_op),
+                 imm0=float(offset), imm1=float(channel_multiplier), imm2=float(on_false_value),
+                 pattern=[0] + steps)
+
+
+def _reshaped(x, shape, what):
+    if x.shape == tuple(shape):
+        return x
+    if not x.is_contiguous():
+        raise error(f"{what}: the tile must be contiguous over its free dims to take the pattern's "
+                    "shape")
+    return x.reshape(shape)
+
+
+def bn_stats(dst, data, name=None):
+    """Per partition (up to 512 elements, nl.tile_size.bn_stats_fmax): count, mean and
+    variance * count of the even and of the odd elements, 6 values (Vector engine, FP32)."""
+    what = "bn_stats"
+    tracer = _core.current_tracer()
+    _on_chip(data, "data", what)
+    _on_chip(dst, "dst", what)
+    if _free(data) > 512:
+        raise error(f"{what}: data has {_free(data)} elements per partition; the hardware takes "
+                    "at most 512 (nl.tile_size.bn_stats_fmax): tile it and aggregate with bn_aggr")
+    if dst.shape[0] != data.shape[0] or _free(dst) != 6:
+        raise error(f"{what}: dst must be [{data.shape[0]}, 6]; got {dst.shape}")
+    return _emit(tracer, name, _core.OP_BN_STATS, VECTOR, dst, data)
+
+
+def bn_aggr(dst, data, name=None):
+    """Mean and variance per partition from one or more bn_stats outputs (count, mean,
+    variance * count triples), Vector engine."""
+    what = "bn_aggr"
+    tracer = _core.current_tracer()
+    _on_chip(data, "data", what)
+    _on_chip(dst, "dst", what)
+    if _free(data) % 3:
+        raise error(f"{what}: data has {_free(data)} elements per partition, not a multiple of 3")
+    if dst.shape[0] != data.shape[0] or _free(dst) != 2:
+        raise error(f"{what}: dst must be [{data.shape[0]}, 2]; got {dst.shape}")
+    return _emit(tracer, name, _core.OP_BN_AGGR, VECTOR, dst, data)
+
+
+def _eight(dst, data, what, lo=8):
+    _on_chip(data, "data", what)
+    _on_chip(dst, "dst", what)
+    if not lo <= _free(data) <= 16384:
+        raise error(f"{what}: data has {_free(data)} elements per partition; 8..16384 allowed")
+    if dst.shape[0] != data.shape[0] or _free(dst) != 8:
+        raise error(f"{what}: dst must be [{data.shape[0]}, 8]; got {dst.shape}")
+
+
+def max8(dst, src, name=None):
+    """The 8 largest values of each partition, descending (Vector engine)."""
+    _eight(dst, src, "max8")
+    return _emit(_core.current_tracer(), name, _core.OP_MAX8, VECTOR, dst, src)
+
+
+def nc_find_index8(dst, data, vals, name=None):
+    """dst[p, j] = index of the first data[p, :] equal to vals[p, j] (all ones if absent); dst is
+    uint32 or uint16."""
+    what = "nc_find_index8"
+    _eight(dst, data, what)
+    if dst.dtype.name not in ("uint32", "uint16"):
+        raise error(f"{what}: dst must be uint32 or uint16, got {dst.dtype}")
+    _on_chip(vals, "vals", what)
+    if _free(vals) != 8 or vals.shape[0] != data.shape[0]:
+        raise error(f"{what}: vals must hold 8 values per partition")
+    return _emit(_core.current_tracer(), name, _core.OP_FIND_INDEX8, VECTOR, dst, data,
+                 _view_like(vals, dst))
+
+
+def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None):
+    """dst = data with the first match of each of the 8 vals per partition replaced by imm (vals
+    taken from the last to the first); their indices to dst_idx."""
+    what = "nc_match_replace8"
+    tracer = _core.current_tracer()
+    _on_chip(data, "data", what)
+    _on_chip(dst, "dst", what)
+    _same_elements(dst, data, what, "data")
+    _on_chip(vals, "vals", what)
+    if _free(vals) != 8 or vals.shape[0] != data.shape[0]:
+        raise error(f"{what}: vals must hold 8 values per partition")
+    if dst_idx is not None:
+        _on_chip(dst_idx, "dst_idx", what)
+        if _free(dst_idx) != 8:
+            raise error(f"{what}: dst_idx must hold 8 indices per partition")
+    return _emit(tracer, name, _core.OP_MATCH_REPLACE8, VECTOR, dst, _view_like(data, dst), vals,
+                 None, dst_idx, imm0=float(imm))
+
+
+def reciprocal(dst, data, name=None):
+    """dst = 1 / data on the Vector engine (FP32 inside)."""
+    what = "reciprocal"
+    tracer = _core.current_tracer()
+    _on_chip(data, "data", what)
+    _on_chip(dst, "dst", what)
+    _same_elements(dst, data, what, "data")
+    return _emit(tracer, name, OP_ACT, VECTOR, dst, _view_like(data, dst), act=_ops.reciprocal.act,
+                 imm0=1.0)
+
+
+def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+                reduce_init=0.0, name=None):
+    """dst = exp(src - max_value) on the Vector engine (NeuronCore-v4), with its sum through the
+    accumulators into reduce_res."""
+    what = "exponential"
+    tracer = _core.current_tracer()
+    if tracer.spec["version"] < 4:
+        raise error(f"{what} is a NeuronCore-v4 (trn3) instruction; use nisa.activation(op=nl.exp, "
+                    "bias=-max) on earlier cores")
+    _on_chip(src, "src", what)
+    _on_chip(dst, "dst", what)
+    _same_elements(dst, src, what, "src")
+    mview, mimm = _operand(max_value, dst, "max_value", what)
+    red = _reduction(tracer, VECTOR, dst, _ops.add, reduce_res, reduce_cmd, reduce_init, op=what)
+    # reverse0: the bias (max_value) is subtracted.
+    return _emit(tracer, name, OP_ACT, VECTOR, dst, _view_like(src, dst), mview, None,
+                 act=_ops.exp.act, imm0=1.0, imm1=mimm, reverse0=True, **red)
+
+
+def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
+    """dst = src where predicate (uint8/16/32) is nonzero (zero with reverse_pred); elsewhere dst
+    keeps its values. src is a tile or a number (Vector engine)."""
+    what = "tensor_copy_predicated"
+    tracer = _core.current_tracer()
+    _on_chip(dst, "dst", what)
+    _on_chip(predicate, "predicate", what)
+    _same_elements(dst, predicate, what, "predicate")
+    if predicate.dtype.name not in ("uint8", "uint16", "uint32", "bool_"):
+        raise error(f"{what}: predicate must be uint8, uint16 or uint32, got {predicate.dtype}")
+    sview, simm = None, 0.0
+    if isinstance(src, Tensor):
+        _on_chip(src, "src", what)
+        _same_elements(dst, src, what, "src")
+        if src.buffer is psum and predicate.buffer is psum:
+            raise error(f"{what}: src and predicate cannot both be in PSUM")
+        if src.dtype != dst.dtype:
+            raise error(f"{what}: src and dst must share a dtype ({src.dtype} vs {dst.dtype})")
+        sview = _view_like(src, dst)
+    else:
+        simm = float(src)
+    return _emit(tracer, name, OP_SELECT, VECTOR, dst, _view_like(predicate, dst), sview, dst,
+                 imm0=simm, negate=bool(reverse_pred))
+
+
+# ---------------------------------------------------------------------------------------------
+# MX (microscaling) formats, NeuronCore-v4
+
+
+def _need_v4(what):
+    tracer = _core.current_tracer()
+    if tracer.spec["version"] < 4:
+        raise error(f"{what} needs NeuronCore-v4 (trn3); this kernel specialises for "
+                    f"NeuronCore-v{tracer.spec['version']} ({tracer.target})")
+    return tracer
+
+
+def quantize_mx(dst, src, dst_scale, name=None):
+    """MXFP8 quantisation on the Vector engine: per group of 8 partitions x 4 values, the scale
+    2^(floor(log2 amax) - (Emax - 1)) (Emax 8 for e4m3fn, 15 for e5m2; 2^-127 for an all-zero
+    group) to dst_scale at partition (group // 4) * 32 + group % 4, and the values / scale
+    rounded to nearest even, packed four to a dst element."""
+    what = "quantize_mx"
+    tracer = _need_v4(what)
+    for w, x in (("dst", dst), ("src", src), ("dst_scale", dst_scale)):
+        _on_chip(x, w, what)
+        if x.buffer is not sbuf:
+            raise error(f"{what}: {w} must be in SBUF")
+    if src.dtype.name not in ("bfloat16", "float16"):
+        raise error(f"{what}: src must be bfloat16 or float16, got {src.dtype}")
+    if dst.dtype.name not in ("float8_e5m2_x4", "float8_e4m3fn_x4"):
+        raise error(f"{what}: dst must be float8_e5m2_x4 or float8_e4m3fn_x4, got {dst.dtype}")
+    if dst_scale.dtype.name not in ("float8_e8m0fnu", "uint8"):
+        raise error(f"{what}: dst_scale must be float8_e8m0fnu or uint8, got {dst_scale.dtype}")
+    p = src.shape[0]
+    if p % 32 and p not in (8, 16):
+        raise error(f"{what}: src has {p} partitions; a multiple of 32 (up to 128) is needed")
+    if _free(src) % 4:
+        raise error(f"{what}: src has {_free(src)} elements per partition, not a multiple of 4")
+    if dst.shape[0] != p or _free(dst) * 4 != _free(src):
+        raise error(f"{what}: dst must be [{p}, {_free(src) // 4}] x4 elements; got {dst.shape}")
+    need = ((p // 8 - 1) // 4) * 32 + min(4, p // 8)
+    if dst_scale.shape[0] < need or _free(dst_scale) != _free(dst):
+        raise error(f"{what}: dst_scale must be [>= {need}, {_free(dst)}] (the scales of each "
+                    f"quadrant on its first 4 partitions); got {dst_scale.shape}")
+    return _emit(tracer, name, _core.OP_QUANTIZE_MX, VECTOR, dst, src, None, None, dst_scale)
+
+
+def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_position=None,
+                 tile_size=None, accumulate=None, name=None):
+    """dst[M, N] (+)= MX matmul on the Tensor engine (NeuronCore-v4): stationary [K, M] and
+    moving [K, N] in x4 formats (logical contraction 4K <= 512), each with its scale tile
+    (float8_e8m0fnu or uint8; partition k's scale at (k // 32) * 32 + (k % 32) // 8). FP32
+    accumulation; dst float32 or bfloat16 in PSUM."""
+    what = "nc_matmul_mx"
+    tracer = _need_v4(what)
+    _tensor(dst, "dst")
+    for w, x in (("stationary", stationary), ("moving", moving),
+                 ("stationary_scale", stationary_scale), ("moving_scale", moving_scale)):
+        _on_chip(x, w, what)
+        if x.buffer is not sbuf:
+            raise error(f"{what}: {w} must be in SBUF")
+    for w, x in (("stationary", stationary), ("moving", moving)):
+        if not x.dtype.packed:
+            raise error(f"{what}: {w} must be float8_e5m2_x4, float8_e4m3fn_x4 or "
+                        f"float4_e2m1fn_x4, got {x.dtype}")
+    for w, x in (("stationary_scale", stationary_scale), ("moving_scale", moving_scale)):
+        if x.dtype.name not in ("float8_e8m0fnu", "uint8"):
+            raise error(f"{what}: {w} must be float8_e8m0fnu or uint8, got {x.dtype}")
+    k, m, n = stationary.shape[0], _free(stationary), _free(moving)
+    if moving.shape[0] != k:
+        raise error(f"{what}: stationary and moving must share the partition (contraction) dim")
+    if k % 32 or k > PMAX:
+        raise error(f"{what}: the contraction partitions ({k}) must be a multiple of 32, <= 128")
+    if m > STATIONARY_FMAX or m % 2:
+        raise error(f"{what}: stationary free size {m} must be even and <= 128")
+    fmax = 8192 if dst.dtype.itemsize == 2 else 4096
+    if n > fmax:
+        raise error(f"{what}: moving free size {n} exceeds {fmax} for a {dst.dtype} dst")
+    need = ((k - 1) // 32) * 32 + 4
+    for w, x, f in (("stationary_scale", stationary_scale, m), ("moving_scale", moving_scale, n)):
+        if x.shape[0] < need or _free(x) != f:
+            raise error(f"{what}: {w} must be [>= {need}, {f}]; got {x.shape}")
+    if dst.buffer is not psum:
+        raise error(f"{what} writes PSUM; dst is in {dst.buffer.name}")
+    if dst.dtype.name not in ("float32", "bfloat16"):
+        raise error(f"{what}: dst must be float32 or bfloat16, got {dst.dtype}")
+    if dst.shape[0] != m or _free(dst) != n:
+        raise error(f"{what}: dst {dst.shape} must be [{m}, {n}]")
+    return _emit(tracer, name, _core.OP_MATMUL_MX, TENSOR, dst, stationary, moving,
+                 stationary_scale, moving_scale, accumulate=accumulate)
+
+
+# ---------------------------------------------------------------------------------------------
+# DMA transpose
+
+
+def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
+                  oob_mode=oob_mode.error, name=None):
+    """dst = src with its dims permuted (`axes`, default reversed), moved by the DMA engines
+    (2- and 4-byte dtypes; NeuronCore-v3 and later)."""
+    what = "dma_transpose"
+    tracer = _core.current_tracer()
+    if tracer.spec["version"] < 3:
+        raise error(f"{what} needs NeuronCore-v3 or later (trn2 / trn3)")
+    _tensor(dst, "dst")
+    _tensor(src, "src")
+    if src.dtype.itemsize not in (2, 4):
+        raise error(f"{what}: DMA transposes 2- and 4-byte dtypes, got {src.dtype}")
+    axes = tuple(axes) if axes is not None else tuple(reversed(range(src.ndim)))
+    view = src.permute(axes) if not src._buffer.on_chip or axes[0] == 0 else None
+    if view is None:
+        # An on-chip source whose partition dim moves: read it through a free-dim view of the
+        # same bytes (the DMA engine addresses SBUF by partition and offset).
+        view = Tensor(src._buffer, [src.shape[a] for a in axes], [src.strides[a] for a in axes],
+                      src.offset, src._dtype)
+    if tuple(view.shape) != tuple(dst.shape):
+        raise error(f"{what}: dst {dst.shape} must be the transposed shape {tuple(view.shape)} "
+                    "(same rank)")
+    for w, x in (("dst", dst), ("src", src)):
+        if x.buffer is psum:
+            raise error(f"{what}: {w} is in PSUM; DMA moves HBM and SBUF data")
+    return _emit(tracer, name, OP_DMA, DMA, dst, view, axes=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Instructions this interpreter refuses, each with the reason (docs/nki.md lists them)
+
+def _refused(fname, why, params):
+    def f(*args, **kwargs):
+        raise error(f"nki.isa.{fname} is not supported by this interpreter: {why}")
+
+    f.__name__ = fname
+    f.__qualname__ = fname
+    f.__doc__ = f"Refused: {why}"
+    import inspect
+
+    _core.refused(f"nki.isa.{fname}", why)
+    f.__signature__ = inspect.Signature(
+        [inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                           default=None if p == "name" else inspect.Parameter.empty)
+         for p in params])
+    return f
+
+
+_RUNTIME = "it needs runtime register values (device-side control flow), not modelled yet"
+_RNG = ("the hardware random number generators' bit streams are not published, so no result "
+        "could be checked against hardware")
+activate2 = _refused("activate2", "the NeuronCore-v4 Activation2 semantics are not modelled yet",
+                     ["dst", "op", "data", "imm0", "imm1", "op0", "op1", "relu_param", "reverse0",
+                      "reverse1", "reduce_op", "reduce_res", "reduce_cmd", "name"])
+tensor_scalar_cumulative = _refused(
+    "tensor_scalar_cumulative", "not modelled yet (use tensor_tensor_scan)",
+    ["dst", "src", "op0", "op1", "imm0", "imm1", "reduce_cmd", "name"])
+select_reduce = _refused("select_reduce", "not modelled yet",
+                         ["dst", "predicate", "on_true", "on_false", "reduce_res", "reduce_cmd",
+                          "reduce_op", "reverse_pred", "name"])
+range_select = _refused("range_select", "not modelled yet",
+                        ["dst", "on_true_tile", "comp_op0", "comp_op1", "bound0", "bound1",
+                         "reduce_cmd", "reduce_res", "reduce_op", "range_start", "on_false_value",
+                         "name"])
+sequence_bounds = _refused("sequence_bounds", "not modelled yet", ["dst", "segment_ids", "name"])
+local_gather = _refused("local_gather", "gathers with runtime indices are not modelled yet",
+                        ["dst", "src_buffer", "index", "num_elem_per_idx", "num_valid_indices",
+                         "name"])
+nc_n_gather = _refused("nc_n_gather", "gathers with runtime indices are not modelled yet",
+                       ["dst", "data", "indices", "name"])
+nc_stream_shuffle = _refused("nc_stream_shuffle", "cross-partition shuffles are not modelled yet",
+                             ["dst", "src", "shuffle_mask", "name"])
+rng = _refused("rng", _RNG, ["dst", "engine", "name"])
+dropout = _refused("dropout", _RNG, ["dst", "data", "prob", "name"])
+set_rng_seed = _refused("set_rng_seed", _RNG, ["src_seeds", "name"])
+rand_set_state = _refused("rand_set_state", _RNG, ["src_seeds", "engine", "name"])
+rand_get_state = _refused("rand_get_state", _RNG, ["dst", "engine", "name"])
+rand2 = _refused("rand2", _RNG, ["dst", "min", "max", "name"])
+dma_compute = _refused("dma_compute", "DMA read-modify-write is not modelled yet",
+                       ["dst", "srcs", "reduce_op", "scales", "unique_indices", "oob_mode", "name"])
+core_barrier = _refused("core_barrier", "LNC=2 cross-core synchronisation is not modelled",
+                        ["data", "cores", "engine", "name"])
+sendrecv = _refused("sendrecv", "LNC=2 cross-core transfers are not modelled",
+                    ["src", "dst", "send_to_rank", "recv_from_rank", "pipe_id", "dma_engine",
+                     "name"])
+register_alloc = _refused("register_alloc", _RUNTIME, ["x"])
+register_move = _refused("register_move", _RUNTIME, ["dst", "src"])
+register_load = _refused("register_load", _RUNTIME, ["dst", "src"])
+register_store = _refused("register_store", _RUNTIME, ["dst", "src"])
+nonzero_with_count = _refused("nonzero_with_count", "not modelled yet",
+                              ["dst", "src", "index_offset", "padding_val", "name"])
+topk = _refused("topk", "not modelled yet (max8 / nc_find_index8 give the top 8)",
+                ["val_dst", "idx_dst", "src", "n", "name"])
+
+
+# Tensors' assignments and in-place operators run these instructions (nki._core.HOOKS).
+_core.HOOKS.update(dma_copy=dma_copy, tensor_copy=tensor_copy, memset=memset,
+                   tensor_tensor=tensor_tensor, tensor_scalar=tensor_scalar)
+
+
+def _constants_module():
+    """``nki.isa.constants``: the enums, importable as their own module (NKI 0.6 kernels do
+    ``from nki.isa.constants import oob_mode``)."""
+    import sys
+    import types
+
+    mod = types.ModuleType("nki.isa.constants", "The nki.isa enums.")
+    for name in ("engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version",
+                 "dma_engine"):
+        setattr(mod, name, globals()[name])
+    sys.modules["nki.isa.constants"] = mod
+    return mod
+
+
+constants = _constants_module()

@@ -13,16 +13,61 @@ import contextlib
 import math
 import operator
 
-from nki import _core
+from nki import _core, _ops
 from nki import isa as _isa
+from nki._ops import (  # noqa: F401  (the operations, re-exported as nl.<name>)
+    abs, abs_max, abs_min, add, all, arctan, average, bitwise_and, bitwise_or, bitwise_xor,
+    bypass, ceil, cos, divide, equal, erf, erf_dx, exp, floor, fmod, gelu, gelu_apprx_sigmoid,
+    gelu_apprx_sigmoid_dx, gelu_apprx_tanh, gelu_dx, greater, greater_equal, left_shift, less,
+    less_equal, log, logical_and, logical_not, logical_or, logical_xor, max, maximum, min,
+    minimum, mish, mod, multiply, negative, not_equal, power, prelu, prod, reciprocal, relu,
+    right_shift, rsqrt, sigmoid, sign, silu, silu_dx, sin, softplus, sqrt, square, subtract, sum,
+    tan, tanh, trunc,
+)
 from nki._core import (  # noqa: F401  (re-exported names)
-    OP_PRINT, DType, NkiError, Tensor, bfloat16, bool_, error, float8_e4m3, float8_e4m3fn,
-    float8_e5m2, float16, float32, hbm, int8, int16, int32, private_hbm, psum, sbuf, shared_hbm,
-    tfloat32, uint8, uint16, uint32,
+    OP_PRINT, DType, NKIObject, NkiError, Tensor, bfloat16, bool_, error, float4_e2m1fn_x4,
+    float8_e4m3, float8_e4m3fn, float8_e4m3fn_x4, float8_e5m2, float8_e5m2_x4, float8_e8m0fnu,
+    float16, float32, hbm, int8, int16, int32, private_hbm, psum, sbuf, shared_hbm, tfloat32,
+    uint8, uint16, uint32,
 )
 
 ndarray_type = Tensor
 NkiTensor = Tensor
+
+
+class MemoryRegion:
+    """The memories a tensor lives in (``nl.sbuf``, ``nl.psum``, ``nl.private_hbm`` = ``nl.hbm``,
+    ``nl.shared_hbm``)."""
+
+    sbuf = sbuf
+    psum = psum
+    private_hbm = private_hbm
+    shared_hbm = shared_hbm
+
+
+def is_hbm(buffer):
+    return _buffer_of(buffer).code == 0
+
+
+def is_on_chip(buffer):
+    return _buffer_of(buffer).code != 0
+
+
+def is_psum(buffer):
+    return _buffer_of(buffer) is psum
+
+
+def is_sbuf(buffer):
+    return _buffer_of(buffer) is sbuf
+
+
+def _buffer_of(x):
+    return x.buffer if isinstance(x, Tensor) else _memory(x)
+
+
+def ds(start, size):
+    """``size`` elements from ``start``: an index usable in any dim (``t[nl.ds(i * 128, 128)]``)."""
+    return _core.DynamicSlice(start, size)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -57,6 +102,16 @@ class _TileSize:
     def sbuf_size_bytes(self):
         return self.sbuf_fmax_bytes * self.pmax
 
+    @property
+    def sbuf_fmax(self):
+        """The free size of an SBUF tile, in float32 elements."""
+        return self.sbuf_fmax_bytes // 4
+
+    @property
+    def total_available_sbuf_size(self):
+        """Deprecated in NKI 0.4 (the per-partition bytes, despite its name)."""
+        return self.sbuf_fmax_bytes
+
 
 tile_size = _TileSize()
 
@@ -65,13 +120,53 @@ tile_size = _TileSize()
 # loops, SPMD, debug
 
 
-def affine_range(*args, **kwargs):
+def affine_range(start, stop=None, step=1, **kwargs):
     """Deprecated alias of range() (NKI 0.6): loops are unrolled at specialisation."""
-    return range(*args)
+    return range(start, stop, step) if stop is not None else range(start)
 
 
-sequential_range = affine_range
-static_range = affine_range
+def sequential_range(start, stop=None, step=1, **kwargs):
+    return affine_range(start, stop, step)
+
+
+def static_range(start, stop=None, step=1, **kwargs):
+    return affine_range(start, stop, step)
+
+
+def dynamic_range(start, stop=None, step=1, **kwargs):
+    """Deprecated in NKI 0.6 (use fori_loop). Bounds known at specialisation unroll like range();
+    register bounds are runtime values, which this interpreter does not model."""
+    for v in (start, stop, step):
+        if v is not None and not _core._is_int(v):
+            raise error("nl.dynamic_range with register bounds needs runtime control flow, which "
+                        "this interpreter does not model; bounds must be integers")
+    return affine_range(start, stop, step)
+
+
+def fori_loop(lower, upper, body_fun, step=1):
+    """Runs body_fun(i) for i in range(lower, upper, step). With integer bounds (known when the
+    kernel specialises) the loop unrolls, which computes what the device loop computes; register
+    bounds are refused (runtime control flow is not modelled)."""
+    for v in (lower, upper, step):
+        if not _core._is_int(v):
+            raise error("nl.fori_loop with register bounds needs runtime control flow, which this "
+                        "interpreter does not model; bounds must be integers")
+    if int(step) <= 0:
+        raise error("nl.fori_loop: step must be a positive integer")
+    for i in range(int(lower), int(upper), int(step)):
+        if body_fun(i) is not None:
+            raise error("nl.fori_loop: the body function cannot return a value")
+
+
+def while_loop(init, body_fun):
+    """A loop while a register is non-zero: a runtime condition, which this interpreter does not
+    model (a clear refusal rather than a guess)."""
+    raise error(_core.REFUSED["nki.language.while_loop"])
+
+
+_core.refused("nki.language.while_loop",
+              "nl.while_loop runs while a register holds a non-zero runtime value; runtime "
+              "control flow is not modelled by this interpreter")
 
 
 @contextlib.contextmanager
@@ -89,19 +184,25 @@ def program_id(axis=0):
     return t.program_coords[axis]
 
 
-def num_programs(axis=0):
+def num_programs(axes=0):
+    """The number of SPMD programs along `axes` (an int, or a tuple: their product)."""
     t = _core.current_tracer()
-    if not 0 <= axis < len(t.grid):
-        raise error(f"num_programs({axis}): the grid has {len(t.grid)} dims")
-    return t.grid[axis]
+    dims = (axes,) if isinstance(axes, int) else tuple(axes)
+    for a in dims:
+        if not 0 <= a < len(t.grid):
+            raise error(f"num_programs({axes}): the grid has {len(t.grid)} dims")
+    return math.prod(t.grid[a] for a in dims)
 
 
 def program_ndim():
     return len(_core.current_tracer().grid)
 
 
-def device_print(prefix, x):
-    """Prints `prefix` and the values of `x` when the kernel runs (on the host, after the run)."""
+def device_print(print_prefix, tensor=None, x=None, prefix=None):
+    """Prints `print_prefix` and the values of `tensor` when the kernel runs (on the host, after
+    the run)."""
+    x = tensor if tensor is not None else x
+    prefix = print_prefix if prefix is None else prefix
     t = _core.current_tracer()
     if not isinstance(x, Tensor):
         raise error("device_print prints NKI tensors")
@@ -156,13 +257,88 @@ def full_like(x, fill_value, dtype=None, buffer=None, name="", **kwargs):
     return full(x.shape, fill_value, dtype or x.dtype, buffer or x.buffer, name)
 
 
-def shared_identity_matrix(n, dtype=bfloat16, **kwargs):
+def shared_identity_matrix(n, dtype=uint8, dst=None, **kwargs):
     """An n x n identity in SBUF (built with iota and a comparison)."""
     rows = ndarray((n, n), float32, buffer=sbuf)
     _isa.iota(rows, [[1, n]], offset=0, channel_multiplier=-1)  # j - p
-    ident = ndarray((n, n), dtype, buffer=sbuf)
+    ident = dst if dst is not None else ndarray((n, n), dtype, buffer=sbuf)
     _isa.tensor_scalar(ident, rows, equal, 0.0)
     return ident
+
+
+def shared_constant(constant):
+    """A shared_hbm tensor holding `constant` (a NumPy array or the path of a .npy file): the
+    data travels with the specialised kernel as one more input."""
+    import numpy as np
+
+    if isinstance(constant, str):
+        constant = np.load(constant)
+    arr = np.ascontiguousarray(np.asarray(constant))
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    t = _core.current_tracer().allocate(arr.shape, _core.as_dtype(arr.dtype), shared_hbm,
+                                        "shared_constant")
+    t._buffer.poison = False
+    t._buffer.constant = arr
+    return t
+
+
+def expand_dims(x, axis):
+    """A view of x with a size-1 dim inserted at `axis`."""
+    return x.expand_dim(axis)
+
+
+def broadcast_to(x, shape, dtype=None):
+    """A tile of `shape` holding x broadcast from its size-1 dims (numpy rules, same rank). A
+    broadcast along the partition dim moves data between partitions: it goes through a DMA; free
+    dims broadcast on the Vector engine."""
+    if not isinstance(x, Tensor) or not x._buffer.on_chip:
+        raise error("nl.broadcast_to takes an on-chip tile (nl.load it first)")
+    shape = tuple(int(s) for s in shape)
+    if shape == x.shape and (dtype is None or _core.as_dtype(dtype) == x.dtype):
+        return x
+    view = Tensor(x._buffer, x.shape, x.strides, x.offset, x._dtype)
+    if len(shape) != x.ndim:
+        raise error(f"nl.broadcast_to: {shape} must have the rank of {x.shape}")
+    strides = []
+    for n, m, st in zip(x.shape, shape, x.strides):
+        if n != m and n != 1:
+            raise error(f"nl.broadcast_to: cannot broadcast {x.shape} to {shape}")
+        strides.append(st if n == m else 0)
+    view = Tensor(x._buffer, shape, strides, x.offset, x._dtype)
+    out = ndarray(shape, dtype or x.dtype, buffer=sbuf)
+    if shape[0] != x.shape[0]:
+        _isa.dma_copy(dst=out, src=view)
+    else:
+        _isa.tensor_copy(dst=out, src=view)
+    return out
+
+
+_RNG = ("the hardware random number generator's bit stream is not published, so results "
+        "could not be checked against hardware; not supported")
+
+
+def gather_flattened(data, indices, axis=0, dtype=None):
+    raise error(_core.REFUSED["nki.language.gather_flattened"])
+
+
+def random_seed(seed):
+    raise error(_core.REFUSED["nki.language.random_seed"])
+
+
+def rand(shape, dtype, buffer=sbuf, name=""):
+    raise error(_core.REFUSED["nki.language.rand"])
+
+
+def dropout(x, rate, dtype=None):
+    raise error(_core.REFUSED["nki.language.dropout"])
+
+
+_core.refused("nki.language.gather_flattened",
+              "nl.gather_flattened gathers with runtime indices, which this interpreter does "
+              "not model yet")
+for _name in ("random_seed", "rand", "dropout"):
+    _core.refused(f"nki.language.{_name}", f"nl.{_name}: {_RNG}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -209,21 +385,6 @@ def copy(x, dtype=None, **kwargs):
 
 # ---------------------------------------------------------------------------------------------
 # operations (usable as `op=` of nki.isa instructions)
-
-
-class _Op:
-    def __init__(self, name, impl, alu=None, act=None, py=None):
-        self.name = name
-        self._impl = impl
-        self.alu = alu
-        self.act = act
-        self.py = py
-
-    def __call__(self, *args, **kwargs):
-        return self._impl(self, *args, **kwargs)
-
-    def __repr__(self):
-        return f"nl.{self.name}"
 
 
 def _left_aligned(x, ndim):
@@ -290,74 +451,26 @@ def _reduce(self, x, axis, dtype=None, keepdims=False, mask=None, **kwargs):
     shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape)) if keepdims else tuple(
         n for d, n in enumerate(x.shape) if d not in axes)
     out = ndarray(shape, dtype or x.dtype, buffer=sbuf)
-    _isa.tensor_reduce(dst=out, op=_REDUCE_ALU[self.name], data=x, axis=axes)
+    _isa.tensor_reduce(dst=out, op=_ops.REDUCE_ALU[self.name], data=x, axis=axes)
     return out
 
-
-def _f(name, act=None, alu=None, py=None):
-    return _Op(name, _unary, alu=alu, act=act, py=py)
-
-
-def _b(name, alu, py):
-    return _Op(name, _binary, alu=alu, py=py)
-
-
-# ALU codes (nrtsim::nki::Alu) and activation codes (nrtsim::nki::Act).
-add = _b("add", 1, operator.add)
-subtract = _b("subtract", 2, operator.sub)
-multiply = _b("multiply", 3, operator.mul)
-divide = _b("divide", 4, operator.truediv)
-maximum = _b("maximum", 5, builtins.max)
-minimum = _b("minimum", 6, builtins.min)
-power = _b("power", 7, operator.pow)
-fmod = _b("fmod", 8, math.fmod)
-equal = _b("equal", 9, lambda a, b: float(a == b))
-not_equal = _b("not_equal", 10, lambda a, b: float(a != b))
-greater = _b("greater", 11, lambda a, b: float(a > b))
-greater_equal = _b("greater_equal", 12, lambda a, b: float(a >= b))
-less = _b("less", 13, lambda a, b: float(a < b))
-less_equal = _b("less_equal", 14, lambda a, b: float(a <= b))
-logical_and = _b("logical_and", 15, lambda a, b: float(bool(a) and bool(b)))
-logical_or = _b("logical_or", 16, lambda a, b: float(bool(a) or bool(b)))
-logical_xor = _b("logical_xor", 17, lambda a, b: float(bool(a) != bool(b)))
-bitwise_and = _b("bitwise_and", 18, operator.and_)
-bitwise_or = _b("bitwise_or", 19, operator.or_)
-bitwise_xor = _b("bitwise_xor", 20, operator.xor)
-abs_max = _b("abs_max", 21, lambda a, b: builtins.max(builtins.abs(a), builtins.abs(b)))
-abs_min = _b("abs_min", 22, lambda a, b: builtins.min(builtins.abs(a), builtins.abs(b)))
 
 # nl.copy is both the tile copy above and the identity activation (op=nl.copy).
 copy.act = 0
 copy.alu = 0
-exp = _f("exp", 1, py=math.exp)
-log = _f("log", 2, py=math.log)
-sqrt = _f("sqrt", 3, py=math.sqrt)
-rsqrt = _f("rsqrt", 4, py=lambda a: 1 / math.sqrt(a))
-reciprocal = _f("reciprocal", 5, py=lambda a: 1 / a)
-tanh = _f("tanh", 6, py=math.tanh)
-sigmoid = _f("sigmoid", 7, py=lambda a: 1 / (1 + math.exp(-a)))
-relu = _f("relu", 8, py=lambda a: builtins.max(a, 0))
-gelu = _f("gelu", 9, py=lambda a: 0.5 * a * (1 + math.erf(a / math.sqrt(2))))
-gelu_apprx_tanh = _f("gelu_apprx_tanh", 10)
-silu = _f("silu", 11, py=lambda a: a / (1 + math.exp(-a)))
-softplus = _f("softplus", 12, py=lambda a: math.log1p(math.exp(a)))
-erf = _f("erf", 13, py=math.erf)
-sin = _f("sin", 14, py=math.sin)
-cos = _f("cos", 15, py=math.cos)
-abs = _f("abs", 16, py=lambda a: a if a >= 0 else -a)  # noqa: A001
-square = _f("square", 17, py=lambda a: a * a)
-sign = _f("sign", 18, py=lambda a: float((a > 0) - (a < 0)))
-negative = _f("negative", 19, py=operator.neg)
-mish = _f("mish", 20)
-arctan = _f("arctan", 21, py=math.atan)
+_ops.bind("binary", _binary)
+_ops.bind("unary", _unary)
+_ops.bind("reduce", _reduce)
 
-_REDUCE_ALU = {"sum": add, "max": maximum, "min": minimum, "prod": multiply, "all": logical_and}
-# Reductions also name their ALU operation, so nisa.tensor_reduce(op=nl.max) works.
-sum = _Op("sum", _reduce, alu=1)  # noqa: A001
-max = _Op("max", _reduce, alu=5)  # noqa: A001
-min = _Op("min", _reduce, alu=6)  # noqa: A001
-prod = _Op("prod", _reduce, alu=3)
-all = _Op("all", _reduce, alu=15)  # noqa: A001
+
+def invert(x, dtype=None, **kwargs):
+    """Bitwise NOT of an integer tile (an XOR with all ones of its width)."""
+    if not isinstance(x, Tensor):
+        return ~int(x)
+    if x.dtype.is_float:
+        raise error(f"nl.invert takes an integer tile, got {x.dtype}")
+    mask = -1 if x.dtype.name.startswith("int") else (1 << (8 * x.dtype.itemsize)) - 1
+    return bitwise_xor(x, mask, dtype=dtype)
 
 
 def mean(x, axis, dtype=None, keepdims=False, **kwargs):
@@ -410,8 +523,7 @@ def matmul(x, y, transpose_x=False, mask=None, **kwargs):
     elif x.buffer is psum:
         x = copy(x)
     out = ndarray((x.shape[1], y.shape[1]), float32, buffer=psum)
-    index = _isa.nc_matmul(out, x, y)
-    out._pending_matmul = index
+    out._pending_matmul = _isa.nc_matmul(out, x, y).index
     return out
 
 
@@ -445,7 +557,7 @@ def softmax(x, axis=-1, dtype=None, **kwargs):
     return out
 
 
-def rms_norm(x, w, axis=-1, n=None, epsilon=1e-6, dtype=None, **kwargs):
+def rms_norm(x, w, axis=-1, n=None, epsilon=1e-6, dtype=None, compute_dtype=None, **kwargs):
     """x / sqrt(mean(x^2) + epsilon) * w along the free axis; w is [1, F] or [P, F] (broadcast
     over partitions as it is read)."""
     if axis < 0:
@@ -454,17 +566,23 @@ def rms_norm(x, w, axis=-1, n=None, epsilon=1e-6, dtype=None, **kwargs):
         raise error("nl.rms_norm here takes a 2-D tile and its free axis (axis=1 / -1)")
     p, f = x.shape
     n = n or f
-    sq = ndarray(x.shape, float32, buffer=sbuf)
-    ss = ndarray((p, 1), float32, buffer=sbuf)
+    cd = _core.as_dtype(compute_dtype) if compute_dtype is not None else float32
+    sq = ndarray(x.shape, cd, buffer=sbuf)
+    ss = ndarray((p, 1), cd, buffer=sbuf)
     _isa.activation(sq, square, x, reduce_op=add, reduce_res=ss)
-    rs = ndarray((p, 1), float32, buffer=sbuf)
+    rs = ndarray((p, 1), cd, buffer=sbuf)
     _isa.tensor_scalar(rs, ss, multiply, 1.0 / n, op1=add, operand1=float(epsilon))
-    inv = ndarray((p, 1), float32, buffer=sbuf)
+    inv = ndarray((p, 1), cd, buffer=sbuf)
     _isa.activation(inv, rsqrt, rs)
-    normed = ndarray(x.shape, float32, buffer=sbuf)
+    normed = ndarray(x.shape, cd, buffer=sbuf)
     _isa.tensor_scalar(normed, x, multiply, inv)
     out = ndarray(x.shape, dtype or x.dtype, buffer=sbuf)
     wv = _left_aligned(w, 2).broadcast_to(x.shape)
     _isa.tensor_tensor(out, normed, wv, multiply)
     return out
 
+
+# Tensors' Python operators (+ - * / ** @, comparisons, abs, negation) call these.
+_core.HOOKS.update({name: globals()[name] for name in (
+    "add", "subtract", "multiply", "divide", "power", "negative", "abs", "less", "less_equal",
+    "greater", "greater_equal", "matmul")})

@@ -4,9 +4,10 @@ compiled programs (dynamo/program_work.py), so that both count the ops eager lau
 
 An op with a neuron kernel of its own (a PrivateUse1 kernel: a host-math family, a dedicated
 kernel) is one launch, whose work the table gives. An op without one runs as its composite
-kernel's parts — CompositeImplicitAutograd (decomposed above autograd) or CompositeExplicitAutograd
-(e.g. embedding -> index_select, slice_backward -> zeros + copy) — exactly as the dispatcher runs
-it on neuron tensors; its parts are counted in turn. An op with neither is the CPU fallback.
+kernel's parts — CompositeImplicitAutograd (decomposed above autograd), CompositeExplicitAutograd
+(e.g. embedding -> index_select, slice_backward -> zeros + copy) or, for the in-place form of a
+structured op, CompositeExplicitAutogradNonFunctional (index_copy_ -> index_copy.out with out=self)
+— exactly as the dispatcher runs it on neuron tensors; its parts are counted in turn. An op with neither is the CPU fallback.
 """
 
 from __future__ import annotations
@@ -43,4 +44,8 @@ def composite_parts(func):
         return func.decompose
     if _has_kernel(func, "CompositeExplicitAutograd"):
         return lambda *args, **kwargs: func._op_dk(_DK.CompositeExplicitAutograd, *args, **kwargs)
+    if _has_kernel(func, "CompositeExplicitAutogradNonFunctional"):
+        # The in-place form of a structured op (index_copy_, add_): its .out overload with out=self.
+        return lambda *args, **kwargs: func._op_dk(_DK.CompositeExplicitAutogradNonFunctional,
+                                                   *args, **kwargs)
     return None

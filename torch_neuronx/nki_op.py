@@ -15,6 +15,35 @@ import itertools
 
 import torch
 
+import nki
+from nki import _jit as _nki_jit
+from nki import _nki
+from torch_neuronx import _C
+
+
+class _NeuronDevice:
+    """The neuron device as the nki package sees it: kernels on neuron tensors launch on the
+    tensor's simulated NeuronCore (torch_neuronx depends on nki, never the reverse)."""
+
+    _TARGETS = {"v2": "trn1", "v3": "trn2", "v4": "trn3"}
+
+    def target(self, index):
+        import torch_neuronx
+
+        return self._TARGETS[torch_neuronx.core_model(index)["neuroncore"]]
+
+    def current_device(self):
+        return torch.neuron.current_device()
+
+    def launch(self, executable, index, memory):
+        return _C._nki_launch(executable.capsule(), index, memory)
+
+
+_nki_jit.register_device("neuron", _NeuronDevice())
+_C._nki_set_dma_model_path(_nki_jit.DMA_MODEL_PATH)
+# ATen's GEMM for the interpreter's matmuls on the host too (BLAS order and speed).
+_nki.set_host_kernels(_C._nki_host_kernels())
+
 _LIBRARY = torch.library.Library("torch_neuronx", "FRAGMENT")
 _LIBRARY.define("nki_call(str kernel, str constants, Tensor[] tensors) -> Tensor[]")
 _KERNELS = {}
@@ -54,8 +83,6 @@ def _literal(value):
 
 class _WrappedKernel:
     def __init__(self, kernel):
-        import nki
-
         self.kernel = nki.jit(kernel)
         self.key = f"{self.kernel.__name__}#{next(_IDS)}"
         _KERNELS[self.key] = self.kernel

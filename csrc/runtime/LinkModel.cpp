@@ -7,6 +7,7 @@
 #include <set>
 #include <vector>
 
+#include "runtime/Env.h"
 #include "runtime/Error.h"
 #include "runtime/IniFile.h"
 
@@ -97,6 +98,9 @@ LinkModel parse_link_model(const std::string& text, const std::string& origin) {
       l.hop_latency_us = r.number("hop_latency_us");
       l.mesh_below_mbytes = r.number_or("mesh_below_mbytes", 0);
       l.rdh_below_mbytes = r.number_or("rdh_below_mbytes", 0);
+      l.one_shot_below_mbytes = r.number_or("one_shot_below_mbytes", 0);
+      l.two_shot_below_mbytes = r.number_or("two_shot_below_mbytes", 0);
+      l.multicast = r.number_or("multicast", 0) > 0;
       l.source = r.text("source");
       model.links[name] = l;
     } else if (kind == "chip" && !name.empty()) {
@@ -136,9 +140,7 @@ void set_default_link_model_path(const std::string& path) {
 }
 
 std::string default_link_model_path() {
-  if (const char* env = std::getenv("NRTSIM_LINK_MODEL"); env != nullptr && *env != '\0') {
-    return env;
-  }
+  if (auto path = env::get("NRTSIM_LINK_MODEL")) return *path;
   std::lock_guard<std::mutex> lock(g_path_mutex);
   return g_default_path;
 }

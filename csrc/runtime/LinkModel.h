@@ -29,6 +29,13 @@ struct LinkSpec {
   // doubling-halving (1 + log2(chips) steps), above a ring. 0: rings only.
   double mesh_below_mbytes = 0;
   double rdh_below_mbytes = 0;
+  // NVSwitch: a serving engine's all-reduce reads every peer's buffer in one step below
+  // one_shot_below_mbytes and reduce-scatters then all-gathers in two below
+  // two_shot_below_mbytes (TensorRT-LLM's custom all-reduce); above, NCCL. multicast: the switch
+  // reduces in the network (NVLink SHARP), so an all-reduce moves each byte once each way.
+  double one_shot_below_mbytes = 0;
+  double two_shot_below_mbytes = 0;
+  bool multicast = false;
   std::string source;
 };
 

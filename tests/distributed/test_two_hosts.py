@@ -1,6 +1,6 @@
 """The neuron process group across hosts (issue 11, item 5).
 
-Two network namespaces joined by a veth pair are two hosts: each runs
+Two network namespaces joined by a bridge are two hosts (namespaces.py): each runs
 `torchrun --nnodes=2 --nproc-per-node=2 --node-rank=i` in its namespace (and its own UTS
 namespace, hostname host0 / host1). The 4 ranks check every collective against expected values,
 then train the tiny Llama with DDP and with FSDP2 (bf16 MixedPrecisionPolicy) against a
@@ -13,8 +13,6 @@ on this machine which simulated host they are on (three hosts, interleaved ranks
 
 import os
 import re
-import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -22,95 +20,29 @@ from pathlib import Path
 
 import pytest
 
-from launcher import free_port, report, RankResult
+import namespaces
+from launcher import free_port, report, wait_groups
 
 WORKER = Path(__file__).parent / "workers" / "two_hosts.py"
 ADDRESSES = ("10.213.0.1", "10.213.0.2")
 
 
-def _namespaces_unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "network namespaces need root (this test runs as uid %d)" % os.geteuid()
-    if shutil.which("ip") is None:
-        return "the `ip` command (iproute2) is not installed"
-    if shutil.which("unshare") is None:
-        return "the `unshare` command (util-linux) is not installed"
-    return None
-
-
-def _ip(*args):
-    subprocess.run(["ip", *args], check=True, capture_output=True, text=True, timeout=30)
-
-
 @pytest.fixture
 def two_hosts():
-    """Two network namespaces joined by a veth pair; yields their names. Always removed."""
-    reason = _namespaces_unavailable()
-    if reason:
-        print(f"SKIPPED: {reason}")
-        pytest.skip(reason)
-    tag = f"{os.getpid() % 100000}"
-    names = [f"nrt2h-{tag}-{i}" for i in range(2)]
-    veths = [f"n2h{tag}a", f"n2h{tag}b"]  # interface names: at most 15 characters
-    created = []
+    """Two network namespaces on one bridge (namespaces.py); yields their names. Always removed."""
     try:
-        for n in names:
-            _ip("netns", "add", n)
-            created.append(n)
-        _ip("link", "add", veths[0], "type", "veth", "peer", "name", veths[1])
-        for n, v, a in zip(names, veths, ADDRESSES):
-            _ip("link", "set", v, "netns", n)
-            _ip("-n", n, "addr", "add", f"{a}/24", "dev", v)
-            _ip("-n", n, "link", "set", v, "up")
-            _ip("-n", n, "link", "set", "lo", "up")
-    except (subprocess.CalledProcessError, OSError) as e:
-        for n in created:
-            subprocess.run(["ip", "netns", "del", n], capture_output=True)
-        subprocess.run(["ip", "link", "del", veths[0]], capture_output=True)
-        detail = getattr(e, "stderr", "") or str(e)
-        print(f"SKIPPED: network namespaces cannot be created here: {detail.strip()}")
-        pytest.skip(f"network namespaces cannot be created here: {detail.strip()}")
-    try:
-        yield names
-    finally:
-        # Deleting a namespace deletes the veth end in it, and with it the pair.
-        for n in names:
-            done = subprocess.run(["ip", "netns", "del", n], capture_output=True, text=True)
-            if done.returncode != 0:
-                print(f"ip netns del {n}: {done.stderr.strip()}")
+        with namespaces.hosts(2) as made:
+            assert tuple(a for _, a in made) == ADDRESSES
+            yield [ns for ns, _ in made]
+    except namespaces.NamespacesUnavailable as e:
+        print(f"SKIPPED: {e}")
+        pytest.skip(str(e))
 
 
-def _env(**extra):
-    env = dict(os.environ)
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-              "NEURON_RT_VISIBLE_CORES", "TORCHELASTIC_RUN_ID", "NRTSIM_HOST_ID", "GLOO_SOCKET_IFNAME"):
-        env.pop(k, None)
-    env.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", **extra)
-    return env
+_env = namespaces.clean_env
+_in_namespace = namespaces.in_namespace
 
 
-def _in_namespace(ns, hostname, argv):
-    # A UTS namespace per host gives each its own hostname, as two machines have.
-    inner = "hostname " + hostname + " && exec " + " ".join(f"'{a}'" for a in argv)
-    return ["ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c", inner]
-
-
-def _wait_all(procs, timeout):
-    deadline = time.monotonic() + timeout
-    results = []
-    for i, p in enumerate(procs):
-        try:
-            out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                try:
-                    os.killpg(q.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            out, _ = p.communicate()
-            out += f"\n[test] process {i} killed after the {timeout} s limit"
-        results.append(RankResult(i, p.pid, p.returncode, out))
-    return results
 
 
 def _torchrun(names, scenarios, timeout=150):
@@ -123,7 +55,7 @@ def _torchrun(names, scenarios, timeout=150):
         procs.append(subprocess.Popen(_in_namespace(ns, f"host{node}", argv), env=_env(),
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                       start_new_session=True))
-    return _wait_all(procs, timeout)
+    return wait_groups(procs, timeout)
 
 
 def test_torchrun_on_two_hosts_collectives_ddp_fsdp2(two_hosts):
@@ -135,10 +67,10 @@ def test_torchrun_on_two_hosts_collectives_ddp_fsdp2(two_hosts):
             assert f"rank {rank} {marker}" in out, f"rank {rank} did not report '{marker}':\n{report(results)}"
 
 
-def _plain_ranks(hosts, scenarios, namespaces=None, timeout=120, fault_timeout=None):
+def _plain_ranks(hosts, scenarios, netns=None, timeout=120, fault_timeout=None):
     """One process per rank; rank r on host hosts[r] (NRTSIM_HOST_ID, or network namespace)."""
     port = free_port()
-    master = ADDRESSES[0] if namespaces else "127.0.0.1"
+    master = ADDRESSES[0] if netns else "127.0.0.1"
     local = {h: [r for r, x in enumerate(hosts) if x == h] for h in hosts}
     procs = []
     for rank, h in enumerate(hosts):
@@ -148,13 +80,13 @@ def _plain_ranks(hosts, scenarios, namespaces=None, timeout=120, fault_timeout=N
         if fault_timeout:
             extra["FAULT_TIMEOUT_S"] = str(fault_timeout)
         argv = [sys.executable, str(WORKER), *scenarios]
-        if namespaces:
-            argv = _in_namespace(namespaces[h], f"host{h}", argv)
+        if netns:
+            argv = _in_namespace(netns[h], f"host{h}", argv)
         else:
             extra["NRTSIM_HOST_ID"] = f"sim-host-{h}"
         procs.append(subprocess.Popen(argv, env=_env(**extra), stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True, start_new_session=True))
-    return procs, _wait_all(procs, timeout)
+    return procs, wait_groups(procs, timeout)
 
 
 def test_three_simulated_hosts_interleaved_collectives():
@@ -176,11 +108,11 @@ def test_killed_rank_on_the_other_host_fails_every_survivor(victim, request):
     """Rank 3 (no leader) or 2 (leader of host 1) is SIGKILLed in an allreduce: ranks 0 and 1 on
     host 0 and the other rank of host 1 raise within the 20 s group timeout."""
     if victim == 3:
-        namespaces = request.getfixturevalue("two_hosts")
+        netns = request.getfixturevalue("two_hosts")
     else:
-        namespaces = None  # the same over loopback, hosts named by NRTSIM_HOST_ID
+        netns = None  # the same over loopback, hosts named by NRTSIM_HOST_ID
     start = time.monotonic()
-    procs, results = _plain_ranks([0, 0, 1, 1], [f"sigkill:{victim}"], namespaces, timeout=90, fault_timeout=20)
+    procs, results = _plain_ranks([0, 0, 1, 1], [f"sigkill:{victim}"], netns, timeout=90, fault_timeout=20)
     elapsed = time.monotonic() - start
     for r in results:
         if r.rank == victim:

@@ -1,6 +1,7 @@
 """The projection: a traced op's work is its launch record's work, modelled times follow the
-rooflines the data files imply, the validation table's rows reproduce, and the CLI runs end to end
-on a tiny model and on a full-size (fake-tensor) 8B config."""
+rooflines the data files imply, and the CLI runs end to end on a tiny model and on a full-size
+(fake-tensor) 8B config. Refusals, inference and training terms, the search and the validation
+table have their own files."""
 
 import configparser
 import json
@@ -14,7 +15,6 @@ from torch_neuronx import _C
 from torch_neuronx.estimate import Layout, estimate
 from torch_neuronx.estimate.__main__ import main
 from torch_neuronx.estimate._trace import _Recorder
-from torch_neuronx.estimate.validate import CASES, TARGET, project
 
 DATA = os.path.join(os.path.dirname(torch_neuronx.__file__), "data")
 
@@ -73,7 +73,7 @@ def test_compute_bound_matmul_follows_the_engine_model_roofline():
                num_attention_heads=32, num_key_value_heads=32, vocab_size=128,
                max_position_embeddings=4096, tie_word_embeddings=False)
     e = estimate(cfg, workload="decode", instance="trn2.48xlarge", compare=("p5en.48xlarge",),
-                 batch=2048, context=1)
+                 gpu_layout=Layout(), batch=2048, context=1)
     p = e.targets[0].projection
     mm = [o for o in p["ops"] if o["op"] == "aten::mm"]
     flops = sum(o["flops"] for o in mm)
@@ -103,22 +103,8 @@ def test_memory_bound_decode_streams_the_weights():
     assert p["phases"][0]["bound"] == "dma (HBM)"
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.model + "-" + c.workload for c in CASES])
-def test_validation_table(case):
-    value, _ = project(case)
-    error = value / case.published - 1
-    # docs/estimate.md states the rows outside the target and why (their error as recorded
-    # there); they must stay where the doc says, within 10 points; every other row within target.
-    documented_misses = {"llama-3.1-405b-decode": -0.25, "llama-3.3-70b-decode": -0.57}
-    key = case.model + "-" + case.workload
-    if key in documented_misses:
-        assert abs(error - documented_misses[key]) <= 0.10, (case.name, value, case.published)
-    else:
-        assert abs(error) <= TARGET, (case.name, value, case.published)
-
-
 def test_cli_tiny_model_end_to_end(tmp_path, capsys):
-    assert main(["tiny-llama", "--seq-len", "128", "--out-dir", str(tmp_path)]) == 0
+    assert main(["tiny-llama", "--seq-len", "128", "--out-dir", str(tmp_path), "--quiet"]) == 0
     out = capsys.readouterr().out
     for name in ("trn2.48xlarge", "p5.48xlarge", "p5en.48xlarge", "MFU", "$ per 1M tokens"):
         assert name in out
@@ -134,7 +120,7 @@ def test_cli_tiny_model_end_to_end(tmp_path, capsys):
 def test_cli_full_size_8b_config_under_fake_tensors(tmp_path, capsys):
     # A full-size Llama-3.1-8B training step, TP8 on one trn2.48xlarge: traced without its memory.
     assert main(["llama-3.1-8b", "--layout", "tp=8", "--seq-len", "2048", "--compare", "p5.48xlarge",
-                 "--out-dir", str(tmp_path)]) == 0
+                 "--out-dir", str(tmp_path), "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "8.03 B parameters" in out
     result = json.loads((tmp_path / "estimate.json").read_text())
@@ -142,10 +128,14 @@ def test_cli_full_size_8b_config_under_fake_tensors(tmp_path, capsys):
     # 8B per token: ~6 N FLOPs (+ attention) for forward and backward on 2048 tokens.
     assert trn2["useful_flops_per_step"] >= 6 * 8.0e9 * 2048
     assert trn2["collectives"][0]["name"] == "tp all-reduce"
+    # The plan's two all-reduces per layer (attention and MLP outputs), forward and backward, on
+    # each of the 32 layers; the chart's parts add up to the step.
+    assert trn2["collectives"][0]["count"] == 2 * 2 * 32
+    assert sum(s for _, s in trn2["parts"]) == pytest.approx(trn2["step_s"], rel=1e-9)
 
 
 def test_bad_input_names_the_fix():
-    with pytest.raises(ValueError, match="tp=3 does not divide num_attention_heads"):
+    with pytest.raises(ValueError, match="tp=3 does not divide num_attention_heads=4"):
         estimate("tiny-llama", layout=Layout(tp=3), compare=())
     with pytest.raises(ValueError, match="unknown instance 'trn9.huge'"):
         estimate("tiny-llama", instance="trn9.huge")
@@ -165,9 +155,12 @@ def test_cli_user_script(tmp_path, capsys):
         "(x @ w).relu().sum().backward()\n"
     )
     assert main(["--script", str(script), "--tokens", "128", "--compare", "p5.48xlarge",
-                 "--out-dir", str(tmp_path / "out")]) == 0
+                 "--out-dir", str(tmp_path / "out"), "--quiet"]) == 0
+    assert "16.38 k parameters" in capsys.readouterr().out
     result = json.loads((tmp_path / "out" / "estimate.json").read_text())
     trn2 = result["targets"][0]["projection"]
     # Forward x @ w and backward grad @ x^T-style products: 2 matmuls of 2*128*256*64 FLOPs each.
     assert trn2["useful_flops_per_step"] == 2 * (2 * 128 * 256 * 64)
     assert trn2["tokens_per_step"] == 128
+    # Its parameters are the trainable leaves its ops read (w: 256 x 64), not "0.00 B".
+    assert result["params"] == 256 * 64

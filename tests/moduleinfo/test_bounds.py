@@ -6,12 +6,12 @@ import copy
 import pytest
 import torch
 
+from error_bounds import U_ACC, ErrorBounds
+
 from .test_moduleinfo import (
-    U_ACC,
     Mismatch,
     _compare,
     _compare_tensor,
-    _ErrorBounds,
     _Margin,
 )
 
@@ -39,7 +39,7 @@ def test_bounds_follow_the_chain(dtype, unit):
     module = torch.nn.Sequential(torch.nn.Linear(10, 8), torch.nn.ReLU()).to(dtype)
     x = torch.randn(3, 10, dtype=dtype, requires_grad=True)
     cotangent = torch.randn(3, 8, dtype=dtype)
-    bounds = _ErrorBounds()
+    bounds = ErrorBounds()
     with bounds:
         y = module(x)
         grad_x, grad_w, grad_b = torch.autograd.grad(
@@ -56,7 +56,7 @@ def test_bounds_follow_the_chain(dtype, unit):
 
 
 def test_dropout_in_eval_draws_nothing_and_in_training_does():
-    bounds = _ErrorBounds()
+    bounds = ErrorBounds()
     with bounds:
         torch.nn.functional.dropout(torch.ones(4), 0.5, training=False)
     assert not bounds.seeded
@@ -71,7 +71,7 @@ def test_a_wrong_kernel_fails():
     torch.manual_seed(0)
     cpu = torch.nn.Linear(10, 8)
     x = torch.randn(3, 10)
-    bounds = _ErrorBounds()
+    bounds = ErrorBounds()
     with bounds:
         traced = copy.deepcopy(cpu)(x)
     expected = cpu(x)

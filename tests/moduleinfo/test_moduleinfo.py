@@ -21,6 +21,8 @@ per sample.
 
 Tolerances: derived from the arithmetic of the CPU run, per compared tensor
 -----------------------------------------------------------------------------
+(The bound's code lives in tests/error_bounds.py, shared with the layout fuzzer and the Diffusers
+tests.)
 Neuron runs the same ATen math as CPU, but a kernel may sum in another order (another blocking,
 thread count or kernel), and in bfloat16 a difference of one float32 ulp before the final rounding
 can flip the rounded result by one bfloat16 ulp. The bound therefore follows the arithmetic each
@@ -83,10 +85,9 @@ import torch
 
 from torch.testing._internal.common_modules import module_db
 from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.weak import WeakTensorKeyDictionary
 
-from parity import WARNING_FILTERS, Mismatch, both_raised, dtype_name, first_line
+from error_bounds import ErrorBounds, check_within, floating
+from parity import WARNING_FILTERS, Mismatch, StorageCopier, both_raised, dtype_name, first_line
 
 from .known_failures import KNOWN_FAILURES
 
@@ -95,66 +96,6 @@ FULL = os.environ.get("TORCH_NEURONX_MODULEINFO", "").lower() == "full"
 STRIDE = int(os.environ.get("TORCH_NEURONX_MODULEINFO_STRIDE", "4"))
 DTYPES = (torch.float32, torch.bfloat16)
 SEED = 1234  # modules are built, and both devices run, right after torch.manual_seed(SEED)
-
-U_ACC = 2.0**-24  # CPU kernels accumulate float32 and bfloat16 in float32
-UNIT_ROUNDOFF = {
-    torch.float32: 2.0**-24,
-    torch.bfloat16: 2.0**-8,
-    torch.float16: 2.0**-11,
-    torch.float64: 2.0**-53,
-}
-
-# Matrix products: the accumulation length is the contracted size, the last dimension of the
-# first matrix operand (its position in the op's arguments).
-MATMUL_FIRST_OPERAND = {
-    "mm": 0,
-    "bmm": 0,
-    "matmul": 0,
-    "dot": 0,
-    "vdot": 0,
-    "mv": 0,
-    "linear": 0,
-    "_trilinear": 0,
-    "addmm": 1,
-    "baddbmm": 1,
-    "addbmm": 1,
-    "addmv": 1,
-    "_addmm_activation": 1,
-    "addr": 1,
-}
-CONVOLUTIONS = {
-    "convolution",
-    "_convolution",
-    "convolution_overrideable",
-    "mkldnn_convolution",
-    "_slow_conv2d_forward",
-    "slow_conv3d_forward",
-    "slow_conv_transpose2d",
-    "slow_conv_transpose3d",
-    "_mkldnn_convolution",
-    "slow_conv_dilated2d",
-    "slow_conv_dilated3d",
-    "thnn_conv2d",
-    "_nnpack_spatial_convolution",
-}
-CONVOLUTION_BACKWARDS = {"convolution_backward", "convolution_backward_overrideable"}
-# Fused CPU kernels that round to the input dtype inside (besides their result's own rounding).
-FUSED_ROUNDINGS = {
-    "_scaled_dot_product_flash_attention_for_cpu": 1,  # probabilities before P @ V
-    "_scaled_dot_product_flash_attention_for_cpu_backward": 2,  # probabilities, dP
-}
-# Copies that do not round when the destination is at least as precise as the source.
-COPIES = {
-    "_to_copy",
-    "copy_",
-    "clone",
-    "copy",
-    "lift_fresh_copy",
-    "_copy_from",
-    "_copy_from_and_resize",
-    "detach_copy",
-    "alias_copy",
-}
 
 pytestmark = WARNING_FILTERS
 
@@ -190,39 +131,6 @@ def _cases():
 # Copying inputs
 
 
-class _Copier:
-    """Copies tensors to `device` keeping sizes, strides, storage offsets and storage sharing, so
-    neuron kernels see the layouts CPU's see; a leaf that requires grad stays a leaf that does."""
-
-    def __init__(self, device: str):
-        self.device = device
-        self._storages: dict[tuple[int, int, torch.dtype], torch.Tensor] = {}
-        self._tensors: dict[int, torch.Tensor] = {}
-
-    def tensor(self, t: torch.Tensor) -> torch.Tensor:
-        if id(t) not in self._tensors:
-            with torch.no_grad():
-                if t.layout != torch.strided or t.is_conj() or t.is_neg():
-                    result = t.to(self.device, copy=True)
-                else:
-                    storage = t.untyped_storage()
-                    key = (storage.data_ptr(), storage.nbytes(), t.dtype)
-                    if key not in self._storages:
-                        flat = torch.empty(0, dtype=t.dtype)
-                        flat.set_(storage, 0, (storage.nbytes() // t.element_size(),), (1,))
-                        self._storages[key] = flat.to(self.device, copy=True)
-                    result = self._storages[key].as_strided(
-                        t.size(), t.stride(), t.storage_offset()
-                    )
-            if t.requires_grad:
-                result = result.detach().requires_grad_(True)
-            self._tensors[id(t)] = result
-        return self._tensors[id(t)]
-
-    def __call__(self, value):
-        return pytree.tree_map_only(torch.Tensor, self.tensor, value)
-
-
 def _forward_arguments(module_input):
     forward = module_input.forward_input
     return list(forward.args), dict(forward.kwargs)
@@ -230,109 +138,6 @@ def _forward_arguments(module_input):
 
 # ---------------------------------------------------------------------------------------------
 # Error bounds from the CPU run's arithmetic (see the module docstring)
-
-
-def _floating(t) -> bool:
-    return isinstance(t, torch.Tensor) and t.dtype.is_floating_point
-
-
-def _accumulation_length(name: str, func, args, inputs, outputs) -> int:
-    if name in MATMUL_FIRST_OPERAND:
-        position = MATMUL_FIRST_OPERAND[name]
-        operand = args[position] if len(args) > position else None
-        if isinstance(operand, torch.Tensor) and operand.dim() > 0:
-            return operand.shape[-1] * (operand.shape[0] if name == "addbmm" else 1)
-    if name in CONVOLUTIONS and len(args) > 1 and isinstance(args[1], torch.Tensor):
-        # weight: (out, in/groups, *kernel), or (in, out/groups, *kernel) when transposed; an
-        # output sums over in/groups channels times the kernel (transposed: at most in x kernel).
-        weight = args[1]
-        transposed = "transpose" in name or (
-            name in ("convolution", "_convolution", "convolution_overrideable")
-            and len(args) > 6
-            and bool(args[6])
-        )
-        return weight.numel() // max(weight.shape[1 if transposed else 0], 1)
-    if name in CONVOLUTION_BACKWARDS and len(args) > 2:
-        grad_output, weight = args[0], args[2]
-        # grad_weight sums over the batch and output positions; grad_input over the other side's
-        # channels times the kernel (either layout: the larger of the two).
-        per_weight = grad_output.numel() // max(grad_output.shape[1], 1)
-        per_input = max(
-            weight.numel() // max(weight.shape[0], 1), weight.numel() // max(weight.shape[1], 1)
-        )
-        return max(per_weight, per_input)
-    largest = max((t.numel() for t in inputs), default=1)
-    sizes = [t.numel() for t in outputs if t.numel() > 0]
-    ratio = math.ceil(largest / min(sizes)) if sizes else 1
-    if ratio > 1 or torch.Tag.pointwise in func.tags:
-        return max(ratio, 1)
-    # Shape kept, not pointwise: it sums along at most one dimension, or several if it takes a
-    # list of dims (a norm's normalised shape).
-    biggest = max(inputs, key=lambda t: t.numel(), default=None)
-    if biggest is None or biggest.dim() == 0:
-        return 1
-    lists = any(
-        isinstance(a, (list, tuple)) and a and all(isinstance(x, int) for x in a) for a in args[1:]
-    )
-    return biggest.numel() if lists else max(biggest.shape)
-
-
-def _draws(func, args, kwargs) -> bool:
-    """Whether an op tagged nondeterministic_seeded draws here: the fused attention kernels and
-    native_dropout carry the tag for their dropout, which draws nothing at probability 0 or
-    outside training."""
-    named = {a.name: a.default_value for a in func._schema.arguments if a.has_default_value()}
-    named.update(kwargs)
-    for argument, value in zip(func._schema.arguments, args):
-        named[argument.name] = value
-    if named.get("train") is False:
-        return False
-    for name in ("dropout_p", "p"):
-        if name in named and isinstance(named[name], (int, float)) and named[name] == 0:
-            return False
-    return True
-
-
-class _ErrorBounds(TorchDispatchMode):
-    """Gives every floating result of an ATen op an error bound, in units of its magnitude, that
-    the CPU arithmetic leading to it allows; notes whether any op draws random numbers."""
-
-    def __init__(self):
-        super().__init__()
-        self.bound = WeakTensorKeyDictionary()
-        self.largest = 0.0
-        self.seeded = False
-
-    def of(self, t: torch.Tensor) -> float:
-        """A tensor's bound; one the run did not produce gets the run's largest."""
-        return self.bound.get(t, self.largest)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        if torch.Tag.nondeterministic_seeded in func.tags and _draws(func, args, kwargs):
-            self.seeded = True
-        inputs = [t for t in pytree.tree_leaves((args, kwargs)) if _floating(t)]
-        outputs = [t for t in pytree.tree_leaves(out) if _floating(t)]
-        if not outputs:
-            return out
-        start = max((self.bound.get(t, 0.0) for t in inputs), default=0.0)
-        name = func._schema.name.removeprefix("aten::")
-        out_dtype = outputs[0].dtype
-        exact_copy = name in COPIES and all(
-            UNIT_ROUNDOFF.get(t.dtype, 0.0) >= UNIT_ROUNDOFF.get(out_dtype, 0.0) for t in inputs
-        )
-        if func.is_view or exact_copy:
-            bound = start
-        else:
-            roundings = 1 + FUSED_ROUNDINGS.get(name, 0)
-            length = _accumulation_length(name, func, args, inputs, outputs)
-            unit = UNIT_ROUNDOFF.get(out_dtype, 2.0**-24)
-            bound = start + 2 * (roundings * unit + length * min(U_ACC, unit))
-        for t in outputs:
-            self.bound[t] = bound
-        self.largest = max(self.largest, bound)
-        return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -368,34 +173,7 @@ def _compare_tensor(actual, expected: torch.Tensor, bound: float, where: str, va
         )
     if not values:
         return
-    a, e = actual.detach().to("cpu"), expected.detach()
-    if not (e.dtype.is_floating_point or e.dtype.is_complex):
-        if not torch.equal(a, e):
-            differ = int((a != e).sum())
-            raise Mismatch(f"{where}: {differ} of {e.numel()} elements differ (exact dtype)")
-        return
-    a, e = a.double(), e.double()
-    finite = e.isfinite()
-    infinite = e.isinf()
-    if not torch.equal(a.isnan(), e.isnan()) or not torch.equal(a[infinite], e[infinite]):
-        raise Mismatch(f"{where}: NaN/inf positions differ from CPU's")
-    if not bool(a[finite].isfinite().all()):
-        raise Mismatch(f"{where}: neuron has NaN/inf where CPU's values are finite")
-    if not bool(finite.any()):
-        return
-    scale = max(float(e[finite].abs().max()), torch.finfo(expected.dtype).tiny)
-    allowed = bound * scale
-    diff = (a[finite] - e[finite]).abs()
-    largest = float(diff.max())
-    _Margin.note(expected.dtype, largest / allowed, where)
-    if largest > allowed:
-        index = int(diff.argmax())
-        raise Mismatch(
-            f"{where}: max |neuron - cpu| = {largest:.3g} > allowed {allowed:.3g} "
-            f"(bound {bound:.3g} x scale {scale:.3g}); at flat index {index}: neuron "
-            f"{float(a[finite][index]):.6g}, CPU {float(e[finite][index]):.6g}; "
-            f"{int((diff > allowed).sum())} of {diff.numel()} elements outside"
-        )
+    _Margin.note(expected.dtype, check_within(actual, expected, bound, where), where)
 
 
 def _compare(actual, expected, bounds, where: str, values: bool) -> None:
@@ -459,7 +237,7 @@ def _grad(outputs, inputs, cotangents):
 
 
 def _differentiable(output) -> list[torch.Tensor]:
-    return [t for t in pytree.tree_leaves(output) if _floating(t) and t.requires_grad]
+    return [t for t in pytree.tree_leaves(output) if floating(t) and t.requires_grad]
 
 
 def _grad_inputs(module, args, kwargs) -> list[torch.Tensor]:
@@ -478,9 +256,9 @@ def _check_sample(module_info, module_input, dtype: torch.dtype, index: int) -> 
     neuron_module = copy.deepcopy(cpu_module).to(DEVICE)
     traced_module = copy.deepcopy(cpu_module)
     args, kwargs = _forward_arguments(module_input)
-    copier = _Copier(DEVICE)
+    copier = StorageCopier(DEVICE)
     neuron_args, neuron_kwargs = copier(args), copier(kwargs)
-    traced_args, traced_kwargs = _Copier("cpu")((args, kwargs))
+    traced_args, traced_kwargs = StorageCopier("cpu")((args, kwargs))
 
     expected, cpu_error = _run(cpu_module, args, kwargs)
     actual, neuron_error = _run(neuron_module, neuron_args, neuron_kwargs)
@@ -494,7 +272,7 @@ def _check_sample(module_info, module_input, dtype: torch.dtype, index: int) -> 
     )
     cotangents = [torch.randn(t.shape, generator=generator, dtype=t.dtype) for t in cpu_diff]
 
-    bounds = _ErrorBounds()
+    bounds = ErrorBounds()
     with bounds:
         traced, _ = _run(traced_module, traced_args, traced_kwargs)
         traced_grads = None

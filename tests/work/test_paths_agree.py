@@ -67,11 +67,11 @@ def totals(rows, fused=False):
 
 
 def estimate_rows(phases, **kwargs):
-    from torch_neuronx.estimate._trace import trace_rank
+    from torch_neuronx.estimate._trace import Shape, _trace
 
-    trace = trace_rank(config(), tp=1, pp=1, dtype=torch.float32, **kwargs)
+    trace = _trace(config(), Shape(dtype="float32", **kwargs), draft=False)["trace"]
     rows = []
-    for r in trace.trace.rows():
+    for r in trace.rows():
         if r["phase"] not in phases:
             continue
         # The main engine, as a launch record has it (the engine with the most ops, else bytes).
@@ -125,7 +125,7 @@ def test_training_step_eager_estimate_compiled():
     eager_phases(eager_model, training)  # warm: the first step creates what later ones reuse
     eager = eager_phases(eager_model, training)
 
-    est = {p: totals(estimate_rows({p}, training=True, batch=BATCH, seq_len=SEQ, context=0))
+    est = {p: totals(estimate_rows({p}, phase="train", batch=BATCH, seq_len=SEQ))
            for p in ("forward", "backward")}
     eag = {p: totals(eager[p]) for p in eager}
 
@@ -183,10 +183,10 @@ def test_training_step_eager_estimate_compiled():
 
 
 def decoding(m, cache):
-    ids = torch.zeros(1, 1, dtype=torch.long, device="neuron")
-    position = torch.tensor([CONTEXT - 1], device="neuron")  # made outside the measured step
-
     def step():
+        # The token and its position made in the step, as the estimate's decode step makes them.
+        ids = torch.zeros(1, 1, dtype=torch.long, device="neuron")
+        position = torch.arange(CONTEXT - 1, CONTEXT, device="neuron")
         with torch.no_grad():
             m(input_ids=ids, past_key_values=cache, use_cache=True, cache_position=position)
 
@@ -208,7 +208,7 @@ def test_decode_step_eager_estimate_compiled():
         eager_phases(run, lambda r: decoding(r, cache))  # warm (compiles)
         runs[name] = eager_phases(run, lambda r: decoding(r, cache))["decode"]
     torch._dynamo.reset()
-    est = totals(estimate_rows({"decode"}, training=False, batch=1, seq_len=1, context=CONTEXT))
+    est = totals(estimate_rows({"decode"}, phase="decode", batch=1, context=CONTEXT))
     eag, fused, comp = totals(runs["eager"]), totals(runs["eager"], fused=True), totals(runs["compiled"])
     print()
     print(table(f"tiny Llama decode step (batch 1, KV cache of {CONTEXT}, float32)", {

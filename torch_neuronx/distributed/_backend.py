@@ -9,6 +9,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from torch_neuronx import _env
+
 BACKEND_NAME = "neuron"
 
 try:
@@ -28,10 +30,10 @@ def apply_torchrun_visible_cores() -> bool:
     started yet. Returns whether it set the variable.
     """
     global _visible_cores_from_local_rank
-    local_rank = os.environ.get("LOCAL_RANK")
-    if local_rank is None or "TORCHELASTIC_RUN_ID" not in os.environ:
+    local_rank = _env.foreign("LOCAL_RANK")
+    if local_rank is None or _env.foreign("TORCHELASTIC_RUN_ID") is None:
         return False
-    if os.environ.get("NEURON_RT_VISIBLE_CORES") or os.environ.get("TORCH_NEURONX_KEEP_VISIBLE_CORES"):
+    if _env.foreign("NEURON_RT_VISIBLE_CORES") or _env.switch("TORCH_NEURONX_KEEP_VISIBLE_CORES"):
         return False
     from torch_neuronx import _C
 
@@ -60,13 +62,13 @@ def gloo_devices():
     address)."""
     from torch.distributed import ProcessGroupGloo
 
-    names = os.environ.get("GLOO_SOCKET_IFNAME", "")
+    names = _env.foreign("GLOO_SOCKET_IFNAME") or ""
     if names:
         return [ProcessGroupGloo.create_device(interface=name) for name in names.split(",") if name]
-    master = os.environ.get("MASTER_ADDR")
+    master = _env.foreign("MASTER_ADDR")
     if master:
         try:
-            address = _address_towards(master, int(os.environ.get("MASTER_PORT", "0") or 0))
+            address = _address_towards(master, int(_env.foreign("MASTER_PORT") or 0))
         except OSError as e:
             raise RuntimeError(
                 f"neuron process group: no route from this host to MASTER_ADDR={master} ({e}); "
@@ -86,7 +88,37 @@ def _create_gloo(store, rank: int, size: int, timeout: timedelta):
     return ProcessGroupGloo(store, rank, size, options)
 
 
+def check_local_ranks_fit() -> None:
+    """Under torchrun's layout each local rank takes the core of its number: a host with more
+    local ranks than the simulated instance has cores cannot run the job. Say so in those terms
+    (the instance, its cores, the instances with more), not in the terms of the variable this
+    module set for the user (NEURON_RT_VISIBLE_CORES)."""
+    if not _visible_cores_from_local_rank:
+        return
+    from torch_neuronx import _C
+
+    local_rank = int(_env.foreign("LOCAL_RANK"))
+    local_world = int(_env.foreign("LOCAL_WORLD_SIZE") or local_rank + 1)
+    info = _C._distributed._instance_cores()
+    cores = info["cores"]
+    if local_rank < cores and local_world <= cores:
+        return
+    bigger = [f"{name} ({n} cores)" for name, n in info["presets"] if n >= local_world]
+    choice = (
+        "choose an instance with enough: NRTSIM_INSTANCE=" + " or ".join(bigger)
+        if bigger
+        else f"no simulated instance has {local_world} cores; run the job on several hosts"
+    )
+    raise RuntimeError(
+        f"torchrun started {local_world} processes on this host, one per NeuronCore (local rank "
+        f"{local_rank} takes core {local_rank}), but the simulated instance {info['instance']} has "
+        f"{cores} logical NeuronCores (NEURON_LOGICAL_NC_CONFIG={info['lnc']}): run at most {cores} "
+        f"processes per host (torchrun --nproc-per-node {cores}), or {choice}"
+    )
+
+
 def _create_backend(store, rank: int, size: int, timeout: timedelta):
+    check_local_ranks_fit()
     backend = ProcessGroupNeuron(store, rank, size, timeout)
     if _visible_cores_from_local_rank and torch.neuron.device_count() == 1:
         # The process owns exactly one core, neuron:0: start the runtime on it now, so that
@@ -139,6 +171,45 @@ def _set_default_backend_of_mixed_groups() -> None:
     c10d._new_process_group_helper = build_with_default_backend
 
 
+def _name_custom_groups_by_their_backend() -> None:
+    """pg.name() of a group whose default backend is this plugin answers "neuron", as TorchNeuron's
+    process group does (and as NCCL's and Gloo's answer their names). c10d names a plugin's
+    groups by backend type, "custom", for every plugin alike; the backend itself knows its name."""
+    from torch._C._distributed_c10d import ProcessGroup
+
+    original = ProcessGroup.name
+    if getattr(original, "_neuron_names", False):
+        return
+
+    @functools.wraps(original)
+    def name(self):
+        answer = original(self)
+        if answer != "custom":
+            return answer
+        try:
+            return self._get_backend(torch.device(BACKEND_NAME)).name()
+        except RuntimeError:
+            return answer
+
+    name._neuron_names = True
+    ProcessGroup.name = name
+
+
+def _work_sequence_numbers() -> None:
+    """Work.get_sequence_number(): the group's number of the call, as TorchNeuron's NeuronWork
+    answers (c10d's Python Work does not bind the C++ virtual behind it)."""
+    from torch._C._distributed_c10d import Work
+
+    if hasattr(Work, "get_sequence_number"):
+        return
+    from torch_neuronx import _C
+
+    def get_sequence_number(self) -> int:
+        return _C._distributed._work_sequence_number(self)
+
+    Work.get_sequence_number = get_sequence_number
+
+
 def register() -> None:
     """Registers ``"neuron"`` with torch.distributed (idempotent)."""
     if ProcessGroupNeuron is None or not dist.is_available():
@@ -154,6 +225,8 @@ def register() -> None:
     # collectives, object collectives' size exchange) take the same transport.
     dist.Backend.register_backend(BACKEND_NAME, _create_backend, devices=["neuron", "cpu"])
     _set_default_backend_of_mixed_groups()
+    _name_custom_groups_by_their_backend()
+    _work_sequence_numbers()
     from torch_neuronx.distributed._local_rank import accept_local_rank_device_indices
 
     accept_local_rank_device_indices()

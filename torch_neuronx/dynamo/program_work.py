@@ -155,6 +155,9 @@ class OpCall:
             launches.calls = [(func, args, kwargs, [t.materialize(subs) for t in self.outputs])]
         works = []
         for f, a, k, o in launches.calls:
+            if any(not isinstance(s, int) for t in o for s in t.shape):
+                # A part whose size depends on data (nonzero's): the launch cannot know it.
+                raise ValueError(f"{f}: a result's size depends on data")
             a, k = _wrapped_numbers(f, a, k)
             a, k = tree_map(lambda v: _materialize(v, subs), (a, k),
                             is_leaf=lambda v: isinstance(v, _HostScalar))

@@ -1,19 +1,20 @@
 """What a workload would cost on Trainium and on GPUs, before renting either.
 
     from torch_neuronx.estimate import estimate, Layout
-    e = estimate("llama-3.1-70b", workload="decode", instance="trn2.48xlarge",
-                 layout=Layout(tp=64), batch=1, context=10240)
+    e = estimate("llama-3.3-70b", workload="inference", instance="trn2.48xlarge",
+                 layout=Layout(tp=64), batch=1, prompt=10240, output=1536)
     print(e.summary())
     e.write_html("estimate.html"); e.write_png("estimate.png")
 
 The model is traced at full size under fake tensors on the ``neuron`` device (no memory), one
-rank of the parallel layout at a time; every ATen op's work comes from the backend's own FLOP
-models and cost builder (the work its launch record would carry), and the torch-free cost model
-(csrc/runtime/cost) turns it into time on the chosen instance and on the GPUs compared: per-op
-engine time, ring collectives over NeuronLink / NVLink / EFA, overlap, pipeline bubble. Specs,
-efficiencies and prices are the editable data files torch_neuronx/data/neuron_cores.ini and
-estimate.ini, each value with its source. See docs/estimate.md, which also holds the validation
-table against published results.
+rank of the parallel layout at a time and one period of layers at a time; every ATen op's work
+comes from the backend's own FLOP models and cost builder (the work its launch record would
+carry), and the torch-free cost model (csrc/runtime/cost) turns it into time on the chosen
+instance and on the GPUs compared: per-op engine time, the collectives of the model's parallel
+plan over NeuronLink / NVLink / EFA with the vendor libraries' algorithms, overlap, pipeline
+bubble, the memory table that decides what fits. Specs, efficiencies and prices are the editable
+data files torch_neuronx/data/neuron_cores.ini and estimate.ini, each value with its source.
+See docs/estimate.md, which also holds the validation table against published results.
 
 ``python -m torch_neuronx.estimate --help`` is the command-line form.
 """
@@ -21,132 +22,76 @@ table against published results.
 from __future__ import annotations
 
 import json
-import math
-import os
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass
 
 import torch
 
 from torch_neuronx import _C
+from torch_neuronx.estimate._layout import DEFAULT_ACCEPTANCE, Layout, Speculation
 from torch_neuronx.estimate._models import PRESETS, load_config
-from torch_neuronx.estimate._trace import count_params, trace_rank
+from torch_neuronx.estimate._project import (Context, LayoutError, Result, Workload, data_paths,
+                                             _reprice)
+from torch_neuronx.estimate._trace import count_params
 
-__all__ = ["Estimate", "Layout", "Target", "estimate", "instances", "PRESETS", "data_paths"]
+__all__ = ["Estimate", "Layout", "LayoutError", "Speculation", "Target", "Workload", "estimate",
+           "search", "instances", "PRESETS", "data_paths", "DEFAULT_ACCEPTANCE"]
 
-_DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
-
-
-def data_paths(data: str | None = None) -> tuple[str, str]:
-    """(estimate data file, engine model file): --data / TORCH_NEURONX_ESTIMATE_DATA or the shipped
-    estimate.ini; NRTSIM_ENGINE_MODEL or the shipped neuron_cores.ini."""
-    estimate_data = data or os.environ.get("TORCH_NEURONX_ESTIMATE_DATA") or os.path.join(
-        _DATA_DIR, "estimate.ini")
-    engine_model = os.environ.get("NRTSIM_ENGINE_MODEL") or os.path.join(_DATA_DIR, "neuron_cores.ini")
-    return estimate_data, engine_model
+Target = Result  # one instance's projection (the name earlier releases used)
 
 
 def instances(data: str | None = None) -> dict:
-    """The instances the estimate data knows, with accelerator, device count and price."""
-    return _C._estimate_instances(data_paths(data)[0])
-
-
-@dataclass(frozen=True)
-class Layout:
-    """A parallel layout: tensor (tp), context (cp: each rank holds 1/cp of every sequence),
-    pipeline (pp) and data (dp) parallel degrees; fsdp shards parameters, gradients and optimizer
-    state over the dp group; recompute (activation checkpointing) keeps each layer's input and
-    reruns its forward before its backward; microbatches per step (and per dp replica)."""
-
-    tp: int = 1
-    pp: int = 1
-    dp: int = 1
-    fsdp: bool = False
-    microbatches: int = 1
-    cp: int = 1
-    recompute: bool = False
-
-    @classmethod
-    def parse(cls, text: str) -> "Layout":
-        """'tp=8,cp=2,pp=2,dp=4,fsdp,ac,mb=8' (any subset, any order; ac = activation
-        checkpointing)."""
-        fields: dict = {}
-        for part in filter(None, (p.strip() for p in text.split(","))):
-            if part == "fsdp":
-                fields["fsdp"] = True
-                continue
-            if part in ("ac", "recompute"):
-                fields["recompute"] = True
-                continue
-            key, _, value = part.partition("=")
-            key = {"mb": "microbatches"}.get(key.strip(), key.strip())
-            if key not in ("tp", "cp", "pp", "dp", "microbatches") or not value.strip().isdigit():
-                raise ValueError(
-                    f"bad layout item {part!r} in {text!r}: use tp=N, cp=N, pp=N, dp=N, mb=N, fsdp "
-                    "and ac, comma-separated (e.g. 'tp=8,dp=4,fsdp')"
-                )
-            fields[key] = int(value)
-        layout = cls(**fields)
-        layout.check()
-        return layout
-
-    def check(self) -> None:
-        for name in ("tp", "cp", "pp", "dp", "microbatches"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"layout {name}={getattr(self, name)} must be at least 1")
-
-    @property
-    def ranks(self) -> int:
-        return self.tp * self.cp * self.pp * self.dp
-
-    def __str__(self) -> str:
-        parts = [f"tp{self.tp}"] if self.tp > 1 else []
-        if self.cp > 1:
-            parts.append(f"cp{self.cp}")
-        if self.pp > 1:
-            parts.append(f"pp{self.pp}")
-        if self.dp > 1:
-            parts.append(f"{'fsdp' if self.fsdp else 'dp'}{self.dp}")
-        if self.microbatches > 1:
-            parts.append(f"mb{self.microbatches}")
-        if self.recompute:
-            parts.append("ac")
-        return " ".join(parts) or "1 rank"
-
-
-@dataclass
-class Target:
-    """One instance type's projection."""
-
-    instance: str
-    layout: Layout
-    projection: dict
-    trace_ops: int
-    unmodelled: dict
-    notes: list = field(default_factory=list)
+    """The instances the estimate data knows: accelerator, devices, ranks, HBM per rank, price."""
+    return _C._estimate_instances(*data_paths(data))
 
 
 @dataclass
 class Estimate:
     model: str
     params: int
-    workload: str  # "train" or "decode"
-    batch: int
-    seq_len: int
-    context: int
-    dtype: str
-    compiled: bool
+    workload: Workload
     targets: list
 
-    def target(self, instance: str) -> Target:
+    # Fields earlier releases had at the top level.
+    @property
+    def batch(self) -> int:
+        return self.workload.batch
+
+    @property
+    def seq_len(self) -> int:
+        return self.workload.seq_len
+
+    @property
+    def context(self) -> int:
+        return self.workload.decode_context
+
+    @property
+    def dtype(self) -> str:
+        return self.workload.dtype
+
+    @property
+    def compiled(self) -> bool:
+        return self.workload.compiled
+
+    def target(self, instance: str) -> Result:
         for t in self.targets:
             if t.instance == instance:
                 return t
         raise KeyError(f"no projection for {instance!r}; have {[t.instance for t in self.targets]}")
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        for t in d["targets"]:
-            t["layout"] = dict(t["layout"])
+        d = dict(model=self.model, params=self.params,
+                 workload={k: v for k, v in asdict(self.workload).items() if k != "speculation"},
+                 targets=[])
+        if self.workload.speculation is not None:
+            s = self.workload.speculation
+            d["workload"]["speculation"] = dict(draft=str(s.draft), tokens=s.tokens,
+                                                acceptance=s.acceptance, fused=s.fused)
+        for t in self.targets:
+            d["targets"].append(dict(
+                instance=t.instance, layout=t.layout.as_dict(), layout_text=str(t.layout),
+                chosen=t.chosen, batch=t.batch, projection=t.projection, prefill=t.prefill,
+                request=t.request, trace_ops=t.trace_ops, unmodelled=t.unmodelled, notes=t.notes,
+                fits=t.fits, overcommitted=t.overcommitted))
         return d
 
     def to_json(self) -> str:
@@ -168,17 +113,13 @@ class Estimate:
         return write_html(self, path, png=png)
 
 
-def _gpu_layout(layout: Layout, workload: str, params: int, elem: int, gpu_memory: float) -> Layout:
-    """A layout for 8-GPU instances: tensor parallelism stays inside one NVLink domain (at most 8);
-    what it cannot shard moves to pipeline stages. For decode, the smallest tp (then pp) whose
-    weights fit in 90% of the GPU's memory."""
-    if workload == "decode":
-        need = params * elem / (0.9 * gpu_memory)
-        tp = next((t for t in (1, 2, 4, 8) if t >= need), 8)
-        pp = max(1, math.ceil(need / tp))
-        return replace(layout, tp=tp, pp=pp, cp=1, fsdp=False, microbatches=1)
-    tp = min(layout.tp, 8)
-    return replace(layout, tp=tp, pp=layout.pp * max(1, layout.tp // tp))
+def _workload(workload, *, batch, seq_len, context, prompt, output, dtype, compiled, fp8, weights,
+              speculation, async_host, kv_cache="bf16", prefill_batch=1) -> Workload:
+    dtype_name = str(dtype).replace("torch.", "") if not isinstance(dtype, str) else dtype
+    return Workload(kind=workload, batch=batch, seq_len=seq_len, prompt=prompt, output=output,
+                    context=context, dtype=dtype_name, compiled=compiled, fp8=fp8,
+                    weights=weights, speculation=speculation, async_host=async_host,
+                    kv_cache=kv_cache, prefill_batch=prefill_batch)
 
 
 def estimate(
@@ -189,91 +130,125 @@ def estimate(
     layout: Layout | None = None,
     compare: tuple | list = ("p5.48xlarge", "p5en.48xlarge"),
     gpu_layout: Layout | None = None,
+    gpu_objective: str | None = None,
     batch: int = 1,
     seq_len: int = 2048,
-    context: int = 2048,
-    dtype: torch.dtype = torch.bfloat16,
+    context: int = 0,
+    prompt: int = 2048,
+    output: int = 256,
+    dtype: torch.dtype | str = torch.bfloat16,
     compiled: bool = True,
     fp8: bool = False,
+    weights: str = "bf16",
+    speculation: Speculation | None = None,
+    async_host: bool = True,
+    kv_cache: str = "bf16",
+    prefill_batch: int = 1,
     data: str | None = None,
     prices: dict | None = None,
+    allow_overcommit: bool = False,
+    progress=None,
 ) -> Estimate:
-    """Project one training step (``workload="train"``: a micro-batch of ``batch`` sequences of
-    ``seq_len`` tokens per rank group, forward, backward and AdamW) or one decode step
-    (``workload="decode"``: ``batch`` sequences, one new token each, over a KV cache of ``context``
-    positions) of ``model`` (a preset name, a config.json path, a dict, or a transformers config)
-    on ``instance`` with ``layout``, and on each instance of ``compare`` with ``gpu_layout`` (by
-    default the layout adapted to 8-GPU NVLink domains). ``compiled``: one program per phase (as
-    TorchNeuron's torch.compile and NxD run), else one launch per op (eager). ``fp8``: the
-    16-bit matmuls run at the FP8 Tensor-engine / tensor-core rate (FP8 training as Transformer
-    Engine does it: GEMM inputs cast to FP8, everything else as traced). ``prices``:
-    {instance: USD per hour} overriding the data file's."""
-    if workload not in ("train", "decode"):
-        raise ValueError(f"workload={workload!r}: use 'train' or 'decode'")
-    for name, value in (("batch", batch), ("seq_len", seq_len), ("context", context)):
-        if value < 1:
-            raise ValueError(f"{name}={value} must be at least 1")
+    """Project `model` (a preset name, a config.json path, a dict, or a transformers config) on
+    `instance` with `layout`, and on each instance of `compare`.
+
+    workload: "train" (one optimizer step: `layout.microbatches` micro-batches of `batch`
+    sequences of `seq_len` tokens per replica, forward, backward, AdamW), "inference" (requests
+    of `prompt` input and `output` generated tokens, `batch` of them decoded together per
+    replica: time to first token, time per output token, throughput, $ per 1M output tokens),
+    "decode" or "prefill" (that phase alone; decode over a KV cache of `context` positions, by
+    default the prompt plus half the output).
+
+    The compared GPU instances use `gpu_layout` if given; otherwise the layout a GPU team would
+    pick, found by searching the layouts of whole instances (no idle GPU billed):
+    gpu_objective "latency" (fastest) or "cost" (cheapest per token); by default cost for
+    training and latency for inference. Each target says how its layout was chosen.
+
+    A layout that does not fit in HBM, a degree that does not divide what it shards, more
+    pipeline stages than layers, or an architecture without a parallel plan raise LayoutError
+    naming the nearest layout that works; allow_overcommit projects a layout that does not fit
+    anyway, marked as such. weights: "bf16", "fp8" (FP8 weights and matmuls) or "int8" (int8
+    weights, 16-bit matmuls). compiled: one program per phase (as TorchNeuron's torch.compile,
+    NxD and NxD Inference run), else one launch per op. fp8: training's 16-bit matmuls at the
+    FP8 rate. async_host=False: a serving loop that waits for each step on the host (the data
+    file's host_step_us per step). kv_cache: "bf16" or "fp8". prefill_batch: requests prefilled
+    together (1: one at a time, NxD Inference's default; `batch`: static batching).
+    prices: {instance: USD per hour}."""
+    w = _workload(workload, batch=batch, seq_len=seq_len, context=context, prompt=prompt,
+                  output=output, dtype=dtype, compiled=compiled, fp8=fp8, weights=weights,
+                  speculation=speculation, async_host=async_host, kv_cache=kv_cache,
+                  prefill_batch=prefill_batch)
+    ctx = Context(model, w, data=data, prices=prices, progress=progress)
+    for name in [instance, *compare]:
+        ctx.check_instance(name)
     layout = layout or Layout()
-    layout.check()
-    data_path, engine_path = data_paths(data)
-    known = _C._estimate_instances(data_path)
-    for name in [instance, *compare]:
-        if name not in known:
-            raise ValueError(f"unknown instance {name!r}; the estimate data knows: {sorted(known)}")
-    config = load_config(model)
-    elem = torch.finfo(dtype).bits // 8
-    params = count_params(config, dtype)
-    traces: dict = {}
-    targets = []
-    for name in [instance, *compare]:
-        info = known[name]
-        target_layout = layout
-        if info["gpu"] and name != instance:
-            if gpu_layout is not None:
-                target_layout = gpu_layout
-            else:
-                target_layout = _gpu_layout(layout, workload, params, elem,
-                                            info["hbm_bytes_per_device"])
-        key = (target_layout.tp, target_layout.pp, target_layout.cp)
-        if key not in traces:
-            if workload == "train" and seq_len % target_layout.cp != 0:
-                raise ValueError(
-                    f"context parallelism cp={target_layout.cp} does not divide seq_len={seq_len}; "
-                    "choose a cp that does")
-            # A cp rank holds 1/cp of each sequence; the cost model widens its attention to the
-            # whole sequence's keys.
-            traces[key] = trace_rank(
-                config, training=workload == "train", batch=batch,
-                seq_len=seq_len // target_layout.cp if workload == "train" else seq_len,
-                context=context, tp=target_layout.tp, pp=target_layout.pp, dtype=dtype)
-        rank = traces[key]
-        facts = dict(rank.facts, params=float(params))
-        tokens = batch * seq_len if workload == "train" else batch
-        projection = _C._estimate_project(
-            rank.trace, facts,
-            dict(tp=target_layout.tp, cp=target_layout.cp, pp=target_layout.pp, dp=target_layout.dp,
-                 fsdp=target_layout.fsdp, recompute=target_layout.recompute,
-                 microbatches=target_layout.microbatches),
-            dict(training=workload == "train", tokens_per_microbatch=float(tokens), compiled=compiled,
-                 fp8=fp8),
-            name, data_path, engine_path)
-        if prices and name in prices:
-            _reprice(projection, float(prices[name]))
-        notes = list(rank.notes)
-        if projection["hbm_bytes_per_rank"] > projection["hbm_capacity_per_rank"]:
-            notes.append(
-                f"does not fit: {projection['hbm_bytes_per_rank'] / 2**30:.1f} GiB per rank needed, "
-                f"{projection['hbm_capacity_per_rank'] / 2**30:.1f} GiB available; raise tp/pp or use fsdp"
-            )
-        targets.append(Target(name, target_layout, projection, rank.ops, dict(rank.unmodelled), notes))
-    name = model if isinstance(model, str) else getattr(config, "name_or_path", "") or type(config).__name__
-    return Estimate(model=os.path.basename(str(name)), params=params, workload=workload, batch=batch,
-                    seq_len=seq_len, context=context, dtype=str(dtype).replace("torch.", ""),
-                    compiled=compiled, targets=targets)
+    targets = [ctx.project(instance, layout, allow_overcommit=allow_overcommit)]
+    objective = gpu_objective or ("cost" if w.training else "latency")
+    if objective not in ("latency", "cost"):
+        raise ValueError(f"gpu_objective={objective!r}: use 'latency' or 'cost'")
+    for name in compare:
+        info = ctx.known[name]
+        if gpu_layout is not None or not info["gpu"]:
+            chosen = gpu_layout if info["gpu"] else layout
+            targets.append(ctx.project(name, chosen, allow_overcommit=allow_overcommit))
+            continue
+        targets.append(best_layout(ctx, name, objective, primary=targets[0], progress=progress))
+    return Estimate(model=ctx.name, params=ctx.params, workload=w, targets=targets)
 
 
-def _reprice(projection: dict, usd_per_hour: float) -> None:
-    projection["price_usd_per_hour"] = usd_per_hour
-    projection["price_source"] = "given on the command line / in the call"
-    per_s = projection["instances"] * usd_per_hour / 3600.0
-    projection["usd_per_million_tokens"] = per_s / projection["tokens_per_s"] * 1e6 if usd_per_hour > 0 else None
+def best_layout(ctx: Context, instance: str, objective: str, *, primary: Result | None = None,
+                progress=None) -> Result:
+    """The layout of whole `instance`s a team would pick: the fastest or the cheapest that fits.
+    Training keeps the primary target's global batch on as many instances as it uses (more if
+    nothing fits); inference uses the fewest instances that hold the model."""
+    from torch_neuronx.estimate._search import search as run
+
+    w = ctx.workload
+    instances, global_batch = 1, None
+    if primary is not None and w.training:
+        global_batch = w.batch * primary.layout.microbatches * primary.layout.dp
+        instances = max(1, primary.projection["instances"])
+    reasons: dict = {}
+    # More instances when nothing fits; in training, a larger global batch (doubling) when the
+    # primary's cannot fill the instances' data-parallel replicas.
+    for n in (instances * 2 ** i for i in range(7)):
+        for scale in ((1, 2, 4, 8, 16, 32, 64) if global_batch else (1,)):
+            found = run(ctx, instance, instances=n,
+                        global_batch=global_batch * scale if global_batch else None,
+                        progress=progress)
+            for reason, count in found.refused.items():
+                reasons[reason] = reasons.get(reason, 0) + count
+            pick = found.fastest() if objective == "latency" else (found.cheapest() or found.fastest())
+            if pick is not None:
+                pick.chosen = (f"{'fastest' if objective == 'latency' else 'cheapest'} of "
+                               f"{len(found.fitting)} layouts that fit on {n} instance(s)")
+                if scale > 1:
+                    pick.chosen += f", global batch {global_batch * scale} (x{scale} to fill them)"
+                return pick
+    why = "; ".join(f"{r} ({c})" for r, c in sorted(reasons.items(), key=lambda x: -x[1])[:3])
+    raise LayoutError(f"no layout of up to {instances * 64} {instance} instances runs the model: {why}")
+
+
+def search(model, *, workload: str = "train", instances_to_try=("trn2.48xlarge", "p5.48xlarge",
+           "p5en.48xlarge"), count: int = 1, global_batch: int | None = None, batches=None,
+           batch: int = 1, seq_len: int = 2048, context: int = 0, prompt: int = 2048,
+           output: int = 256, dtype=torch.bfloat16, compiled: bool = True, fp8: bool = False,
+           weights: str = "bf16", speculation: Speculation | None = None, async_host: bool = True,
+           kv_cache: str = "bf16", prefill_batch: int = 1, data: str | None = None,
+           prices: dict | None = None, progress=None) -> dict:
+    """Every layout `count` whole instances of each type allow (tp, pp, dp, ep, adp, recompute,
+    ZeRO-1, micro-batch size; batches for inference), projected: {instance: InstanceSearch}
+    with the fastest and the cheapest layout that fit."""
+    from torch_neuronx.estimate._search import search as run
+
+    w = _workload(workload, batch=batch, seq_len=seq_len, context=context, prompt=prompt,
+                  output=output, dtype=dtype, compiled=compiled, fp8=fp8, weights=weights,
+                  speculation=speculation, async_host=async_host, kv_cache=kv_cache,
+                  prefill_batch=prefill_batch)
+    ctx = Context(model, w, data=data, prices=prices, progress=progress)
+    out = {}
+    for name in instances_to_try:
+        ctx.check_instance(name)
+        out[name] = run(ctx, name, instances=count, global_batch=global_batch, batches=batches,
+                        progress=progress)
+    return out

@@ -44,6 +44,44 @@ PRESETS: dict[str, dict] = {
         num_experts=128, num_experts_per_tok=8, vocab_size=151936, max_position_embeddings=40960,
         tie_word_embeddings=False,
     ),
+    "llama-2-13b": dict(
+        model_type="llama", hidden_size=5120, intermediate_size=13824, num_hidden_layers=40,
+        num_attention_heads=40, num_key_value_heads=40, vocab_size=32000,
+        max_position_embeddings=4096, rope_theta=10000.0, tie_word_embeddings=False,
+    ),
+    "llama-2-70b": dict(
+        model_type="llama", hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+        num_attention_heads=64, num_key_value_heads=8, vocab_size=32000,
+        max_position_embeddings=4096, rope_theta=10000.0, tie_word_embeddings=False,
+    ),
+    "llama-3-8b": dict(
+        model_type="llama", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+        max_position_embeddings=8192, rope_theta=500000.0, tie_word_embeddings=False,
+    ),
+    "llama-3.2-1b": dict(
+        model_type="llama", hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+        num_attention_heads=32, num_key_value_heads=8, head_dim=64, vocab_size=128256,
+        max_position_embeddings=131072, rope_theta=500000.0, tie_word_embeddings=True,
+    ),
+    "mistral-7b": dict(
+        model_type="mistral", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, vocab_size=32000,
+        max_position_embeddings=32768, rope_theta=1000000.0, sliding_window=None,
+        tie_word_embeddings=False,
+    ),
+    # GPT-3 175B (Brown et al. 2020, table 2.1: 96 layers, d_model 12288, 96 heads) in the GPT-NeoX
+    # architecture (Megatron's GPT: LayerNorm, GeLU MLP of 4 d_model, sequential residual), for
+    # which transformers ships a tensor-parallel plan (GPT-2's architecture has none).
+    "gpt3-175b": dict(
+        model_type="gpt_neox", hidden_size=12288, intermediate_size=49152, num_hidden_layers=96,
+        num_attention_heads=96, vocab_size=50304, max_position_embeddings=2048,
+        use_parallel_residual=False, rotary_pct=1.0, tie_word_embeddings=False,
+    ),
+    "bert-large": dict(
+        model_type="bert", hidden_size=1024, intermediate_size=4096, num_hidden_layers=24,
+        num_attention_heads=16, vocab_size=30522, max_position_embeddings=512, is_decoder=True,
+    ),
     # A small model for quick runs and tests.
     "tiny-llama": dict(
         model_type="llama", hidden_size=256, intermediate_size=688, num_hidden_layers=2,
@@ -51,8 +89,9 @@ PRESETS: dict[str, dict] = {
         max_position_embeddings=2048, tie_word_embeddings=False,
     ),
 }
-# The same architecture under its other published name.
+# The same architecture under its other published names.
 PRESETS["llama-3.3-70b"] = PRESETS["llama-3.1-70b"]
+PRESETS["llama-3-70b"] = dict(PRESETS["llama-3.1-70b"], max_position_embeddings=8192)
 
 
 def load_config(model):

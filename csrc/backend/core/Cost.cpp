@@ -72,6 +72,11 @@ Cost& Cost::read_bytes(uint64_t n) {
   return *this;
 }
 
+Cost& Cost::write_bytes(uint64_t n) {
+  work_[engine_].bytes_written += n;
+  return *this;
+}
+
 Cost& Cost::number_format_of(const at::Tensor& t) {
   work_.precision = precision_of(t.scalar_type());
   precision_fixed_ = true;

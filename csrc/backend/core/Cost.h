@@ -35,6 +35,7 @@ class Cost {
   Cost& ops(uint64_t n) { return ops(engine_, n); }  // on the launch's engine
   Cost& ops(Engine engine, uint64_t n);
   Cost& read_bytes(uint64_t n);
+  Cost& write_bytes(uint64_t n);
   // The engines stream `t`'s number format, whatever else the launch reads (attention's float32
   // mask and statistics do not make its bf16 matmuls float32).
   Cost& number_format_of(const at::Tensor& t);

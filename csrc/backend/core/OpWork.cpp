@@ -126,8 +126,11 @@ bool reads_argument(const c10::Argument& argument, Access access) {
 
 void read_arguments(Cost& cost, const c10::FunctionSchema& schema, KernelArgs args, Access access) {
   const auto& arguments = schema.arguments();
+  const bool rows_in_place = access == Access::kWritesIndexedRows &&
+                             rows_written_in_place(schema, args) != nullptr;
   for (size_t i = 0; i < arguments.size() && i < args.size(); ++i) {
     if (!reads_argument(arguments[i], access)) continue;
+    if (rows_in_place && arguments[i].name() == "self") continue;
     const c10::IValue& v = args[i];
     if (v.isTensor()) {
       cost.reads(v.toTensor());
@@ -146,6 +149,51 @@ const at::Tensor& tensor_at(KernelArgs args, size_t i) { return args.at(i).toTen
 std::optional<at::Tensor> optional_tensor_at(KernelArgs args, size_t i) {
   if (i >= args.size() || !args[i].isTensor()) return std::nullopt;
   return args[i].toTensor();
+}
+
+}  // namespace
+
+const at::Tensor* rows_written_in_place(const c10::FunctionSchema& schema, KernelArgs args) {
+  const at::Tensor* self = nullptr;
+  const at::Tensor* rows = nullptr;
+  const at::Tensor* destination = nullptr;
+  const auto& arguments = schema.arguments();
+  for (size_t i = 0; i < arguments.size() && i < args.size(); ++i) {
+    if (!args[i].isTensor()) continue;
+    const std::string& name = arguments[i].name();
+    const auto* alias = arguments[i].alias_info();
+    if (name == "self") self = &args[i].toTensor();
+    if (name == "source" || name == "values") rows = &args[i].toTensor();
+    if (alias != nullptr && alias->isWrite()) destination = &args[i].toTensor();
+  }
+  if (self == nullptr || rows == nullptr || destination == nullptr || !self->defined() ||
+      !destination->defined()) {
+    return nullptr;
+  }
+  // In place: the destination is self (an in-place self), or out= over self's own storage.
+  if (destination != self && !(destination->is_same(*self) ||
+                               (destination->storage().is_alias_of(self->storage()) &&
+                                destination->storage_offset() == self->storage_offset() &&
+                                destination->sizes() == self->sizes() &&
+                                destination->strides() == self->strides()))) {
+    return nullptr;
+  }
+  return rows;
+}
+
+namespace {
+
+// The family of `overload`, or, for the in-place form of a structured op (add_.Tensor,
+// index_copy_), which neuron runs as its .out overload with out=self, that overload's family.
+const OpFamily* family_of(const std::string& overload) {
+  if (const OpFamily* family = find_op_family(overload)) return family;
+  const size_t dot = overload.find('.');
+  const std::string base = overload.substr(0, dot);
+  if (base.empty() || base.back() != '_') return nullptr;
+  const std::string functional = base.substr(0, base.size() - 1);
+  if (const OpFamily* family = find_op_family(functional + ".out")) return family;
+  if (dot != std::string::npos) return find_op_family(functional + overload.substr(dot) + "_out");
+  return nullptr;
 }
 
 }  // namespace
@@ -253,7 +301,7 @@ OpWork op_work(const c10::OperatorHandle& op, KernelArgs args, c10::ArrayRef<at:
     return result;
   };
 
-  if (const OpFamily* family = find_op_family(name)) {
+  if (const OpFamily* family = family_of(name)) {
     Cost cost(family->engine);
     read_arguments(cost, schema, args, family->access);
     uint64_t ops = family->flops(schema, args);
@@ -263,6 +311,14 @@ OpWork op_work(const c10::OperatorHandle& op, KernelArgs args, c10::ArrayRef<at:
     }
     cost.ops(ops);
     if (family->tiles != nullptr) result.tensor_tile_ops = family->tiles(tiles, schema, args);
+    if (family->access == Access::kWritesIndexedRows) {
+      if (const at::Tensor* rows = rows_written_in_place(schema, args)) {
+        cost.write_bytes(bytes_of_elements(*rows));
+        result.work = cost.work();
+        result.source = WorkSource::kFamily;
+        return result;
+      }
+    }
     return finish(cost, WorkSource::kFamily);
   }
   if (returns_alias(schema) || touches_no_memory(base)) {

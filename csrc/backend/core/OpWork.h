@@ -1,7 +1,7 @@
 // The one table of op work: for each ATen op a NeuronCore runs, the engine it occupies, which of
 // its tensors it reads and writes, its FLOP model (FlopModels.h) and its tile model
 // (runtime/TensorTiles.h). It is the single answer to "what work is this op": eager kernels
-// describe their launches with it (HostMathKernel, the dedicated kernels through the work::
+// describe their launches with it (BoxedHostMath, the dedicated kernels through the work::
 // builders below), the estimate's tracer derives a traced op's work from it
 // (backend/estimate), and a compiled graph asks it once per FX node at compile time
 // (torch_neuronx/dynamo/program_work.py through _C._op_work). Pricing that work is the runtime's
@@ -48,7 +48,17 @@ using TileModel = uint64_t (*)(const nrtsim::TensorTiles& tiles, const c10::Func
 enum class Access : uint8_t {
   kReadsInputs,     // every tensor argument but out= ones (an in-place self is read and written)
   kIgnoresSelf,     // as above, but `self` is not read: its values do not matter (fills)
+  // An indexed write (index_copy, _index_put_impl_): written in place (an in-place self, or out=
+  // self's storage, as the in-place form runs), only the indexed rows move: the source and the
+  // indices are read and the source's bytes written; self's other rows are neither read nor
+  // written (a KV cache's update costs a token's rows, not the cache). The functional form
+  // copies self into a fresh result: kReadsInputs.
+  kWritesIndexedRows,
 };
+
+// For an op of access kWritesIndexedRows: the rows it writes (index_copy's `source`,
+// index_put's `values`) when it writes them into self's own storage; nullptr otherwise.
+const at::Tensor* rows_written_in_place(const c10::FunctionSchema& schema, KernelArgs args);
 
 struct OpFamily {
   const char* family;  // for messages: "elementwise", "reduction", ...

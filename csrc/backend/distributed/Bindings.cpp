@@ -6,6 +6,8 @@
 
 #include "backend/distributed/Bindings.h"
 #include "backend/distributed/ProcessGroupNeuron.h"
+#include "runtime/InstancePreset.h"
+#include "runtime/Topology.h"
 
 namespace py = pybind11;
 
@@ -78,6 +80,30 @@ void init_distributed_bindings(py::module& m) {
       }
       return c10::intrusive_ptr<c10d::Backend>::reclaim_copy(backend);
     });
+  });
+  // Work.get_sequence_number(), as TorchNeuron's Works have it: c10d's Work binding does not
+  // expose the virtual it calls (Works of other backends raise that they have none).
+  sub.def("_work_sequence_number", [](const c10::intrusive_ptr<c10d::Work>& work) {
+    return work->getSequencenumber();
+  });
+  // The logical NeuronCores of the simulated instance this process would start (NRTSIM_INSTANCE,
+  // NEURON_LOGICAL_NC_CONFIG), and every preset's at its default setting, without starting the
+  // runtime: torchrun's layout gives each local rank one core, and a job with more local ranks
+  // than cores needs to hear which instance has enough.
+  sub.def("_instance_cores", [] {
+    const nrtsim::TopologyConfig config = nrtsim::TopologyConfig::from_environment();
+    const nrtsim::InstancePreset& preset = nrtsim::find_preset(config.instance);
+    const int lnc = config.lnc.value_or(preset.chip.default_lnc);
+    py::list presets;
+    for (const auto& p : nrtsim::all_presets()) {
+      presets.append(py::make_tuple(p.name, p.physical_cores() / p.chip.default_lnc));
+    }
+    py::dict d;
+    d["instance"] = preset.name;
+    d["lnc"] = lnc;
+    d["cores"] = preset.physical_cores() / lnc;
+    d["presets"] = presets;
+    return d;
   });
   (void)backend;
 }

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <mutex>
 
+#include "backend/distributed/Staging.h"
+#include "backend/distributed/StoreRendezvous.h"
 #include "runtime/Env.h"
 #include "runtime/Error.h"
 
@@ -40,11 +42,7 @@ std::string link_target(const char* path) {
   return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : std::string("?");
 }
 
-// A flat byte view of a contiguous tensor: Gloo moves bytes of any element type this way.
-at::Tensor bytes_of(const at::Tensor& t) { return t.reshape({-1}).view(at::kByte); }
-
 char* bytes_ptr(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
-size_t nbytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
 
 // Element types and reductions Gloo's allreduce implements with the transport's semantics; the
 // others (16-bit and unsigned integers, bool) go through an all-gather of the hosts' partial
@@ -107,6 +105,48 @@ std::string host_display_name() {
 int HostLayout::local_index(int r) const {
   const auto& ranks = ranks_of[host_of[r]];
   return static_cast<int>(std::find(ranks.begin(), ranks.end(), r) - ranks.begin());
+}
+
+HostLayout HostLayout::discover(c10d::Store& store, int rank, int size,
+                                std::chrono::milliseconds timeout) {
+  const std::string me = host_identity();
+  const std::string shown = host_display_name();
+  store.set("nrtsim/host/" + std::to_string(rank), std::vector<uint8_t>(me.begin(), me.end()));
+  store.set("nrtsim/hostname/" + std::to_string(rank),
+            std::vector<uint8_t>(shown.begin(), shown.end()));
+  std::vector<std::string> keys;
+  std::vector<int> from;
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) continue;
+    keys.push_back("nrtsim/host/" + std::to_string(r));
+    from.push_back(r);
+  }
+  rendezvous_wait(store, keys, from, rank, timeout, rank == 0 && size >= 8);
+  HostLayout layout;
+  layout.rank = rank;
+  std::vector<std::string> ids;
+  for (int r = 0; r < size; ++r) {
+    std::string id = me;
+    if (r != rank) {
+      const auto other = store.get("nrtsim/host/" + std::to_string(r));
+      id.assign(other.begin(), other.end());
+    }
+    auto known = std::find(ids.begin(), ids.end(), id);
+    if (known == ids.end()) {
+      ids.push_back(id);
+      layout.ranks_of.emplace_back();
+      const auto name = rendezvous_get(store, "nrtsim/hostname/" + std::to_string(r), rank, r,
+                                       timeout);
+      layout.names.emplace_back(name.begin(), name.end());
+      known = ids.end() - 1;
+    }
+    const int host = static_cast<int>(known - ids.begin());
+    layout.host_of.push_back(host);
+    layout.ranks_of[host].push_back(r);
+  }
+  layout.host = layout.host_of[rank];
+  layout.local_rank = layout.local_index(rank);
+  return layout;
 }
 
 void set_gloo_factory(GlooFactory factory) {
@@ -184,7 +224,8 @@ void HostSpan::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what
 }
 
 template <class Fn>
-void HostSpan::guarded(const char* what, Fn&& fn) {
+void HostSpan::guarded(tp::Verb verb, Fn&& fn) {
+  const char* what = tp::verb_name(verb);
   check_usable();
   try {
     fn();
@@ -205,10 +246,10 @@ void HostSpan::guarded(const char* what, Fn&& fn) {
   }
 }
 
-void HostSpan::agree(const char* what, int64_t dtype, int64_t count, int64_t extra) {
+void HostSpan::agree(tp::Verb verb, int64_t dtype, int64_t count, int64_t extra) {
   const int hosts = layout_.hosts();
-  // The name travels as a hash; the message names it from this leader's side.
-  const int64_t kind = static_cast<int64_t>(std::hash<std::string>{}(what) & 0x7fffffff);
+  const char* what = tp::verb_name(verb);
+  const int64_t kind = static_cast<int64_t>(verb);
   at::Tensor mine = at::tensor({kind, dtype, count, extra}, at::kLong);
   std::vector<at::Tensor> in{mine};
   std::vector<std::vector<at::Tensor>> all(1);
@@ -221,7 +262,7 @@ void HostSpan::agree(const char* what, int64_t dtype, int64_t count, int64_t ext
   for (int h = 0; h < hosts; ++h) {
     const auto* d = all[0][h].data_ptr<int64_t>();
     calls += "; host '" + layout_.names[h] + "' (ranks from " + std::to_string(layout_.ranks_of[h][0]) +
-             "): " + (d[0] == kind ? std::string(what) : std::string("another collective")) + " of " +
+             "): " + tp::verb_name(static_cast<tp::Verb>(d[0])) + " of " +
              std::to_string(d[2]) + " elements of " +
              std::string(c10::toString(static_cast<at::ScalarType>(d[1]))) + " (root/op " +
              std::to_string(d[3]) + ")";
@@ -229,9 +270,9 @@ void HostSpan::agree(const char* what, int64_t dtype, int64_t count, int64_t ext
   span_error(std::string("hosts called different collectives or sizes") + calls);
 }
 
-void HostSpan::allreduce_leaders(const char* what, at::Tensor& x, tp::DType dtype, tp::ReduceOp op) {
+void HostSpan::allreduce_leaders(tp::Verb verb, at::Tensor& x, tp::DType dtype, tp::ReduceOp op) {
   if (layout_.hosts() < 2) return;
-  agree(what, static_cast<int64_t>(x.scalar_type()), x.numel(), static_cast<int64_t>(op));
+  agree(verb, static_cast<int64_t>(x.scalar_type()), x.numel(), static_cast<int64_t>(op));
   if (x.numel() == 0) return;
   if (gloo_reduces(x, op)) {
     at::Tensor flat = x.reshape({-1});
@@ -240,15 +281,15 @@ void HostSpan::allreduce_leaders(const char* what, at::Tensor& x, tp::DType dtyp
     c10d::AllreduceOptions options;
     options.reduceOp = c10d_op(op);
     options.timeout = timeout_;
-    wait(leaders().allreduce(tensors, options), "allreduce");
+    wait(leaders().allreduce(tensors, options), tp::verb_name(verb));
     return;
   }
   // Every leader gets every host's partial and combines them in host order: the same bits on
   // every host, for element types Gloo does not reduce.
-  std::vector<at::Tensor> in{bytes_of(x)};
+  std::vector<at::Tensor> in{host_bytes(x)};
   std::vector<std::vector<at::Tensor>> parts(1);
   for (int h = 0; h < layout_.hosts(); ++h) parts[0].push_back(at::empty_like(in[0]));
-  wait(leaders().allgather(parts, in, c10d::AllgatherOptions{}), "allreduce");
+  wait(leaders().allgather(parts, in, c10d::AllgatherOptions{}), tp::verb_name(verb));
   std::vector<const void*> srcs;
   for (const auto& p : parts[0]) srcs.push_back(p.data_ptr());
   tp::reduce(x.data_ptr(), srcs.data(), layout_.hosts(), static_cast<size_t>(x.numel()), dtype,
@@ -256,22 +297,22 @@ void HostSpan::allreduce_leaders(const char* what, at::Tensor& x, tp::DType dtyp
 }
 
 void HostSpan::allreduce(at::Tensor& x, tp::DType dtype, tp::ReduceOp op) {
-  guarded("allreduce", [&] {
+  guarded(tp::Verb::kAllreduce, [&] {
     const size_t count = static_cast<size_t>(x.numel());
     if (layout_.local_size() > 1) local_.reduce(x.data_ptr(), count, dtype, op, 0);
-    if (layout_.leader()) allreduce_leaders("allreduce", x, dtype, op);
+    if (layout_.leader()) allreduce_leaders(tp::Verb::kAllreduce, x, dtype, op);
     if (layout_.local_size() > 1) local_.broadcast(x.data_ptr(), nbytes(x), 0);
   });
 }
 
 void HostSpan::reduce(at::Tensor& x, tp::DType dtype, tp::ReduceOp op, int root) {
-  guarded("reduce", [&] {
+  guarded(tp::Verb::kReduce, [&] {
     // The transport reduces into its root's buffer only: the leader works on a copy, so that
     // its own tensor stays as it was unless it is the root.
     at::Tensor acc = layout_.leader() ? x.clone() : x;
     const size_t count = static_cast<size_t>(x.numel());
     if (layout_.local_size() > 1) local_.reduce(acc.data_ptr(), count, dtype, op, 0);
-    if (layout_.leader()) allreduce_leaders("reduce", acc, dtype, op);
+    if (layout_.leader()) allreduce_leaders(tp::Verb::kReduce, acc, dtype, op);
     if (layout_.host_of[root] != layout_.host) return;
     if (layout_.local_index(root) == 0) {
       if (layout_.rank == root) x.copy_(acc);
@@ -284,16 +325,16 @@ void HostSpan::reduce(at::Tensor& x, tp::DType dtype, tp::ReduceOp op, int root)
 }
 
 void HostSpan::broadcast(at::Tensor& x, int root) {
-  guarded("broadcast", [&] {
+  guarded(tp::Verb::kBroadcast, [&] {
     const int root_host = layout_.host_of[root];
     const size_t bytes = nbytes(x);
     if (layout_.host == root_host && layout_.local_size() > 1) {
       local_.broadcast(x.data_ptr(), bytes, layout_.local_index(root));
     }
-    if (layout_.leader()) agree("broadcast", static_cast<int64_t>(x.scalar_type()), x.numel(), root);
+    if (layout_.leader()) agree(tp::Verb::kBroadcast, static_cast<int64_t>(x.scalar_type()), x.numel(), root);
     if (bytes == 0) return;
     if (layout_.leader()) {
-      std::vector<at::Tensor> tensors{bytes_of(x)};
+      std::vector<at::Tensor> tensors{host_bytes(x)};
       c10d::BroadcastOptions options;
       options.rootRank = root_host;
       options.timeout = timeout_;
@@ -306,7 +347,7 @@ void HostSpan::broadcast(at::Tensor& x, int root) {
 }
 
 void HostSpan::allgather(const at::Tensor& in, at::Tensor& out) {
-  guarded("allgather", [&] {
+  guarded(tp::Verb::kAllgather, [&] {
     const size_t bytes = nbytes(in);
     const auto& mine = layout_.ranks_of[layout_.host];
     char* o = bytes_ptr(out);
@@ -320,7 +361,7 @@ void HostSpan::allgather(const at::Tensor& in, at::Tensor& out) {
     }
     // 2. Leaders exchange their hosts' blocks (padded to the largest host: Gloo's allgather
     // takes equal sizes) and unpack them into group rank order.
-    if (layout_.leader()) agree("allgather", static_cast<int64_t>(in.scalar_type()), in.numel(), 0);
+    if (layout_.leader()) agree(tp::Verb::kAllgather, static_cast<int64_t>(in.scalar_type()), in.numel(), 0);
     if (layout_.leader() && bytes > 0) {
       size_t most = 0;
       for (const auto& ranks : layout_.ranks_of) most = std::max(most, ranks.size());
@@ -347,7 +388,7 @@ void HostSpan::allgather(const at::Tensor& in, at::Tensor& out) {
 
 void HostSpan::reduce_scatter(const at::Tensor& in, at::Tensor& out, tp::DType dtype,
                               tp::ReduceOp op) {
-  guarded("reduce_scatter", [&] {
+  guarded(tp::Verb::kReduceScatter, [&] {
     const size_t bytes = nbytes(out);
     // Reduce the whole input within the host onto the leader (a copy: the input stays as it
     // was), across hosts between the leaders, then scatter each rank's share within the host.
@@ -355,7 +396,7 @@ void HostSpan::reduce_scatter(const at::Tensor& in, at::Tensor& out, tp::DType d
     if (layout_.local_size() > 1) {
       local_.reduce(acc.data_ptr(), static_cast<size_t>(acc.numel()), dtype, op, 0);
     }
-    if (layout_.leader()) allreduce_leaders("reduce_scatter", acc, dtype, op);
+    if (layout_.leader()) allreduce_leaders(tp::Verb::kReduceScatter, acc, dtype, op);
     const auto& mine = layout_.ranks_of[layout_.host];
     if (layout_.local_size() > 1) {
       std::vector<const void*> shares;
@@ -368,16 +409,108 @@ void HostSpan::reduce_scatter(const at::Tensor& in, at::Tensor& out, tp::DType d
 }
 
 void HostSpan::barrier() {
-  guarded("barrier", [&] {
+  guarded(tp::Verb::kBarrier, [&] {
     if (layout_.local_size() > 1) local_.barrier();
     if (layout_.leader()) {
-      agree("barrier", 0, 0, 0);
+      agree(tp::Verb::kBarrier, 0, 0, 0);
       c10d::BarrierOptions options;
       options.timeout = timeout_;
       wait(leaders().barrier(options), "barrier");
     }
     if (layout_.local_size() > 1) local_.barrier();
   });
+}
+
+void HostSpan::exchange(Exchange& x) {
+  // The parts as one buffer in group rank order: the whole tensor they are pieces of, or a
+  // temporary one (copied back into the list for outputs).
+  auto flat_parts = [&](std::vector<at::Tensor>& list, const at::Tensor& whole) {
+    if (whole.defined()) return host_bytes(whole);
+    if (list.empty()) return at::Tensor();
+    std::vector<at::Tensor> bytes;
+    for (auto& p : list) bytes.push_back(host_bytes(p));
+    return at::cat(bytes);
+  };
+  auto unflatten = [&](std::vector<at::Tensor>& list, const at::Tensor& whole, at::Tensor& flat) {
+    if (whole.defined()) return;
+    int64_t at = 0;
+    for (auto& p : list) {
+      const int64_t n = static_cast<int64_t>(nbytes(p));
+      host_bytes(p).copy_(flat.narrow(0, at, n));
+      at += n;
+    }
+  };
+  switch (x.verb) {
+    case tp::Verb::kBarrier: return barrier();
+    case tp::Verb::kBroadcast: {
+      at::Tensor h = host(x.one);
+      return broadcast(h, x.root);
+    }
+    case tp::Verb::kAllreduce: {
+      at::Tensor h = host(x.one);
+      return allreduce(h, x.dtype, x.op);
+    }
+    case tp::Verb::kReduce: {
+      at::Tensor h = host(x.one);
+      return reduce(h, x.dtype, x.op, x.root);
+    }
+    case tp::Verb::kAllgather: {
+      at::Tensor flat = x.whole.defined()
+                            ? host_bytes(x.whole)
+                            : at::empty({static_cast<int64_t>(nbytes(x.one) * layout_.host_of.size())}, at::kByte);
+      allgather(host_bytes(x.one), flat);
+      return unflatten(x.parts, x.whole, flat);
+    }
+    case tp::Verb::kReduceScatter: {
+      at::Tensor h = host(x.one);
+      at::Tensor in = x.whole.defined() ? host(x.whole).reshape({-1}) : [&] {
+        std::vector<at::Tensor> flat;
+        for (auto& p : x.parts) flat.push_back(host(p).reshape({-1}));
+        return at::cat(flat);
+      }();
+      return reduce_scatter(in, h, x.dtype, x.op);
+    }
+    case tp::Verb::kGather:
+    case tp::Verb::kScatter: {
+      // A flat Gloo group over all ranks, moving bytes (any element type).
+      std::vector<at::Tensor> mine{host_bytes(x.one)};
+      std::vector<std::vector<at::Tensor>> others;
+      if (!x.parts.empty()) {
+        others.emplace_back();
+        for (auto& p : x.parts) others[0].push_back(host_bytes(p));
+      }
+      if (x.verb == tp::Verb::kGather) {
+        c10d::GatherOptions options;
+        options.rootRank = x.root;
+        options.timeout = timeout_;
+        return wait(flat().gather(others, mine, options), "gather");
+      }
+      c10d::ScatterOptions options;
+      options.rootRank = x.root;
+      options.timeout = timeout_;
+      return wait(flat().scatter(mine, others, options), "scatter");
+    }
+    case tp::Verb::kAlltoall: {
+      at::Tensor in = flat_parts(x.sends, x.sends_whole);
+      at::Tensor out = x.whole.defined() ? host_bytes(x.whole) : [&] {
+        size_t total = 0;
+        for (auto& p : x.parts) total += nbytes(p);
+        return at::empty({static_cast<int64_t>(total)}, at::kByte);
+      }();
+      std::vector<int64_t> send_splits, recv_splits;
+      for (auto& s : x.sends) send_splits.push_back(static_cast<int64_t>(nbytes(s)));
+      for (auto& r : x.parts) recv_splits.push_back(static_cast<int64_t>(nbytes(r)));
+      if (!in.defined()) in = at::empty({0}, at::kByte);
+      c10d::AllToAllOptions options;
+      options.timeout = timeout_;
+      wait(flat().alltoall_base(out, in, recv_splits, send_splits, options),
+                  "all_to_all");
+      return unflatten(x.parts, x.whole, out);
+    }
+    case tp::Verb::kSend:
+    case tp::Verb::kRecv: break;
+  }
+  span_error(std::string("internal: ") + tp::verb_name(x.verb) + " is not a collective");
 }
 
 }  // namespace torch_neuronx::distributed

@@ -26,7 +26,9 @@
 #include <string>
 #include <vector>
 
+#include "backend/distributed/Exchange.h"
 #include "runtime/transport/CollectiveTransport.h"
+#include "runtime/transport/Verb.h"
 
 namespace torch_neuronx::distributed {
 
@@ -47,6 +49,12 @@ struct HostLayout {
   bool leader() const { return local_rank == 0; }
   bool local(int r) const { return host_of[r] == host; }
   int local_index(int r) const;  // r's index among its host's ranks
+
+  // Collective over the group: every rank publishes its host identity in `store` and reads
+  // everyone's (the group's timeout bounds the wait; group rank 0 of 8 or more ranks reports
+  // progress).
+  static HostLayout discover(c10d::Store& store, int rank, int size,
+                             std::chrono::milliseconds timeout);
 };
 
 // Builds a Gloo process group (store, rank, size, timeout); installed by the Python layer.
@@ -80,6 +88,10 @@ class HostSpan {
                       nrtsim::transport::ReduceOp op);
   void barrier();
 
+  // Runs one exchange of a c10d call (Exchange.h) across the hosts: the hierarchical verbs
+  // above, and gather, scatter and all-to-all on the flat Gloo group.
+  void exchange(Exchange& x);
+
   // The flat Gloo group over all ranks (gather, scatter, all-to-all, send/recv between hosts).
   // Throws if the group failed or was aborted.
   c10d::Backend& flat();
@@ -89,14 +101,14 @@ class HostSpan {
  private:
   c10d::Backend& leaders();
   void check_usable();
-  void allreduce_leaders(const char* what, at::Tensor& x, nrtsim::transport::DType dtype,
-                         nrtsim::transport::ReduceOp op);
+  void allreduce_leaders(nrtsim::transport::Verb verb, at::Tensor& x,
+                         nrtsim::transport::DType dtype, nrtsim::transport::ReduceOp op);
   // Leaders only: every host's leader states what its host is about to do (the collective, its
   // element type and size, root or reduce op); a difference fails with every host's call named.
   // (Within a host, the transport checks the same.)
-  void agree(const char* what, int64_t dtype, int64_t count, int64_t extra);
+  void agree(nrtsim::transport::Verb verb, int64_t dtype, int64_t count, int64_t extra);
   template <class Fn>
-  void guarded(const char* what, Fn&& fn);
+  void guarded(nrtsim::transport::Verb verb, Fn&& fn);
 
   HostLayout layout_;
   nrtsim::transport::CollectiveTransport& local_;

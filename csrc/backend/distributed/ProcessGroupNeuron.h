@@ -1,14 +1,18 @@
 // The torch.distributed backend "neuron": a c10d::Backend over nrtsim's shared-memory collective
 // transport (the simulated NeuronLink between the processes of one host, one process per logical
-// NeuronCore). Every collective runs on the calling thread's current stream of its tensors'
-// device as ONE launch record of kind collective (bytes sent and received over the link), so it
-// shows in the profiler and takes modelled link time on the simulated clock. CPU tensors (which
-// compiled programs hand to functional collectives) take the same transport without a record.
+// NeuronCore), with Gloo between host leaders when the group spans hosts (HostSpan.h).
+//
+// Every c10d call takes one path: its tensors are checked and staged (contiguous copies where
+// needed), described as exchanges of one transport verb (Verb.h), run as ONE launch record of
+// kind collective on the calling thread's current stream of its tensors' device (what each
+// rank sends and receives over which link, from the verb table), then outputs are copied back.
+// What differs between calls is data: the call's record name, c10d OpType and verb, and which
+// tensors are its parts. CPU tensors (which compiled programs hand to functional collectives)
+// take the same transport without a record.
 //
 // Execution is host-synchronous, as nrtsim's streams are: a collective has finished when its call
-// returns, and its Work is complete, with a future that carries the output tensors. Sends and
-// receives are posted and complete in Work::wait (or as soon as the peer allows), so exchanges
-// in either order, batched or not, do not deadlock.
+// returns (Works.h). Sends and receives are posted and complete in Work::wait (or as soon as the
+// peer allows), so exchanges in either order, batched or not, do not deadlock.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -20,8 +24,11 @@
 #include <string>
 #include <vector>
 
+#include "backend/distributed/Exchange.h"
 #include "backend/distributed/HostSpan.h"
+#include "backend/distributed/Staging.h"
 #include "runtime/transport/CollectiveTransport.h"
+#include "runtime/transport/Verb.h"
 
 namespace torch_neuronx::distributed {
 
@@ -33,6 +40,8 @@ class ProcessGroupNeuron : public c10d::Backend {
   };
 
   // Collective: every rank of the group constructs its backend with the same (prefixed) store.
+  // The store is used only here (and in split()): once created, the group never touches it, so
+  // it outlives the rank that hosts the store (as c10d's own backends do).
   ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                      c10::intrusive_ptr<Options> options);
   ~ProcessGroupNeuron() override;
@@ -109,19 +118,40 @@ class ProcessGroupNeuron : public c10d::Backend {
 
   nrtsim::transport::CollectiveTransport& transport();
 
+  // One c10d call as data: its launch record's name, c10d's OpType, and the verb it is.
+  struct CallSpec {
+    const char* record;
+    c10d::OpType type;
+    tp::Verb verb;
+  };
+
+  using Exchange = distributed::Exchange;
+
  private:
-  // Runs `body` as one collective launch (on the tensors' device) and returns its Work. `sent`
-  // and `received` are this core's bytes over NeuronLink, `efa` its bytes (each way) between
-  // hosts.
-  template <class Body>
-  c10::intrusive_ptr<c10d::Work> run(const char* op, c10d::OpType type,
-                                     const std::vector<at::Tensor>& tensors, uint64_t sent,
-                                     uint64_t received, std::vector<at::Tensor> outputs,
-                                     Body&& body, uint64_t efa = 0);
-  // This core's share of what crosses hosts when `host_bytes` leave (or enter) each host.
-  uint64_t efa_share(uint64_t host_bytes) const;
-  // The group size within this rank's host (the whole group without a span).
-  int local_size() const;
+  // The staging of one call: inputs, outputs (copied back after the call), the Work's result.
+  struct Call {
+    std::vector<Exchange> exchanges;
+    std::vector<Staged> outputs;
+    std::vector<at::Tensor> tensors;  // every staged tensor, for the device check
+    std::vector<at::Tensor> results;
+    at::Tensor input(const at::Tensor& t, const char* op);
+    at::Tensor output(const at::Tensor& t, const char* op);
+  };
+
+  // The one path of every collective: device check, link bytes, the launch record, the
+  // exchanges (on this host's transport or across hosts), reductions finished, outputs copied
+  // back, the Work.
+  c10::intrusive_ptr<c10d::Work> execute(const CallSpec& spec, Call& call);
+  void exchange_on_host(Exchange& x, tp::CollectiveTransport& t);
+  void check_root(int64_t root, const char* op) const;
+  tp::GroupPlace place() const;
+
+  // The exchange of a verb that takes one part per rank (all-gather, gather, scatter,
+  // reduce-scatter), from a list of parts or one tensor's consecutive pieces.
+  Exchange parted(const CallSpec& spec, Call& call, const at::Tensor& one,
+                  std::vector<at::Tensor>* list, const at::Tensor* whole, int root,
+                  const c10d::ReduceOp* reduce);
+
   c10::intrusive_ptr<c10d::Work> collect(c10::intrusive_ptr<c10d::Work> work);
   // `peer` -1 with `any_source`: a receive from whichever rank sends `tag` first.
   c10::intrusive_ptr<c10d::Work> post_p2p(at::Tensor& tensor, int peer, int tag, bool send,
@@ -131,6 +161,7 @@ class ProcessGroupNeuron : public c10d::Backend {
   c10::intrusive_ptr<Options> options_;
   std::unique_ptr<nrtsim::transport::CollectiveTransport> transport_;  // this host's ranks
   std::unique_ptr<HostSpan> span_;
+  std::vector<int> host_of_;  // per group rank; empty within one host
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
   uint64_t sequence_ = 0;

@@ -11,6 +11,7 @@
 #include "runtime/EngineModel.h"
 #include "runtime/Error.h"
 #include "runtime/cost/CostData.h"
+#include "runtime/cost/LayerSplit.h"
 #include "runtime/cost/Projection.h"
 
 namespace py = pybind11;
@@ -20,13 +21,27 @@ namespace {
 
 using namespace nrtsim::cost;
 
+CollectiveKind collective_kind(const std::string& name) {
+  if (name == "all_reduce") return CollectiveKind::kAllReduce;
+  if (name == "all_gather") return CollectiveKind::kAllGather;
+  if (name == "reduce_scatter") return CollectiveKind::kReduceScatter;
+  if (name == "all_to_all") return CollectiveKind::kAllToAll;
+  throw py::value_error("unknown collective '" + name +
+                        "' (all_reduce, all_gather, reduce_scatter, all_to_all)");
+}
+
 // The ops of one traced rank, in order.
 class OpTrace {
  public:
+  OpTrace() = default;
+  explicit OpTrace(std::vector<TracedOp> ops) : ops_(std::move(ops)) {}
+
   // Derives the op's work from its arguments and outputs; returns how ("family", "kernel",
   // "copy", "none" for a view or allocation, or "default" for an op neuron has no model of).
+  // `weight_bytes`: the bytes of its arguments that are model weights.
   std::string record(const py::object& func, const py::tuple& args, const py::dict& kwargs,
-                     const std::vector<at::Tensor>& outputs, const std::string& phase) {
+                     const std::vector<at::Tensor>& outputs, const std::string& phase,
+                     uint64_t weight_bytes, bool sequence_parallel) {
     const py::object schema = func.attr("_schema");
     const c10::OperatorName name(schema.attr("name").cast<std::string>(),
                                  schema.attr("overload_name").cast<std::string>());
@@ -39,8 +54,23 @@ class OpTrace {
         torch::jit::createStackForSchema(handle->schema(), torch::jit::tuple_slice(args), kw, std::nullopt);
     estimate::TracedWork w = estimate::traced_work(*handle, stack, outputs);
     w.op.phase = phase;
+    w.op.weight_bytes_read = weight_bytes;
+    w.op.sequence_parallel = sequence_parallel;
     ops_.push_back(std::move(w.op));
     return work_source_name(w.source);
+  }
+
+  // A collective the model's parallel plan implies at this point of the step.
+  void record_collective(const std::string& kind, const std::string& group, double bytes,
+                         const std::string& phase, const std::string& where) {
+    TracedOp op;
+    op.op = where;
+    op.phase = phase;
+    op.kind = nrtsim::LaunchKind::kCollective;
+    op.collective = collective_kind(kind);
+    op.group = group;
+    op.collective_bytes = bytes;
+    ops_.push_back(std::move(op));
   }
 
   size_t size() const { return ops_.size(); }
@@ -52,6 +82,7 @@ class OpTrace {
       py::dict d;
       d["op"] = op.op;
       d["phase"] = op.phase;
+      d["count"] = op.count;
       d["precision"] = nrtsim::precision_name(op.work.precision);
       d["bytes"] = op.work.bytes_read() + op.work.bytes_written();
       py::dict engine_bytes;
@@ -64,6 +95,13 @@ class OpTrace {
       for (nrtsim::Engine e : nrtsim::kAllEngines) engines[nrtsim::engine_name(e)] = op.work[e].ops;
       d["ops"] = engines;
       d["tensor_tile_ops"] = op.tensor_tile_ops;
+      d["weight_bytes"] = op.weight_bytes_read;
+      d["sequence_parallel"] = op.sequence_parallel;
+      if (op.kind == nrtsim::LaunchKind::kCollective) {
+        d["collective"] = collective_kind_name(op.collective);
+        d["group"] = op.group;
+        d["collective_bytes"] = op.collective_bytes;
+      }
       out.append(d);
     }
     return out;
@@ -72,6 +110,21 @@ class OpTrace {
  private:
   std::vector<TracedOp> ops_;
 };
+
+py::tuple split(const OpTrace& short_trace, const OpTrace& long_trace) {
+  try {
+    LayerSplit s = split_layers(short_trace.ops(), long_trace.ops());
+    return py::make_tuple(OpTrace(std::move(s.outside)), OpTrace(std::move(s.period)));
+  } catch (const nrtsim::Error& e) {
+    throw py::value_error(e.what());
+  }
+}
+
+OpTrace combined(const std::vector<std::tuple<const OpTrace*, double, bool>>& parts) {
+  std::vector<TracePart> list;
+  for (const auto& [trace, count, in_layer] : parts) list.push_back({&trace->ops(), count, in_layer});
+  return OpTrace(combine(list));
+}
 
 template <class T>
 T get(const py::dict& d, const char* key, T fallback) {
@@ -106,6 +159,13 @@ py::dict to_dict(const Projection& p) {
   d["hbm_bytes_per_rank"] = p.hbm_bytes_per_rank;
   d["hbm_capacity_per_rank"] = p.hbm_capacity_per_rank;
   d["pipeline_bubble_s"] = p.pipeline_bubble_ns * 1e-9;
+  d["tokens_per_sequence_step"] = p.tokens_per_sequence_step;
+  py::list parts;
+  for (const auto& part : p.parts) parts.append(py::make_tuple(part.name, part.ns * 1e-9));
+  d["parts"] = parts;
+  py::list memory;
+  for (const auto& m : p.memory) memory.append(py::make_tuple(m.name, m.bytes));
+  d["memory"] = memory;
   d["bound"] = p.bound;
   d["engine_s"] = engines_dict(p.engine_ns);
   py::list phases;
@@ -161,35 +221,72 @@ py::dict project_trace(const OpTrace& trace, const py::dict& facts_d, const py::
     facts.hidden = get<int>(facts_d, "hidden", 0);
     facts.params = get<double>(facts_d, "params", 0);
     facts.params_per_rank = get<double>(facts_d, "params_per_rank", 0);
-    facts.param_bytes = get<int>(facts_d, "param_bytes", 2);
+    facts.weight_bytes = get<double>(facts_d, "weight_bytes", 2);
+    facts.optimizer_bytes = get<double>(facts_d, "optimizer_bytes", 12);
+    facts.gradient_bytes = get<double>(facts_d, "gradient_bytes", 2);
     facts.activation_bytes = get<int>(facts_d, "activation_bytes", 2);
-    facts.kv_cache_bytes_per_rank = get<double>(facts_d, "kv_cache_bytes_per_rank", 0);
     facts.activation_bytes_per_rank = get<double>(facts_d, "activation_bytes_per_rank", 0);
+    facts.selective_activation_bytes_per_rank =
+        get<double>(facts_d, "selective_activation_bytes_per_rank", facts.activation_bytes_per_rank);
+    facts.layer_input_bytes_per_rank = get<double>(facts_d, "layer_input_bytes_per_rank", 0);
+    facts.layer_activation_bytes = get<double>(facts_d, "layer_activation_bytes", 0);
+    facts.kv_cache_bytes_per_rank = get<double>(facts_d, "kv_cache_bytes_per_rank", 0);
+    facts.draft_params_per_rank = get<double>(facts_d, "draft_params_per_rank", 0);
+    facts.draft_kv_cache_bytes_per_rank = get<double>(facts_d, "draft_kv_cache_bytes_per_rank", 0);
     facts.kv_width = get<double>(facts_d, "kv_width", 0);
     Layout layout;
     layout.tp = get<int>(layout_d, "tp", 1);
     layout.cp = get<int>(layout_d, "cp", 1);
     layout.pp = get<int>(layout_d, "pp", 1);
     layout.dp = get<int>(layout_d, "dp", 1);
+    layout.ep = get<int>(layout_d, "ep", 1);
+    layout.adp = get<int>(layout_d, "adp", 1);
     layout.fsdp = get<bool>(layout_d, "fsdp", false);
-    layout.recompute = get<bool>(layout_d, "recompute", false);
+    layout.zero1 = get<bool>(layout_d, "zero1", false);
+    const std::string recompute = get<std::string>(layout_d, "recompute", "none");
+    if (recompute == "none") {
+      layout.recompute = Recompute::kNone;
+    } else if (recompute == "selective") {
+      layout.recompute = Recompute::kSelective;
+    } else if (recompute == "full") {
+      layout.recompute = Recompute::kFull;
+    } else {
+      throw py::value_error("recompute='" + recompute + "': use none, selective or full");
+    }
     layout.microbatches = get<int>(layout_d, "microbatches", 1);
     Workload workload;
-    workload.training = get<bool>(workload_d, "training", true);
+    const std::string phase = get<std::string>(workload_d, "phase", "train");
+    if (phase == "train") {
+      workload.phase = Phase::kTrain;
+    } else if (phase == "prefill") {
+      workload.phase = Phase::kPrefill;
+    } else if (phase == "decode") {
+      workload.phase = Phase::kDecode;
+    } else {
+      throw py::value_error("phase='" + phase + "': use train, prefill or decode");
+    }
     workload.tokens_per_microbatch = get<double>(workload_d, "tokens_per_microbatch", 0);
     workload.compiled = get<bool>(workload_d, "compiled", true);
     workload.fp8 = get<bool>(workload_d, "fp8", false);
+    workload.weight_scale = get<double>(workload_d, "weight_scale", 1);
+    workload.kv_scale = get<double>(workload_d, "kv_scale", 1);
+    workload.async_host = get<bool>(workload_d, "async_host", true);
+    workload.speculation = get<int>(workload_d, "speculation", 0);
+    workload.acceptance = get<double>(workload_d, "acceptance", 0);
+    workload.fused_speculation = get<bool>(workload_d, "fused_speculation", true);
     return to_dict(project(trace.ops(), facts, layout, workload, data.instance(instance), data, chips));
   } catch (const nrtsim::Error& e) {
     throw py::value_error(e.what());
   }
 }
 
-py::dict instances(const std::string& data_path) {
+py::dict instances(const std::string& data_path, const std::string& engine_model_path) {
   try {
     const CostData data = load_cost_data(data_path);
+    const auto chips = nrtsim::load_engine_model(engine_model_path);
     py::dict out;
     for (const auto& [name, i] : data.instances) {
+      const RankModel rank(i, data, chips);
       py::dict d;
       d["accelerator"] = i.accelerator;
       d["devices"] = i.devices;
@@ -198,7 +295,10 @@ py::dict instances(const std::string& data_path) {
       d["scale_out"] = i.scale_out;
       d["price_usd_per_hour"] = i.price_usd_per_hour;
       d["price_source"] = i.price_source;
-      d["hbm_bytes_per_device"] = i.is_gpu() ? data.gpu_spec(i.accelerator).hbm_gbytes * 1e9 : 0.0;
+      d["ranks"] = i.devices * rank.ranks_per_device();
+      d["hbm_bytes_per_rank"] = rank.hbm_capacity_bytes();
+      d["host_step_us"] = rank.efficiency().host_step_us;
+      d["host_step_source"] = rank.efficiency().host_step_source;
       out[py::str(name)] = d;
     }
     return out;
@@ -213,13 +313,18 @@ void init_estimate_bindings(py::module& m) {
   py::class_<OpTrace>(m, "_EstimateTrace")
       .def(py::init<>())
       .def("record", &OpTrace::record, py::arg("func"), py::arg("args"), py::arg("kwargs"),
-           py::arg("outputs"), py::arg("phase"))
+           py::arg("outputs"), py::arg("phase"), py::arg("weight_bytes") = 0,
+           py::arg("sequence_parallel") = false)
+      .def("record_collective", &OpTrace::record_collective, py::arg("kind"), py::arg("group"),
+           py::arg("bytes"), py::arg("phase"), py::arg("where"))
       .def("__len__", &OpTrace::size)
       .def("rows", &OpTrace::rows);
+  m.def("_estimate_split_layers", &split, py::arg("short_trace"), py::arg("long_trace"));
+  m.def("_estimate_combine", &combined, py::arg("parts"));
   m.def("_estimate_project", &project_trace, py::arg("trace"), py::arg("facts"),
         py::arg("layout"), py::arg("workload"), py::arg("instance"), py::arg("data_path"),
         py::arg("engine_model_path"));
-  m.def("_estimate_instances", &instances, py::arg("data_path"));
+  m.def("_estimate_instances", &instances, py::arg("data_path"), py::arg("engine_model_path"));
   m.def("_estimate_matmul_tile_ops", &estimate::matmul_tile_ops, py::arg("batch"), py::arg("m"),
         py::arg("k"), py::arg("n"));
 }

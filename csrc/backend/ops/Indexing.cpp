@@ -5,13 +5,17 @@
 #include <ATen/ops/histc.h>
 #include <torch/library.h>
 
-#include "backend/core/HostMathKernel.h"
+#include "backend/core/BoxedHostMath.h"
 #include "backend/core/KernelLaunch.h"
 
 namespace torch_neuronx {
 namespace {
 
 constexpr OpFamily kIndexing{"indexing", nrtsim::Engine::kGpSimd, &flops::none};
+// Rows written by index (a KV cache's update): the DMA engines move the source rows to their
+// places; in place, nothing else of the destination moves (OpWork.h, kWritesIndexedRows).
+constexpr OpFamily kIndexedWrite{"indexed write", nrtsim::Engine::kDma, &flops::none,
+                                 /*composite_explicit_cpu=*/false, Access::kWritesIndexedRows};
 
 // histc of integer tensors, as CUDA has it (transformers' MoE routing counts tokens per expert
 // with histc on integer expert ids off the CPU); CPU's kernel has floating types only. Integers are
@@ -30,10 +34,11 @@ at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, co
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("histc", TORCH_FN(histc));
+  register_host_math_ops(m, kIndexedWrite, {"index_copy", "_index_put_impl"});
   register_host_math_ops(m, kIndexing, {
       "embedding_dense_backward", "embedding_renorm", "index_select", "gather", "scatter",
-      "scatter_add", "scatter_reduce", "index_add", "index_copy", "index_fill", "index_reduce",
-      "_index_put_impl", "index", "masked_scatter", "masked_select", "take",
+      "scatter_add", "scatter_reduce", "index_add", "index_fill", "index_reduce",
+      "index", "masked_scatter", "masked_select", "take",
       "put", "cat", "nonzero", "nonzero_static", "flip", "roll", "repeat_interleave",
       "_unique2", "unique_consecutive", "_unique", "unique_dim", "bincount", "histc",
       "searchsorted", "bucketize", "_embedding_bag", "_embedding_bag_backward",

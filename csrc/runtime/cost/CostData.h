@@ -24,7 +24,11 @@ struct Efficiency {
   // Static overhead of one engine instruction, in that engine's cycles: a small op that waits
   // for the one before it pays it in full (0: none modelled).
   double instruction_overhead_cycles = 0;
-  std::string tensor_source, hbm_source, link_source, op_latency_source;
+  // A serving loop that waits for each step's result before preparing the next (no asynchronous
+  // runtime or scheduling) leaves the device idle this long per step: sampling read back,
+  // scheduling, the next step's inputs, the launch. 0: none modelled.
+  double host_step_us = 0;
+  std::string tensor_source, hbm_source, link_source, op_latency_source, host_step_source;
 };
 
 struct GpuSpec {

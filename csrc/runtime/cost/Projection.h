@@ -1,22 +1,27 @@
-// The projection: what one training step or one decode step of a model costs on an instance
-// (Trainium or GPU), from the per-rank work of every op a trace recorded (the same Work the
-// backend's cost builder derives for a launch record), a parallel layout and the instance's data.
+// The projection: what one training step, one prefill or one decode step of a model costs on an
+// instance (Trainium or GPU), from the per-rank work of every op a trace recorded (the same Work
+// the backend's cost builder derives for a launch record), a parallel layout and the instance's
+// data.
 //
 //   per-rank compute   each op through the rank's model: a Trainium logical core is the engine
 //                      model of neuron_cores.ini (CoreModel); a GPU is a roofline (tensor cores,
-//                      CUDA cores, HBM). An op lasts as long as its busiest engine.
-//   collectives        over the links the group spans (NeuronLink torus, NVSwitch, EFA between
-//                      instances): bandwidth term + latency per algorithm step, the algorithm
-//                      chosen by message size as Neuron's runtime does (mesh, recursive
-//                      doubling-halving, ring), + the trigger/completion of the collective.
+//                      CUDA cores, HBM). An op lasts as long as its busiest engine. A trace is one
+//                      decoder layer plus what lies outside the layers: each op carries how many
+//                      times a step runs it (the layers of a pipeline stage for a layer's ops).
+//   collectives        the ones the model's parallel plan implies are in the trace, where they
+//                      happen, with their bytes (tensor-parallel all-reduces and gathers, expert
+//                      all-to-alls); data, context and pipeline parallelism add theirs here. Each
+//                      is priced over the links its group spans, with the algorithm the vendor's
+//                      library picks by message size (Neuron: mesh, recursive doubling-halving,
+//                      ring; NCCL: ring or NVLink SHARP; TensorRT-LLM: one-shot, two-shot).
 //   fixed costs        a compiled program pays one launch, and each Tensor-engine op in it one
-//                      dependent-step latency (its first input tile waits for the previous op).
-//   overlap            forward TP collectives and pipeline sends sit on the critical path; in the
-//                      backward, the input-gradient collectives overlap the weight-gradient
-//                      matmuls (no dependency between them); context-parallel key/value exchange
-//                      overlaps attention; DP gradient all-reduce hides behind the last
-//                      micro-batch's backward, FSDP gathers behind forward+backward; what does
-//                      not fit is exposed.
+//                      dependent-step latency; a serving loop that is not asynchronous pays the
+//                      host's time between two steps.
+//   overlap            forward collectives sit on the critical path; in the backward, the
+//                      input-gradient collectives overlap the weight-gradient matmuls; context-
+//                      parallel key/value exchange overlaps attention; DP gradient reduction hides
+//                      behind the last micro-batch's backward, FSDP gathers behind forward and
+//                      backward; what does not fit is exposed.
 //
 // Torch-free: the backend (csrc/backend/estimate) turns ATen ops into TracedOps.
 #pragma once
@@ -30,61 +35,92 @@
 #include "runtime/Engine.h"
 #include "runtime/EngineModel.h"
 #include "runtime/LaunchRecord.h"
+#include "runtime/cost/Collectives.h"
 #include "runtime/cost/CostData.h"
+#include "runtime/cost/RankModel.h"
+#include "runtime/cost/TracedOp.h"
 
 namespace nrtsim::cost {
 
-// One op one rank runs.
-struct TracedOp {
-  std::string op;     // "aten::mm"
-  std::string phase;  // "forward", "backward", "optimizer", "decode"
-  LaunchKind kind = LaunchKind::kKernel;
-  Work work;
-  // Tensor-engine FLOPs the op occupies the engine for on a NeuronCore, tile padding included
-  // (>= work[kTensor].ops; equal when the shapes fill whole tiles).
-  uint64_t tensor_tile_ops = 0;
-  // Scaled dot-product attention (forward or backward): under context parallelism its keys and
-  // values come from the whole sequence, not the rank's shard.
-  bool attention = false;
-};
-
-// What the collectives and the memory estimate need to know about the model.
+// What the collectives and the memory table need to know about the model, for one rank of one
+// pipeline stage.
 struct ModelFacts {
   int layers = 0;                    // of the full model
   int hidden = 0;
   double params = 0;                 // of the full model
-  double params_per_rank = 0;        // after TP/PP sharding (what the traced rank holds)
-  int param_bytes = 2;               // per parameter (and per gradient)
+  double params_per_rank = 0;        // what one rank of the stage holds after sharding
+  double weight_bytes = 2;           // per parameter as stored (1 for FP8 / int8 weights)
+  double optimizer_bytes = 12;       // per parameter: FP32 master copy, Adam's m and v
+  double gradient_bytes = 2;         // per parameter
   int activation_bytes = 2;          // per activation element (the collectives' dtype)
-  double kv_cache_bytes_per_rank = 0;
-  double activation_bytes_per_rank = 0;  // what one micro-batch's forward keeps, per rank
+  // Training, one micro-batch on one rank: what the forward keeps for the backward without
+  // recompute, what selective recompute keeps (all but the attention core's activations), the
+  // layers' inputs (what full recompute keeps) and one layer's full activations (live while
+  // its backward runs under full recompute).
+  double activation_bytes_per_rank = 0;
+  double selective_activation_bytes_per_rank = 0;
+  double layer_input_bytes_per_rank = 0;
+  double layer_activation_bytes = 0;
+  double kv_cache_bytes_per_rank = 0;  // inference: the KV cache the rank holds
+  double draft_params_per_rank = 0;    // speculative decoding: the draft model's weights
+  double draft_kv_cache_bytes_per_rank = 0;
   double kv_width = 0;               // key/value heads x head_dim one tp rank holds
 };
 
-// Rank order: tp fastest, then cp, then pp, then dp.
+enum class Recompute { kNone, kSelective, kFull };
+
+// Rank order: tp fastest, then cp, then pp, then dp. Expert parallelism reuses ranks: in
+// training the experts are spread over ep of the dp ranks; in inference over ep of the tp ranks
+// (each expert then split over tp / ep of them), with attention data-parallel over adp groups
+// of tp / adp ranks (NxD Inference's layout of mixture-of-experts models).
 struct Layout {
   int tp = 1;
   int cp = 1;             // context parallelism: each rank holds 1/cp of every sequence
   int pp = 1;
   int dp = 1;
+  int ep = 1;
+  int adp = 1;            // attention data parallelism inside the tp group (inference)
   bool fsdp = false;      // shard parameters, gradients and optimizer state over the dp group
-  bool recompute = false; // activation checkpointing: keep layer inputs, rerun the forward in backward
+  bool zero1 = false;     // shard the optimizer state over the dp group (ZeRO stage 1)
+  Recompute recompute = Recompute::kNone;
   int microbatches = 1;   // per step and dp replica (pipeline depth for pp > 1)
 
   int ranks() const { return tp * cp * pp * dp; }
 };
 
+enum class Phase { kTrain, kPrefill, kDecode };
+
 struct Workload {
-  bool training = true;       // false: one decode step (one new token per sequence)
-  double tokens_per_microbatch = 0;  // training: micro-batch size x sequence length; decode: batch
+  Phase phase = Phase::kTrain;
+  // Training: tokens of one micro-batch of one replica (sequences x length); prefill: the
+  // prompt tokens of the batch; decode: the sequences of the batch.
+  double tokens_per_microbatch = 0;
   bool compiled = true;       // one program per phase (one launch cost) vs one launch per op
   bool fp8 = false;           // 16-bit matmuls run at the FP8 Tensor-engine / tensor-core rate
+  // Stored bytes per weight over the traced dtype's (0.5: FP8 or int8 weights of a 16-bit
+  // model): the weight reads and the weights' HBM shrink by it.
+  double weight_scale = 1;
+  // Stored bytes per KV-cache element over the traced dtype's (0.5: an FP8 KV cache of a 16-bit
+  // model): attention's reads, the cache's writes and its HBM shrink by it.
+  double kv_scale = 1;
+  // Inference: the host loop overlaps the device (asynchronous runtime / scheduling) or waits
+  // for each step's result before preparing the next (pays the data file's host_step_us).
+  bool async_host = true;
+  // Speculative decoding: the draft proposes `speculation` tokens per step (the trace's "draft"
+  // ops, counted that many times), the target verifies them in one step, and each is accepted
+  // with probability `acceptance`. fused: draft and target in one program (NxD Inference's
+  // fused speculation); else each draft step is its own program and host step.
+  int speculation = 0;
+  double acceptance = 0;
+  bool fused_speculation = true;
+
+  bool training() const { return phase == Phase::kTrain; }
 };
 
 struct OpCost {
   std::string op, phase;
-  int count = 0;
-  double ns = 0;  // per rank, per micro-batch (training) or per decode step
+  double count = 0;
+  double ns = 0;  // per rank, per micro-batch (training) or per step
   std::array<double, kEngineCount> engine_ns{};
   double flops = 0;
   double bytes = 0;
@@ -102,12 +138,24 @@ struct PhaseCost {
 
 struct CollectiveCost {
   std::string name;       // "tp all-reduce", "dp all-reduce", "fsdp all-gather", "pp send"
-  std::string over;       // link(s)
+  std::string over;       // link(s) and algorithm
   int ranks = 0;
   double bytes = 0;       // buffer size of one call
-  double count = 0;       // calls per step
+  double count = 0;       // calls per step on one rank
   double ns_each = 0;
   double exposed_ns = 0;  // per step, on the critical path
+};
+
+// What a step's time is made of: the parts add up to step_ns exactly (the chart draws them).
+struct StepPart {
+  std::string name;
+  double ns = 0;
+};
+
+// HBM one rank holds, by what holds it.
+struct MemoryPart {
+  std::string name;
+  double bytes = 0;
 };
 
 struct Projection {
@@ -128,52 +176,17 @@ struct Projection {
   double hbm_bytes_per_rank = 0;
   double hbm_capacity_per_rank = 0;
   double pipeline_bubble_ns = 0;
+  double tokens_per_sequence_step = 1;  // decode: tokens one sequence gains per step (speculation)
   std::string bound;
   std::vector<PhaseCost> phases;
   std::vector<OpCost> ops;           // aggregated by (op, phase), most expensive first
   std::vector<CollectiveCost> collectives;
+  std::vector<StepPart> parts;
+  std::vector<MemoryPart> memory;
   std::array<double, kEngineCount> engine_ns{};  // per rank, per step
 };
 
-// How long one op (or anything with a Work) takes on one rank of an instance.
-class RankModel {
- public:
-  RankModel(const InstanceSpec& instance, const CostData& data,
-            const std::map<std::string, CoreSpec>& chips);
-
-  // `fp8`: a 16-bit matmul runs at the FP8 rate (FP8 training casts its GEMM inputs).
-  std::array<double, kEngineCount> busy_ns(const TracedOp& op, bool fp8 = false) const;
-  double launch_ns(LaunchKind kind) const;
-  // The static overhead of one instruction on `engine` (0 on a GPU, where a compiled program fuses
-  // elementwise work into its neighbours' kernels).
-  double instruction_overhead_ns(Engine engine) const;
-  double peak_bf16_flops_per_ns() const { return peak_bf16_; }
-  double hbm_capacity_bytes() const { return hbm_capacity_; }
-  double hbm_bytes_per_ns() const { return hbm_bytes_per_ns_; }
-  int ranks_per_device() const { return ranks_per_device_; }
-  bool gpu() const { return gpu_; }
-  const Efficiency& efficiency() const { return eff_; }
-
- private:
-  bool gpu_ = false;
-  Efficiency eff_;
-  CoreModel core_;
-  GpuSpec gpu_spec_;
-  int ranks_per_device_ = 1;
-  double peak_bf16_ = 0;
-  double hbm_capacity_ = 0;
-  double hbm_bytes_per_ns_ = 0;
-};
-
-enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter, kSend };
-
-// A group of `ranks` ranks, `stride` apart in the rank order (tp fastest, then cp, pp, dp).
-// `bytes`: the full buffer (all-reduce in/out, all-gather output, reduce-scatter input, the sent
-// message). Writes the links it used to `over` when given.
-double collective_ns(CollectiveKind kind, double bytes, int ranks, int stride,
-                     const InstanceSpec& instance, const CostData& data, const RankModel& rank,
-                     std::string* over = nullptr);
-
+// Throws Error(kInvalidArgument) for a layout or workload that cannot be projected.
 Projection project(const std::vector<TracedOp>& ops, const ModelFacts& facts, const Layout& layout,
                    const Workload& workload, const InstanceSpec& instance, const CostData& data,
                    const std::map<std::string, CoreSpec>& chips);

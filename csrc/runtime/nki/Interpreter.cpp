@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cmath>
 #include <map>
+#include <cstring>
+#include <functional>
 #include <sstream>
 
 #include "runtime/Error.h"
@@ -91,6 +93,16 @@ float apply_alu(Alu op, float x, float y) {
       return static_cast<float>(static_cast<int64_t>(x) ^ static_cast<int64_t>(y));
     case Alu::kAbsMax: return std::max(std::fabs(x), std::fabs(y));
     case Alu::kAbsMin: return std::min(std::fabs(x), std::fabs(y));
+    case Alu::kShiftLeft:
+      return static_cast<float>(static_cast<uint32_t>(static_cast<int64_t>(x))
+                                << (static_cast<int64_t>(y) & 31));
+    case Alu::kShiftRight:
+      return static_cast<float>(static_cast<uint32_t>(static_cast<int64_t>(x)) >>
+                                (static_cast<int64_t>(y) & 31));
+    case Alu::kFloorMod: {
+      const float r = std::fmod(x, y);
+      return (r != 0 && ((r < 0) != (y < 0))) ? r + y : r;
+    }
   }
   return x;
 }
@@ -149,6 +161,26 @@ float apply_act(Act f, float x) {
     case Act::kNegate: return -x;
     case Act::kMish: return x * std::tanh(x > 20.0f ? x : std::log1p(std::exp(x)));
     case Act::kArctan: return std::atan(x);
+    case Act::kTan: return std::tan(x);
+    case Act::kCeil: return std::ceil(x);
+    case Act::kFloor: return std::floor(x);
+    case Act::kTrunc: return std::trunc(x);
+    case Act::kGeluDx: {
+      // d/dx x * Phi(x) = Phi(x) + x * phi(x)
+      const float cdf = 0.5f * (1.0f + std::erf(x * 0.70710678118654752f));
+      return cdf + x * 0.39894228040143268f * std::exp(-0.5f * x * x);
+    }
+    case Act::kGeluSigmoid: return x / (1.0f + std::exp(-1.702f * x));
+    case Act::kGeluSigmoidDx: {
+      const float s = 1.0f / (1.0f + std::exp(-1.702f * x));
+      return s + 1.702f * x * s * (1.0f - s);
+    }
+    case Act::kSiluDx: {
+      const float s = 1.0f / (1.0f + std::exp(-x));
+      return s + x * s * (1.0f - s);
+    }
+    case Act::kErfDx: return 1.12837916709551257f * std::exp(-x * x);
+    case Act::kLogicalNot: return x == 0 ? 1.0f : 0.0f;
   }
   return x;
 }
@@ -157,10 +189,11 @@ float apply_act(Act f, float x) {
 struct Storage {
   std::vector<uint8_t*> base;
   std::vector<DType> dtype;
+  DType of(const View& v) const { return v.dtype >= 0 ? static_cast<DType>(v.dtype) : dtype[v.buffer]; }
 };
 
 void gather(const Storage& mem, const View& v, float* out) {
-  const DType dt = mem.dtype[v.buffer];
+  const DType dt = mem.of(v);
   const int64_t size = static_cast<int64_t>(dtype_size(dt));
   const uint8_t* base = mem.base[v.buffer];
   for_each_run(v, [&](int64_t off, int64_t n, int64_t stride) {
@@ -170,7 +203,7 @@ void gather(const Storage& mem, const View& v, float* out) {
 }
 
 void scatter(const Storage& mem, const View& v, const float* in) {
-  const DType dt = mem.dtype[v.buffer];
+  const DType dt = mem.of(v);
   const int64_t size = static_cast<int64_t>(dtype_size(dt));
   uint8_t* base = mem.base[v.buffer];
   for_each_run(v, [&](int64_t off, int64_t n, int64_t stride) {
@@ -185,6 +218,105 @@ std::vector<float> load(const Storage& mem, const View& v) {
   return out;
 }
 
+// The bytes of `v`'s elements in view order (a same-dtype copy moves bits, not values).
+std::vector<uint8_t> load_raw(const Storage& mem, const View& v) {
+  const auto size = static_cast<int64_t>(dtype_size(mem.of(v)));
+  std::vector<uint8_t> out(static_cast<size_t>(v.numel() * size));
+  uint8_t* o = out.data();
+  const uint8_t* base = mem.base[v.buffer];
+  for_each_run(v, [&](int64_t off, int64_t n, int64_t stride) {
+    if (stride == 1) {
+      std::memcpy(o, base + off * size, static_cast<size_t>(n * size));
+    } else {
+      for (int64_t i = 0; i < n; ++i) std::memcpy(o + i * size, base + (off + i * stride) * size, size);
+    }
+    o += n * size;
+  });
+  return out;
+}
+
+void store_raw(const Storage& mem, const View& v, const uint8_t* in) {
+  const auto size = static_cast<int64_t>(dtype_size(mem.of(v)));
+  uint8_t* base = mem.base[v.buffer];
+  for_each_run(v, [&](int64_t off, int64_t n, int64_t stride) {
+    if (stride == 1) {
+      std::memcpy(base + off * size, in, static_cast<size_t>(n * size));
+    } else {
+      for (int64_t i = 0; i < n; ++i) std::memcpy(base + (off + i * stride) * size, in + i * size, size);
+    }
+    in += n * size;
+  });
+}
+
+// Values read and written as integers (indices, counts): exact beyond float's 2^24.
+void store_ints(const Storage& mem, const View& v, const std::vector<int64_t>& in) {
+  const DType dt = mem.of(v);
+  if (dtype_is_float(dt)) {
+    std::vector<float> f(in.begin(), in.end());
+    scatter(mem, v, f.data());
+    return;
+  }
+  const auto size = static_cast<int64_t>(dtype_size(dt));
+  uint8_t* base = mem.base[v.buffer];
+  size_t k = 0;
+  for_each_run(v, [&](int64_t off, int64_t n, int64_t stride) {
+    for (int64_t i = 0; i < n; ++i, ++k) {
+      const int64_t x = in[k];
+      uint8_t* p = base + (off + i * stride) * size;
+      switch (dt) {
+        case DType::kInt32:
+        case DType::kUInt32: {
+          const auto w = static_cast<uint32_t>(x);
+          std::memcpy(p, &w, 4);
+          break;
+        }
+        case DType::kInt16:
+        case DType::kUInt16: {
+          const auto w = static_cast<uint16_t>(x);
+          std::memcpy(p, &w, 2);
+          break;
+        }
+        default: *p = static_cast<uint8_t>(x); break;
+      }
+    }
+  });
+}
+
+// The per-partition fold of an instruction's result into the engine's accumulators (e) under
+// reduce_cmd, and the accumulated value out to d (negated with `negate`).
+void reduce_into(const Storage& mem, const Instruction& in, const std::vector<float>& x) {
+  if (in.alu2 == Alu::kBypass || !in.e.valid()) return;
+  const int64_t parts = in.dst.valid() && in.dst.ndim > 0 ? in.dst.shape[0] : 1;
+  const int64_t per = parts > 0 ? static_cast<int64_t>(x.size()) / parts : 0;
+  View acc = in.e;
+  acc.shape[0] = parts;
+  std::vector<float> r = load(mem, acc);
+  const ReduceCmd cmd = in.reduce_cmd == ReduceCmd::kIdle ? ReduceCmd::kResetReduce : in.reduce_cmd;
+  if (cmd == ReduceCmd::kReset || cmd == ReduceCmd::kResetReduce) {
+    std::fill(r.begin(), r.end(), reduce_identity(in.alu2));
+  } else if (cmd == ReduceCmd::kLoadReduce) {
+    if (in.f.valid()) {
+      r = load(mem, in.f);
+    } else {
+      std::fill(r.begin(), r.end(), static_cast<float>(in.imm2));
+    }
+  }
+  if (cmd != ReduceCmd::kReset) {
+    for (int64_t q = 0; q < parts; ++q) {
+      float v = r[static_cast<size_t>(q)];
+      for (int64_t k = 0; k < per; ++k) v = apply_alu(in.alu2, v, x[static_cast<size_t>(q * per + k)]);
+      r[static_cast<size_t>(q)] = v;
+    }
+  }
+  scatter(mem, acc, r.data());
+  if (in.d.valid()) {
+    if (in.negate) {
+      for (float& v : r) v = -v;
+    }
+    scatter(mem, in.d, r.data());
+  }
+}
+
 void check_view(const Program& p, size_t index, const View& v, const char* role) {
   if (!v.valid()) return;
   if (v.buffer >= static_cast<int32_t>(p.buffers.size())) {
@@ -193,11 +325,14 @@ void check_view(const Program& p, size_t index, const View& v, const char* role)
   }
   if (v.ndim < 0 || v.ndim > kMaxDims) fail(p, index, std::string(role) + " has a bad rank");
   if (v.numel() == 0) return;
-  const int64_t elements = p.buffers[v.buffer].elements;
-  if (v.lowest() < 0 || v.end() > elements) {
+  const Buffer& buf = p.buffers[v.buffer];
+  const int64_t bytes = buf.elements * static_cast<int64_t>(dtype_size(buf.dtype));
+  const auto size = static_cast<int64_t>(
+      dtype_size(v.dtype >= 0 ? static_cast<DType>(v.dtype) : buf.dtype));
+  if (v.lowest() < 0 || v.end() * size > bytes) {
     std::ostringstream os;
-    os << role << " reaches elements [" << v.lowest() << ", " << v.end() << ") of a buffer of "
-       << elements;
+    os << role << " reaches bytes [" << v.lowest() * size << ", " << v.end() * size
+       << ") of a buffer of " << bytes;
     fail(p, index, os.str());
   }
 }
@@ -207,6 +342,266 @@ void require_same_numel(const Program& p, size_t index, const View& a, const Vie
   if (a.valid() && a.numel() != dst.numel()) {
     fail(p, index, std::string(role) + " has " + std::to_string(a.numel()) +
                        " elements, the destination " + std::to_string(dst.numel()));
+  }
+}
+
+
+// Per-partition access to a view: its elements in view order, partition by partition.
+int64_t parts_of(const View& v) { return v.ndim > 0 ? v.shape[0] : 1; }
+
+// The instructions beyond the basic arithmetic: scans, cross-partition reductions, statistics,
+// top-8 search, MX quantisation and MX matmul.
+void run_extended(const Storage& mem, const Program& p, size_t i) {
+  const Instruction& in = p.instructions[i];
+  switch (in.op) {
+    case Opcode::kScan: {
+      const std::vector<float> x = load(mem, in.a);
+      const std::vector<float> y = load(mem, in.b);
+      std::vector<float> init;
+      if (in.c.valid()) init = load(mem, in.c);
+      const int64_t parts = parts_of(in.dst);
+      const int64_t per = parts ? static_cast<int64_t>(x.size()) / parts : 0;
+      std::vector<float> out(x.size());
+      for (int64_t q = 0; q < parts; ++q) {
+        float st = init.empty() ? static_cast<float>(in.imm2) : init[static_cast<size_t>(q)];
+        for (int64_t k = 0; k < per; ++k) {
+          const auto e = static_cast<size_t>(q * per + k);
+          const float t = in.reverse0 ? apply_alu(in.alu0, st, x[e]) : apply_alu(in.alu0, x[e], st);
+          st = in.reverse1 ? apply_alu(in.alu1, y[e], t) : apply_alu(in.alu1, t, y[e]);
+          out[e] = st;
+        }
+      }
+      scatter(mem, in.dst, out.data());
+      break;
+    }
+    case Opcode::kPartitionReduce: {
+      const std::vector<float> x = load(mem, in.a);
+      const int64_t parts = parts_of(in.a);
+      const int64_t per = parts ? static_cast<int64_t>(x.size()) / parts : 0;
+      std::vector<float> out(static_cast<size_t>(per), reduce_identity(in.alu0));
+      for (int64_t q = 0; q < parts; ++q) {
+        for (int64_t k = 0; k < per; ++k) {
+          out[k] = apply_alu(in.alu0, out[k], x[static_cast<size_t>(q * per + k)]);
+        }
+      }
+      if (in.axes & 1u) {
+        for (float& v : out) v /= static_cast<float>(parts);
+      }
+      scatter(mem, in.dst, out.data());
+      break;
+    }
+    case Opcode::kAffineSelect: {
+      std::vector<float> x = load(mem, in.a);
+      std::array<int64_t, kMaxDims> idx{};
+      for (size_t e = 0; e < x.size(); ++e) {
+        double v = in.imm0 + static_cast<double>(idx[0]) * in.imm1;
+        for (int d = 1; d < in.dst.ndim; ++d) v += static_cast<double>(in.pattern[d] * idx[d]);
+        if (apply_alu(in.alu0, static_cast<float>(v), 0.0f) == 0.0f) x[e] = static_cast<float>(in.imm2);
+        for (int d = in.dst.ndim - 1; d >= 0; --d) {
+          if (++idx[d] < in.dst.shape[d]) break;
+          idx[d] = 0;
+        }
+      }
+      scatter(mem, in.dst, x.data());
+      break;
+    }
+    case Opcode::kBnStats: {
+      // Per partition: count, mean and sum of squared deviations (variance * count) of the
+      // elements at even and at odd positions of the free dims, in FP32 (two-pass: mean, then
+      // deviations, as an accurate statistic needs).
+      const std::vector<float> x = load(mem, in.a);
+      const int64_t parts = parts_of(in.a);
+      const int64_t per = parts ? static_cast<int64_t>(x.size()) / parts : 0;
+      std::vector<float> out(static_cast<size_t>(parts * 6));
+      for (int64_t q = 0; q < parts; ++q) {
+        const float* row = x.data() + q * per;
+        for (int par = 0; par < 2; ++par) {
+          int64_t n = 0;
+          float sum = 0;
+          for (int64_t k = par; k < per; k += 2, ++n) sum += row[k];
+          const float mean = n ? sum / static_cast<float>(n) : 0.0f;
+          float m2 = 0;
+          for (int64_t k = par; k < per; k += 2) m2 += (row[k] - mean) * (row[k] - mean);
+          float* o = out.data() + q * 6 + par * 3;
+          o[0] = static_cast<float>(n);
+          o[1] = mean;
+          o[2] = m2;
+        }
+      }
+      scatter(mem, in.dst, out.data());
+      break;
+    }
+    case Opcode::kBnAggr: {
+      // Chan et al.'s parallel combination of (count, mean, M2) triples.
+      const std::vector<float> x = load(mem, in.a);
+      const int64_t parts = parts_of(in.a);
+      const int64_t per = parts ? static_cast<int64_t>(x.size()) / parts : 0;
+      std::vector<float> out(static_cast<size_t>(parts * 2));
+      for (int64_t q = 0; q < parts; ++q) {
+        float n = 0, mean = 0, m2 = 0;
+        for (int64_t t = 0; t + 3 <= per; t += 3) {
+          const float* tr = x.data() + q * per + t;
+          const float nb = tr[0];
+          if (nb <= 0) continue;
+          const float total = n + nb;
+          const float delta = tr[1] - mean;
+          mean += delta * nb / total;
+          m2 += tr[2] + delta * delta * n * nb / total;
+          n = total;
+        }
+        out[static_cast<size_t>(q * 2)] = mean;
+        out[static_cast<size_t>(q * 2 + 1)] = n > 0 ? m2 / n : 0.0f;
+      }
+      scatter(mem, in.dst, out.data());
+      break;
+    }
+    case Opcode::kMax8: {
+      const std::vector<float> x = load(mem, in.a);
+      const int64_t parts = parts_of(in.a);
+      const int64_t per = parts ? static_cast<int64_t>(x.size()) / parts : 0;
+      std::vector<float> out(static_cast<size_t>(parts * 8));
+      for (int64_t q = 0; q < parts; ++q) {
+        std::vector<float> row(x.begin() + q * per, x.begin() + (q + 1) * per);
+        std::partial_sort(row.begin(), row.begin() + 8, row.end(), std::greater<float>());
+        std::copy(row.begin(), row.begin() + 8, out.begin() + q * 8);
+      }
+      scatter(mem, in.dst, out.data());
+      break;
+    }
+    case Opcode::kFindIndex8:
+    case Opcode::kMatchReplace8: {
+      std::vector<float> x = load(mem, in.a);
+      const std::vector<float> vals = load(mem, in.b);
+      const int64_t parts = parts_of(in.a);
+      const int64_t per = parts ? static_cast<int64_t>(x.size()) / parts : 0;
+      const bool replace = in.op == Opcode::kMatchReplace8;
+      const DType idx_type = in.op == Opcode::kFindIndex8 ? mem.of(in.dst)
+                                                          : (in.d.valid() ? mem.of(in.d) : DType::kUInt32);
+      const int64_t none = dtype_size(idx_type) == 2 ? 0xffff : 0xffffffffLL;
+      std::vector<int64_t> idx(static_cast<size_t>(parts * 8), none);
+      for (int64_t q = 0; q < parts; ++q) {
+        float* row = x.data() + q * per;
+        std::vector<bool> taken(static_cast<size_t>(per), false);
+        // nc_find_index8 pairs duplicate values with matches in ascending order; nc_match_replace8
+        // walks the values from the last to the first.
+        for (int jj = 0; jj < 8; ++jj) {
+          const int j = replace ? 7 - jj : jj;
+          const float v = vals[static_cast<size_t>(q * 8 + j)];
+          for (int64_t k = 0; k < per; ++k) {
+            if (!taken[k] && row[k] == v) {
+              taken[k] = true;
+              idx[static_cast<size_t>(q * 8 + j)] = k;
+              break;
+            }
+          }
+        }
+        if (replace) {
+          for (int64_t k = 0; k < per; ++k) {
+            if (taken[k]) row[k] = static_cast<float>(in.imm0);
+          }
+        }
+      }
+      if (replace) {
+        scatter(mem, in.dst, x.data());
+        if (in.d.valid()) store_ints(mem, in.d, idx);
+      } else {
+        store_ints(mem, in.dst, idx);
+      }
+      break;
+    }
+    case Opcode::kQuantizeMx: {
+      // Groups of 8 partitions x 4 values (one x4 element): scale X = 2^(floor(log2 amax) -
+      // (Emax - 1)) (the documented choice, twice OCP's sample scale), 2^-127 for an all-zero
+      // group; values src / X rounded to nearest even. The scale of group (partition block b,
+      // element j) goes to partition (b / 4) * 32 + b % 4 of the scale tile, column j.
+      const DType packed = mem.of(in.dst);
+      const int emax = packed == DType::kFloat8E4M3Fnx4 ? 8 : 15;
+      const std::vector<float> x = load(mem, in.a);
+      const int64_t parts = parts_of(in.a);
+      const int64_t per = parts ? static_cast<int64_t>(x.size()) / parts : 0;  // values
+      const int64_t packs = per / 4;
+      std::vector<int64_t> words(static_cast<size_t>(parts * packs));  // exact 32-bit packs
+      const int64_t scale_parts = parts_of(in.d);
+      const int64_t scale_cols = scale_parts ? in.d.numel() / scale_parts : 0;
+      // Scale bytes (uint8 or float8_e8m0fnu: the biased exponent either way); partitions the
+      // groups do not use keep theirs.
+      std::vector<uint8_t> scales = load_raw(mem, in.d);
+      for (int64_t b = 0; b < parts / 8; ++b) {
+        for (int64_t j = 0; j < packs; ++j) {
+          float amax = 0;
+          for (int64_t r = 0; r < 8; ++r) {
+            for (int64_t t = 0; t < 4; ++t) {
+              amax = std::max(amax, std::fabs(x[static_cast<size_t>((b * 8 + r) * per + j * 4 + t)]));
+            }
+          }
+          int e = -127;
+          if (amax > 0 && std::isfinite(amax)) {
+            int ex = 0;
+            std::frexp(amax, &ex);
+            e = std::clamp(ex - 1 - (emax - 1), -127, 127);
+          }
+          const float scale = std::ldexp(1.0f, e);
+          for (int64_t r = 0; r < 8; ++r) {
+            uint32_t word = 0;
+            for (int64_t t = 0; t < 4; ++t) {
+              const float v = x[static_cast<size_t>((b * 8 + r) * per + j * 4 + t)] / scale;
+              word |= mx_value_encode(packed, v) << (8 * t);
+            }
+            words[static_cast<size_t>((b * 8 + r) * packs + j)] = word;
+          }
+          const int64_t sp = (b / 4) * 32 + b % 4;
+          if (sp >= scale_parts || j >= scale_cols) {
+            throw Error(ErrorCode::kInvalidArgument, "quantize_mx: the scale tile is too small");
+          }
+          scales[static_cast<size_t>(sp * scale_cols + j)] = static_cast<uint8_t>(e + 127);
+        }
+      }
+      // The packs are bit patterns: store them as integers of the pack's width.
+      View raw = in.dst;
+      raw.dtype = static_cast<int32_t>(DType::kUInt32);
+      store_ints(mem, raw, words);
+      store_raw(mem, in.d, scales.data());
+      break;
+    }
+    case Opcode::kMatmulMx: {
+      // Dequantise both operands (value x 2^(scale - 127); scale of partition k at scale-tile
+      // partition (k / 32) * 32 + (k % 32) / 8) into FP32 [4K, M] / [4K, N] and multiply them.
+      auto dequant = [&](const View& data, const View& scale, int64_t& k, int64_t& cols) {
+        const DType packed = mem.of(data);
+        const std::vector<uint8_t> raw = load_raw(mem, data);
+        k = parts_of(data);
+        cols = k ? data.numel() / k : 0;
+        const std::vector<float> sc = load(mem, scale);  // 2^(b-127) for float8_e8m0fnu
+        const DType st = mem.of(scale);
+        const int64_t scols = parts_of(scale) ? scale.numel() / parts_of(scale) : 0;
+        std::vector<float> out(static_cast<size_t>(k * 4 * cols));
+        const size_t width = dtype_size(packed);
+        for (int64_t r = 0; r < k; ++r) {
+          const int64_t srow = (r / 32) * 32 + (r % 32) / 8;
+          for (int64_t c = 0; c < cols; ++c) {
+            float s = sc[static_cast<size_t>(srow * scols + c)];
+            if (st == DType::kUInt8) s = e8m0_decode(static_cast<uint8_t>(s));
+            uint32_t word = 0;
+            std::memcpy(&word, raw.data() + (r * cols + c) * static_cast<int64_t>(width), width);
+            for (int t = 0; t < 4; ++t) {
+              const uint32_t code = width == 4 ? (word >> (8 * t)) & 0xffu : (word >> (4 * t)) & 0xfu;
+              // Contraction index (r, t): row 4r + t of the unpacked operand.
+              out[static_cast<size_t>((r * 4 + t) * cols + c)] = mx_value_decode(packed, code) * s;
+            }
+          }
+        }
+        return out;
+      };
+      int64_t k = 0, m = 0, k2 = 0, n = 0;
+      const std::vector<float> s = dequant(in.a, in.c, k, m);
+      const std::vector<float> mv = dequant(in.b, in.d, k2, n);
+      std::vector<float> out(static_cast<size_t>(m * n), 0.0f);
+      if (in.accumulate) gather(mem, in.dst, out.data());
+      g_matmul.load()(m, n, k * 4, s.data(), mv.data(), out.data(), in.accumulate);
+      scatter(mem, in.dst, out.data());
+      break;
+    }
+    default: fail(p, i, "unknown opcode");
   }
 }
 
@@ -220,9 +615,9 @@ Executable::Executable(Program program) : program_(std::move(program)) {
   std::vector<int64_t> first(nb, -1), last(nb, -1);
   for (size_t i = 0; i < p.instructions.size(); ++i) {
     const Instruction& in = p.instructions[i];
-    const View* views[5] = {&in.dst, &in.a, &in.b, &in.c, &in.d};
-    const char* roles[5] = {"dst", "a", "b", "c", "d"};
-    for (int k = 0; k < 5; ++k) {
+    const View* views[7] = {&in.dst, &in.a, &in.b, &in.c, &in.d, &in.e, &in.f};
+    const char* roles[7] = {"dst", "a", "b", "c", "d", "e", "f"};
+    for (int k = 0; k < 7; ++k) {
       check_view(p, i, *views[k], roles[k]);
       if (!views[k]->valid()) continue;
       const auto b = static_cast<size_t>(views[k]->buffer);
@@ -242,6 +637,10 @@ Executable::Executable(Program program) : program_(std::move(program)) {
       case Opcode::kTranspose:
       case Opcode::kTensorCopy:
       case Opcode::kDmaCopy: require_same_numel(p, i, in.a, in.dst, "source"); break;
+      case Opcode::kScan:
+        require_same_numel(p, i, in.a, in.dst, "data0");
+        require_same_numel(p, i, in.b, in.dst, "data1");
+        break;
       case Opcode::kTensorTensor:
         require_same_numel(p, i, in.a, in.dst, "data1");
         require_same_numel(p, i, in.b, in.dst, "data2");
@@ -336,6 +735,11 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
     switch (in.op) {
       case Opcode::kDmaCopy:
       case Opcode::kTensorCopy: {
+        if (mem.of(in.a) == mem.of(in.dst)) {
+          const std::vector<uint8_t> raw = load_raw(mem, in.a);
+          store_raw(mem, in.dst, raw.data());
+          break;
+        }
         std::vector<float> x = load(mem, in.a);
         scatter(mem, in.dst, x.data());
         break;
@@ -359,6 +763,7 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
                         x.size(), in.reverse0);
         apply_alu_array(in.alu1, x.data(), op1.empty() ? &imm1 : op1.data(), op1.empty() ? 0 : 1,
                         x.size(), in.reverse1);
+        reduce_into(mem, in, x);
         scatter(mem, in.dst, x.data());
         break;
       }
@@ -374,7 +779,14 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
         } else if (s0 != 1.0f) {
           apply_alu_array(Alu::kMultiply, x.data(), &s0, 0, x.size(), false);
         }
-        if (!bias.empty()) apply_alu_array(Alu::kAdd, x.data(), bias.data(), 1, x.size(), false);
+        // exponential's max_value is subtracted (reverse0); activation's bias is added.
+        const Alu bias_op = in.reverse0 ? Alu::kSubtract : Alu::kAdd;
+        const auto b1 = static_cast<float>(in.imm1);
+        if (!bias.empty()) {
+          apply_alu_array(bias_op, x.data(), bias.data(), 1, x.size(), false);
+        } else if (b1 != 0.0f) {
+          apply_alu_array(bias_op, x.data(), &b1, 0, x.size(), false);
+        }
         switch (in.act) {
           case Act::kCopy: break;
           case Act::kExp:
@@ -384,18 +796,7 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
             for (float& v : x) v = apply_act(in.act, v);
             break;
         }
-        if (in.d.valid()) {
-          // Reduce along the free dims of each partition, as the engine's accumulators do.
-          const int64_t parts = in.d.numel();
-          const int64_t per = parts > 0 ? static_cast<int64_t>(x.size()) / parts : 0;
-          std::vector<float> red(static_cast<size_t>(parts), reduce_identity(in.alu0));
-          for (int64_t q = 0; q < parts; ++q) {
-            for (int64_t e = 0; e < per; ++e) {
-              red[q] = apply_alu(in.alu0, red[q], x[static_cast<size_t>(q * per + e)]);
-            }
-          }
-          scatter(mem, in.d, red.data());
-        }
+        reduce_into(mem, in, x);
         scatter(mem, in.dst, x.data());
         break;
       }
@@ -476,9 +877,11 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
       }
       case Opcode::kSelect: {
         const std::vector<float> pred = load(mem, in.a);
-        std::vector<float> x = load(mem, in.b);
+        std::vector<float> x = in.b.valid() ? load(mem, in.b) : std::vector<float>{};
         const std::vector<float> y = load(mem, in.c);
-        for (size_t e = 0; e < x.size(); ++e) x[e] = pred[e] != 0 ? x[e] : y[e];
+        // tensor_copy_predicated: a scalar source (no b) and the reversed predicate (negate).
+        if (x.empty()) x.assign(y.size(), static_cast<float>(in.imm0));
+        for (size_t e = 0; e < x.size(); ++e) x[e] = ((pred[e] != 0) != in.negate) ? x[e] : y[e];
         scatter(mem, in.dst, x.data());
         break;
       }
@@ -492,6 +895,7 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
         printed.push_back(os.str());
         break;
       }
+      default: run_extended(mem, p, i); break;
     }
   }
   return printed;

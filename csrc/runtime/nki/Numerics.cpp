@@ -129,7 +129,50 @@ void store_int(uint8_t* dst, int64_t stride, int64_t n, const float* in) {
   for (int64_t i = 0; i < n; ++i) p[i * stride] = saturate_int<T>(in[i]);
 }
 
+// e2m1 (FP4): 1 sign, 2 exponent, 1 mantissa bit; no infinities or NaN; largest 6.
+constexpr float kFp4Values[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+
+uint32_t fp4_encode(float value) {
+  const uint32_t sign = std::signbit(value) ? 8u : 0u;
+  if (std::isnan(value)) return sign | 7u;  // no NaN in e2m1: saturate
+  const float a = std::fabs(value);
+  uint32_t best = 0;
+  for (uint32_t i = 1; i < 8; ++i) {
+    const float d = std::fabs(a - kFp4Values[i]), db = std::fabs(a - kFp4Values[best]);
+    // Ties go to the even code (an even mantissa bit).
+    if (d < db || (d == db && (i & 1u) == 0)) best = i;
+  }
+  return sign | best;
+}
+
 }  // namespace
+
+float mx_value_decode(DType packed, uint32_t code) {
+  switch (packed) {
+    case DType::kFloat8E5M2x4: return tables().fp8[2][code & 0xffu];
+    case DType::kFloat8E4M3Fnx4: return tables().fp8[1][code & 0xffu];
+    default: return (code & 8u) ? -kFp4Values[code & 7u] : kFp4Values[code & 7u];
+  }
+}
+
+uint32_t mx_value_encode(DType packed, float value) {
+  switch (packed) {
+    case DType::kFloat8E5M2x4: {
+      // MX elements saturate: the quantizer's scale keeps values in range, and OCP MX conversion
+      // clamps rather than overflowing to infinity.
+      const float m = 57344.0f;
+      return encode(format_of(DType::kFloat8E5M2), std::isnan(value) ? value
+                                                                     : std::clamp(value, -m, m));
+    }
+    case DType::kFloat8E4M3Fnx4: return encode(format_of(DType::kFloat8E4M3Fn), value);
+    default: return fp4_encode(value);
+  }
+}
+
+float e8m0_decode(uint8_t bits) {
+  return bits == 0xffu ? std::numeric_limits<float>::quiet_NaN()
+                       : std::ldexp(1.0f, static_cast<int>(bits) - 127);
+}
 
 float small_float_decode(DType dtype, uint32_t bits) { return decode(format_of(dtype), bits); }
 uint32_t small_float_encode(DType dtype, float value) { return encode(format_of(dtype), value); }
@@ -172,6 +215,14 @@ void load_run(DType dtype, const uint8_t* src, int64_t stride, int64_t n, float*
     case DType::kUInt16: load_typed<uint16_t>(src, stride, n, out); return;
     case DType::kInt8: load_typed<int8_t>(src, stride, n, out); return;
     case DType::kUInt8: load_typed<uint8_t>(src, stride, n, out); return;
+    case DType::kFloat8E8M0:
+      for (int64_t i = 0; i < n; ++i) out[i] = e8m0_decode(src[i * stride]);
+      return;
+    // Packs are not numbers; the front end lets only MX instructions and same-dtype (raw) copies
+    // touch them. Their bits read as an unsigned integer here.
+    case DType::kFloat8E5M2x4:
+    case DType::kFloat8E4M3Fnx4: load_typed<uint32_t>(src, stride, n, out); return;
+    case DType::kFloat4E2M1Fnx4: load_typed<uint16_t>(src, stride, n, out); return;
   }
 }
 
@@ -213,11 +264,27 @@ void store_run(DType dtype, uint8_t* dst, int64_t stride, int64_t n, const float
     case DType::kUInt16: store_int<uint16_t>(dst, stride, n, in); return;
     case DType::kInt8: store_int<int8_t>(dst, stride, n, in); return;
     case DType::kUInt8: store_int<uint8_t>(dst, stride, n, in); return;
+    case DType::kFloat8E8M0:
+      // The nearest power of two at or below the value, as a biased exponent (NaN and <= 0: 255).
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = in[i];
+        int e = 0;
+        if (!(v > 0) || std::isinf(v)) {
+          dst[i * stride] = 0xffu;
+          continue;
+        }
+        std::frexp(v, &e);
+        dst[i * stride] = static_cast<uint8_t>(std::clamp(e - 1 + 127, 0, 254));
+      }
+      return;
+    case DType::kFloat8E5M2x4:
+    case DType::kFloat8E4M3Fnx4: store_int<uint32_t>(dst, stride, n, in); return;
+    case DType::kFloat4E2M1Fnx4: store_int<uint16_t>(dst, stride, n, in); return;
   }
 }
 
 void poison(DType dtype, uint8_t* dst, int64_t elements) {
-  if (!dtype_is_float(dtype)) {
+  if (!dtype_is_float(dtype) || dtype_is_packed(dtype)) {
     std::memset(dst, 0xcd, static_cast<size_t>(elements) * dtype_size(dtype));
     return;
   }

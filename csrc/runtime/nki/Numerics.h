@@ -31,6 +31,14 @@ inline uint16_t float_to_bf16(float f) {
 float small_float_decode(DType dtype, uint32_t bits);
 uint32_t small_float_encode(DType dtype, float value);
 
+// The values inside MX x4 packs: one FP8 (e5m2 / e4m3fn) value per byte, one FP4 e2m1 value per
+// nibble. decode takes the byte / nibble; encode rounds to nearest even, saturating at the
+// format's largest finite value (MX element formats have no infinities).
+float mx_value_decode(DType packed, uint32_t code);
+uint32_t mx_value_encode(DType packed, float value);
+// The power of two a float8_e8m0fnu scale byte stands for (255 is NaN).
+float e8m0_decode(uint8_t bits);
+
 // `n` values of `dtype` at `src`, `stride` elements apart, into floats.
 void load_run(DType dtype, const uint8_t* src, int64_t stride, int64_t n, float* out);
 // `n` floats into `dtype` at `dst`, `stride` elements apart, rounded as stored.

@@ -13,8 +13,16 @@ size_t dtype_size(DType dtype) {
     case DType::kFloat16:
     case DType::kInt16:
     case DType::kUInt16: return 2;
+    case DType::kFloat8E5M2x4:
+    case DType::kFloat8E4M3Fnx4: return 4;
+    case DType::kFloat4E2M1Fnx4: return 2;
     default: return 1;
   }
+}
+
+bool dtype_is_packed(DType dtype) {
+  return dtype == DType::kFloat8E5M2x4 || dtype == DType::kFloat8E4M3Fnx4 ||
+         dtype == DType::kFloat4E2M1Fnx4;
 }
 
 bool dtype_is_float(DType dtype) {
@@ -24,7 +32,11 @@ bool dtype_is_float(DType dtype) {
     case DType::kFloat16:
     case DType::kFloat8E4M3:
     case DType::kFloat8E4M3Fn:
-    case DType::kFloat8E5M2: return true;
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E8M0:
+    case DType::kFloat8E5M2x4:
+    case DType::kFloat8E4M3Fnx4:
+    case DType::kFloat4E2M1Fnx4: return true;
     default: return false;
   }
 }
@@ -43,6 +55,10 @@ const char* dtype_name(DType dtype) {
     case DType::kUInt16: return "uint16";
     case DType::kInt8: return "int8";
     case DType::kUInt8: return "uint8";
+    case DType::kFloat8E8M0: return "float8_e8m0fnu";
+    case DType::kFloat8E5M2x4: return "float8_e5m2_x4";
+    case DType::kFloat8E4M3Fnx4: return "float8_e4m3fn_x4";
+    case DType::kFloat4E2M1Fnx4: return "float4_e2m1fn_x4";
   }
   return "?";
 }
@@ -70,6 +86,16 @@ const char* opcode_name(Opcode op) {
     case Opcode::kMemset: return "memset";
     case Opcode::kSelect: return "select";
     case Opcode::kPrint: return "device_print";
+    case Opcode::kScan: return "tensor_tensor_scan";
+    case Opcode::kPartitionReduce: return "tensor_partition_reduce";
+    case Opcode::kAffineSelect: return "affine_select";
+    case Opcode::kBnStats: return "bn_stats";
+    case Opcode::kBnAggr: return "bn_aggr";
+    case Opcode::kMax8: return "max8";
+    case Opcode::kFindIndex8: return "nc_find_index8";
+    case Opcode::kMatchReplace8: return "nc_match_replace8";
+    case Opcode::kQuantizeMx: return "quantize_mx";
+    case Opcode::kMatmulMx: return "nc_matmul_mx";
   }
   return "?";
 }

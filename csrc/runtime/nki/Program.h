@@ -28,8 +28,16 @@ enum class DType : uint8_t {
   kUInt16,
   kInt8,
   kUInt8,
+  // The MX formats of NeuronCore-v4 (OCP Microscaling): a power-of-two scale byte 2^(b-127), and
+  // elements that pack four FP8 values in 32 bits / four FP4 (e2m1) values in 16 bits, the first
+  // value in the lowest bits. Only MX instructions and same-dtype copies read or write the packs.
+  kFloat8E8M0,
+  kFloat8E5M2x4,
+  kFloat8E4M3Fnx4,
+  kFloat4E2M1Fnx4,
 };
 size_t dtype_size(DType dtype);
+bool dtype_is_packed(DType dtype);
 bool dtype_is_float(DType dtype);
 const char* dtype_name(DType dtype);
 
@@ -54,6 +62,9 @@ inline constexpr int kMaxDims = 5;
 struct View {
   int32_t buffer = -1;
   int32_t ndim = 0;
+  // The dtype the view reads its buffer's bytes as (NkiTensor.view / .ap(dtype=)); -1: the
+  // buffer's own. Offset and strides count elements of this dtype.
+  int32_t dtype = -1;
   int64_t offset = 0;
   std::array<int64_t, kMaxDims> shape{};
   std::array<int64_t, kMaxDims> stride{};
@@ -71,9 +82,11 @@ enum class Opcode : uint8_t {
   kDmaCopy,       // dst <- a, any memory to any memory except PSUM, with dtype conversion
   kTensorCopy,    // dst <- a, on an engine
   kTensorTensor,  // dst <- a (alu0) b
-  kTensorScalar,  // dst <- (a (alu0) operand0) (alu1) operand1; operands: imm or [P,1] views b / c
-  kActivation,    // dst <- act(a * scale + bias); scale: imm0 or [P,1] view c; bias: [P,1] view b;
-                  // reduce_res view d <- reduce over free dims (alu0) of the result
+  kTensorScalar,  // dst <- (a (alu0) operand0) (alu1) operand1; operands: imm or views b / c; with
+                  // alu2, the result's free-dim reduction into the accumulators e (reduce_cmd,
+                  // load_reduce from f or imm2) and out to d (negated with `negate`)
+  kActivation,    // dst <- act(a * scale + bias); scale: imm0 or [P,1] view c; bias: [P,1] view b
+                  // or imm1, subtracted with reverse0 (exponential); reduction as kTensorScalar
   kTensorReduce,  // dst <- reduce (alu0) of a over the dims in axes (free dims only)
   kMatmul,        // dst[M,N] (+)= a[K,M]^T @ b[K,N]; PSUM accumulates in FP32
   kTranspose,     // dst[F,P] <- a[P,F]
@@ -81,6 +94,17 @@ enum class Opcode : uint8_t {
   kMemset,        // dst <- imm0
   kSelect,        // dst <- a != 0 ? b : c
   kPrint,         // device_print: the values of a, labelled with text
+  kScan,          // per partition, along the free dims: s <- (a[i] (alu0) s) (alu1) b[i]; dst[i] <- s;
+                  // s starts at c[p] or imm2; reverse0 / reverse1 swap the operations' sides
+  kPartitionReduce,  // dst[0, f] <- reduce (alu0) over the partitions of a[:, f]; axes 1: average
+  kAffineSelect,  // dst <- cmp (alu0)(imm0 + p * imm1 + sum(pattern[k] * i_k), 0) ? a : imm2
+  kBnStats,       // dst[p, 0:6] <- count, mean, variance*count of the even and the odd elements of a
+  kBnAggr,        // dst[p, 0:2] <- mean, variance from the (count, mean, variance*count) triples of a
+  kMax8,          // dst[p, 0:8] <- the 8 largest values of a[p], descending
+  kFindIndex8,    // dst[p, j] <- index of the first a[p, i] == b[p, j]; all ones if none
+  kMatchReplace8, // dst <- a with the first match of each b[p, j] replaced by imm0; d <- indices
+  kQuantizeMx,    // dst (x4) <- a / scale, d <- scale bytes, per group of 8 partitions x 4 values
+  kMatmulMx,      // dst[M,N] (+)= sum over k, q of a[k,m,q] * 2^sa * b[k,n,q] * 2^sb; scales c, d
 };
 const char* opcode_name(Opcode op);
 
@@ -90,29 +114,42 @@ enum class Alu : uint8_t {
   kEqual, kNotEqual, kGreater, kGreaterEqual, kLess, kLessEqual,
   kLogicalAnd, kLogicalOr, kLogicalXor, kBitwiseAnd, kBitwiseOr, kBitwiseXor,
   kAbsMax, kAbsMin,
+  kShiftLeft, kShiftRight,  // on the integer value (logical right shift: no sign extension)
+  kFloorMod,                // x - floor(x / y) * y: the sign of y (nl.mod); kMod is C's fmod
 };
 
 // Activation functions of the Scalar engine, computed in FP32.
 enum class Act : uint8_t {
   kCopy, kExp, kLog, kSqrt, kRsqrt, kReciprocal, kTanh, kSigmoid, kRelu, kGelu, kGeluTanh,
   kSilu, kSoftplus, kErf, kSin, kCos, kAbs, kSquare, kSign, kNegate, kMish, kArctan,
+  kTan, kCeil, kFloor, kTrunc, kGeluDx, kGeluSigmoid, kGeluSigmoidDx, kSiluDx, kErfDx,
+  kLogicalNot,
 };
+
+// How an instruction's free-dim reduction (alu2, into the engine's accumulators e) starts: the
+// accumulator registers carry over between instructions of one engine (nki.isa.reduce_cmd).
+enum class ReduceCmd : uint8_t { kIdle, kReset, kReduce, kResetReduce, kLoadReduce };
 
 struct Instruction {
   Opcode op = Opcode::kTensorCopy;
   Engine engine = Engine::kVector;
   int32_t program = 0;  // SPMD program (kernel[grid]): each runs on its own engines
   int32_t line = 0;     // kernel source line, for messages
-  View dst, a, b, c, d;
+  // dst and the operands. tensor_scalar / activation also use d (the reduction result, [P,1]),
+  // e (the engine's accumulators, [128,1] FP32) and f (load_reduce's initial values).
+  View dst, a, b, c, d, e, f;
   Alu alu0 = Alu::kBypass, alu1 = Alu::kBypass;
+  Alu alu2 = Alu::kBypass;  // the free-dim reduction of tensor_scalar / activation
   bool reverse0 = false, reverse1 = false;
-  double imm0 = 0, imm1 = 0;
+  double imm0 = 0, imm1 = 0, imm2 = 0;
   Act act = Act::kCopy;
-  uint32_t axes = 0;  // tensor_reduce: bit k reduces dim k of a
+  uint32_t axes = 0;  // tensor_reduce: bit k reduces dim k of a; dma_copy: 1 for a DMA transpose
   bool negate = false;
   bool accumulate = false;
+  ReduceCmd reduce_cmd = ReduceCmd::kIdle;
   std::array<int64_t, kMaxDims> pattern{};  // iota steps per free dim of dst (dims 1..)
   std::string text;                          // device_print label
+  std::vector<int32_t> after;  // earlier instructions this one waits for (NkiInstruction.depends_on)
 };
 
 struct Program {

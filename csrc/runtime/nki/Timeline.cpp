@@ -2,17 +2,18 @@
 
 #include <algorithm>
 #include <map>
+#include <vector>
+
+#include "runtime/nki/DmaModel.h"
 
 namespace nrtsim::nki {
 namespace {
 
-bool narrow(const Program& p, const View& v) {
-  return !v.valid() || dtype_size(p.buffers[static_cast<size_t>(v.buffer)].dtype) <= 2;
+DType dtype_of(const Program& p, const View& v) {
+  return v.dtype >= 0 ? static_cast<DType>(v.dtype) : p.buffers[static_cast<size_t>(v.buffer)].dtype;
 }
 
-DType dtype_of(const Program& p, const View& v) {
-  return p.buffers[static_cast<size_t>(v.buffer)].dtype;
-}
+bool narrow(const Program& p, const View& v) { return !v.valid() || dtype_size(dtype_of(p, v)) <= 2; }
 
 // Streamed tensor inputs of an instruction: [P,1] operands broadcast along the free dims (stride
 // 0) ride along with the data and are not a second stream.
@@ -35,6 +36,24 @@ struct Access {
 
 }  // namespace
 
+std::vector<double> dma_engine_times(const Program& p, const Instruction& in, const DmaSpec& dma) {
+  const DmaShape shape = dma_shape(p, in, dma);
+  if (shape.descriptors == 0) return {};
+  double rate = dma.engine_bytes_per_ns;
+  if (shape.transpose) {
+    rate *= shape.element_bytes <= 2 ? dma.transpose_efficiency_2byte
+                                     : dma.transpose_efficiency_4byte;
+  }
+  const int64_t engines = std::min<int64_t>(dma.engines, shape.descriptors);
+  const double per_descriptor = dma.descriptor_ns + shape.descriptor_bytes / rate;
+  std::vector<double> out(static_cast<size_t>(engines));
+  for (int64_t e = 0; e < engines; ++e) {
+    const int64_t n = shape.descriptors / engines + (e < shape.descriptors % engines ? 1 : 0);
+    out[static_cast<size_t>(e)] = dma.transfer_fixed_ns + static_cast<double>(n) * per_descriptor;
+  }
+  return out;
+}
+
 double instruction_ns(const Program& p, const Instruction& in, const CoreSpec& spec) {
   switch (in.engine) {
     case Engine::kTensor: {
@@ -43,6 +62,7 @@ double instruction_ns(const Program& p, const Instruction& in, const CoreSpec& s
       if (in.op == Opcode::kTranspose) {
         cycles = std::max<double>(static_cast<double>(in.a.shape[0]), kMatmulMinCycles);
       } else {
+        // An MX matmul streams its moving x4 elements at the BF16 rate: 4x the MACs per cycle.
         cycles = std::max<double>(static_cast<double>(in.b.free_size()), kMatmulMinCycles);
       }
       if (dt == DType::kFloat32 || (in.b.valid() && dtype_of(p, in.b) == DType::kFloat32)) {
@@ -51,12 +71,10 @@ double instruction_ns(const Program& p, const Instruction& in, const CoreSpec& s
       return cycles / spec.tensor_clock_ghz;
     }
     case Engine::kDma: {
-      const View& v = in.dst;
-      const double bytes = static_cast<double>(v.numel()) *
-                           static_cast<double>(std::max(dtype_size(dtype_of(p, v)),
-                                                        in.a.valid() ? dtype_size(dtype_of(p, in.a))
-                                                                     : size_t{1}));
-      return bytes / spec.hbm_gbytes_per_s;  // GB/s = bytes per ns
+      // The busiest engine's occupation (DmaModel.h), the transfer spread over all engines.
+      const DmaSpec& dma = dma_spec(spec.neuroncore);
+      const std::vector<double> groups = dma_engine_times(p, in, dma);
+      return groups.empty() ? 0.0 : *std::max_element(groups.begin(), groups.end());
     }
     default: break;
   }
@@ -86,6 +104,9 @@ Timeline schedule(const Program& p, const CoreSpec& spec) {
   Timeline t;
   t.instructions.resize(p.instructions.size());
   std::map<std::pair<int32_t, size_t>, double> engine_free;  // (program, engine) -> ns
+  const DmaSpec& dma = dma_spec(spec.neuroncore);
+  std::map<int32_t, std::vector<double>> queue_free;  // program -> per DMA engine, when free
+  std::vector<std::pair<double, double>> dma_active;  // intervals some DMA engine is busy
   std::vector<std::vector<Access>> accesses(p.buffers.size());
   for (size_t i = 0; i < p.instructions.size(); ++i) {
     const Instruction& in = p.instructions[i];
@@ -93,8 +114,9 @@ Timeline schedule(const Program& p, const CoreSpec& spec) {
       t.instructions[i] = {0, 0};
       continue;
     }
-    const double cost = instruction_ns(p, in, spec);
-    double start = engine_free[{in.program, index_of(in.engine)}];
+    const bool is_dma = in.engine == Engine::kDma;
+    const double cost = is_dma ? 0.0 : instruction_ns(p, in, spec);
+    double start = is_dma ? 0.0 : engine_free[{in.program, index_of(in.engine)}];
     // Dependencies: reads wait for overlapping writes; writes wait for overlapping reads and writes.
     auto wait_for = [&](const View& v, bool write) {
       if (!v.valid() || v.numel() == 0) return;
@@ -103,14 +125,40 @@ Timeline schedule(const Program& p, const CoreSpec& spec) {
         if ((write || a.write) && a.lo < hi && lo < a.hi) start = std::max(start, a.ready_ns);
       }
     };
-    for (const View* v : {&in.a, &in.b, &in.c}) wait_for(*v, false);
+    for (const View* v : {&in.a, &in.b, &in.c, &in.f}) wait_for(*v, false);
     wait_for(in.dst, true);
     if (in.d.valid()) wait_for(in.d, true);
+    if (in.e.valid()) wait_for(in.e, true);
+    for (int32_t j : in.after) {
+      if (j >= 0 && static_cast<size_t>(j) < i) start = std::max(start, t.instructions[j].end_ns);
+    }
     if (in.op == Opcode::kMatmul && in.accumulate) wait_for(in.dst, false);
 
-    const double engine_end = start + cost;
-    const double ready = in.engine == Engine::kDma ? engine_end + kDmaLatencyNs : engine_end;
-    engine_free[{in.program, index_of(in.engine)}] = engine_end;
+    double engine_end = start + cost;
+    double busy = cost;
+    if (is_dma) {
+      // Each engine's share goes to the DMA engine that frees up first; the transfer is done
+      // when its last share is, and usable latency_ns later.
+      auto& queues = queue_free[in.program];
+      if (queues.empty()) queues.assign(static_cast<size_t>(dma.engines), 0.0);
+      std::vector<double> shares = dma_engine_times(p, in, dma);
+      std::sort(shares.rbegin(), shares.rend());
+      double first = -1;
+      busy = 0;
+      for (double share : shares) {
+        auto q = std::min_element(queues.begin(), queues.end());
+        const double s0 = std::max(*q, start);
+        *q = s0 + share;
+        first = first < 0 ? s0 : std::min(first, s0);
+        engine_end = std::max(engine_end, *q);
+        dma_active.emplace_back(s0, *q);
+        busy = std::max(busy, share);
+      }
+      t.dma_descriptors += static_cast<uint64_t>(dma_shape(p, in, dma).descriptors);
+      if (first >= 0) start = first;
+    }
+    const double ready = is_dma ? engine_end + dma.latency_ns : engine_end;
+    if (!is_dma) engine_free[{in.program, index_of(in.engine)}] = engine_end;
     t.instructions[i] = {start, ready};
     const size_t e = index_of(in.engine);
     if (t.instruction_count[e] == 0) {
@@ -120,11 +168,11 @@ Timeline schedule(const Program& p, const CoreSpec& spec) {
       t.engine_begin_ns[e] = std::min(t.engine_begin_ns[e], start);
       t.engine_end_ns[e] = std::max(t.engine_end_ns[e], ready);
     }
-    t.busy_ns[e] += cost;
+    if (!is_dma) t.busy_ns[e] += busy;
     t.instruction_count[e] += 1;
     t.makespan_ns = std::max(t.makespan_ns, ready);
-    if (in.op == Opcode::kMatmul) {
-      t.matmul_flops += 2ull * static_cast<uint64_t>(in.a.shape[0]) *
+    if (in.op == Opcode::kMatmul || in.op == Opcode::kMatmulMx) {
+      t.matmul_flops += (in.op == Opcode::kMatmulMx ? 8ull : 2ull) * static_cast<uint64_t>(in.a.shape[0]) *
                         static_cast<uint64_t>(in.a.free_size()) *
                         static_cast<uint64_t>(in.b.free_size());
     }
@@ -145,10 +193,25 @@ Timeline schedule(const Program& p, const CoreSpec& spec) {
       }
       list.push_back({lo, hi, ready, write});
     };
-    for (const View* v : {&in.a, &in.b, &in.c}) record(*v, false);
+    for (const View* v : {&in.a, &in.b, &in.c, &in.f}) record(*v, false);
     record(in.dst, true);
     if (in.d.valid()) record(in.d, true);
+    if (in.e.valid()) record(in.e, true);
   }
+  // DMA is active while any of its engines is: the union of their busy intervals.
+  std::sort(dma_active.begin(), dma_active.end());
+  double covered = 0, lo = 0, hi = -1;
+  for (const auto& [a, b] : dma_active) {
+    if (a > hi) {
+      if (hi > lo) covered += hi - lo;
+      lo = a;
+      hi = b;
+    } else {
+      hi = std::max(hi, b);
+    }
+  }
+  if (hi > lo) covered += hi - lo;
+  t.busy_ns[index_of(Engine::kDma)] = covered;
   return t;
 }
 

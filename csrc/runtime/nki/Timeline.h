@@ -12,8 +12,10 @@
 //   Vector / Scalar / GpSimd: free elements per partition x 128 / the engine's elements per cycle
 //     (16-bit rate when every operand is 16-bit or narrower), twice for two streamed inputs, plus
 //     60 cycles to start the SBUF/PSUM access.
-//   DMA: the 16 queues of a core move bytes at the core's HBM bandwidth together; a transfer also
-//     has a fixed latency of 1.3 us before its data can be used, which overlaps other transfers.
+//   DMA: DmaModel.h: descriptors spread over the core's DMA engines (queues), each engine paying
+//     a fixed setup per transfer and a cost per descriptor besides its bytes; a transfer's shares
+//     go to the engines that free up first, and its data is usable a fixed latency later. DMA
+//     busy time is the time any DMA engine is busy.
 #pragma once
 
 #include <array>
@@ -21,12 +23,12 @@
 
 #include "runtime/Engine.h"
 #include "runtime/EngineModel.h"
+#include "runtime/nki/DmaModel.h"
 #include "runtime/nki/Program.h"
 
 namespace nrtsim::nki {
 
 inline constexpr double kAccessStartCycles = 60;
-inline constexpr double kDmaLatencyNs = 1300;
 inline constexpr double kMatmulMinCycles = 64;
 
 struct InstructionTime {
@@ -42,6 +44,7 @@ struct Timeline {
   uint64_t matmul_flops = 0;  // useful multiply-adds x 2 of the Tensor engine (no transposes)
   std::array<uint64_t, kEngineCount> instruction_count{};
   uint64_t dma_bytes = 0;
+  uint64_t dma_descriptors = 0;  // DMA descriptors the transfers take (contiguous chunks)
   // Per engine, over all SPMD programs: when its first instruction starts and when its last one
   // ends (for DMA: when the data is ready, as `instructions` has it); 0 and 0 for an unused
   // engine. The profiler draws these as the kernel's span on each engine's track.
@@ -49,8 +52,11 @@ struct Timeline {
   std::array<double, kEngineCount> engine_end_ns{};
 };
 
-// How long `in` occupies its engine on a core of `spec`.
+// How long `in` occupies its engine on a core of `spec` (for DMA: its busiest DMA engine).
 double instruction_ns(const Program& program, const Instruction& in, const CoreSpec& spec);
+// A DMA transfer's occupation of each DMA engine it uses.
+std::vector<double> dma_engine_times(const Program& program, const Instruction& in,
+                                     const DmaSpec& dma);
 Timeline schedule(const Program& program, const CoreSpec& spec);
 
 }  // namespace nrtsim::nki

@@ -20,7 +20,7 @@ PeerHbm::~PeerHbm() {
 
 std::string PeerHbm::open(int peer, int pid, int fd, uint64_t device, uint64_t inode) {
   const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
-  const int mine = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  const int mine = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (mine < 0) return "cannot open " + path + " (" + std::strerror(errno) + ")";
   struct stat st{};
   if (::fstat(mine, &st) != 0 || static_cast<uint64_t>(st.st_dev) != device ||
@@ -33,7 +33,7 @@ std::string PeerHbm::open(int peer, int pid, int fd, uint64_t device, uint64_t i
   return "";
 }
 
-char* PeerHbm::map(int peer, uint64_t offset, uint64_t bytes, uint64_t use) {
+const char* PeerHbm::map(int peer, uint64_t offset, uint64_t bytes, uint64_t use) {
   const auto key = std::make_pair(peer, offset);
   auto it = mappings_.find(key);
   if (it != mappings_.end() && it->second.bytes == bytes) {
@@ -46,7 +46,7 @@ char* PeerHbm::map(int peer, uint64_t offset, uint64_t bytes, uint64_t use) {
   }
   if (mappings_.size() >= kMaxMappings) evict(use);
   // Populated at once: faulting the pages in one by one during the copy would cost more.
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fds_[peer],
+  void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, fds_[peer],
                    static_cast<off_t>(offset));
   if (p == MAP_FAILED) return nullptr;
   mappings_.emplace(key, Mapping{static_cast<char*>(p), bytes, use});

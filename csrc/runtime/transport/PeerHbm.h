@@ -1,7 +1,9 @@
-// The device memory of the other ranks of a group, mapped into this process: each peer's
-// SharedHbm file, opened through /proc/<pid>/fd/<fd> (the way ShmSegment joins a segment), and
-// its allocations mapped on first use. With them a rank reads and writes a peer's buffers with
-// plain loads and stores, as NeuronCores' DMA engines reach each other's HBM over NeuronLink.
+// The device memory of the other ranks of a group, mapped into this process READ-ONLY: each
+// peer's SharedHbm file, opened through /proc/<pid>/fd/<fd> for reading (the kernel checks the
+// same-user, ptrace-read permission there, which Yama leaves alone; no rank widens who may
+// attach to it), and its allocations mapped on first use. With them a rank reads a peer's
+// buffers with plain loads, as NeuronCores' DMA engines reach each other's HBM over NeuronLink;
+// it writes only its own memory, so no rank can corrupt another's.
 //
 // Mappings are kept for later collectives on the same buffers (a training step reuses its
 // gradient buckets and parameter shards), up to kMaxMappings; past that the least recently used
@@ -31,10 +33,10 @@ class PeerHbm {
   std::string open(int peer, int pid, int fd, uint64_t device, uint64_t inode);
   bool is_open(int peer) const { return fds_[peer] >= 0; }
 
-  // `peer`'s allocation at file offset `offset` (`bytes` long), mapped read-write; `use` is the
+  // `peer`'s allocation at file offset `offset` (`bytes` long), mapped read-only; `use` is the
   // caller's operation counter, so that mappings of the current operation are never evicted.
   // nullptr with errno set when the host refuses the mapping.
-  char* map(int peer, uint64_t offset, uint64_t bytes, uint64_t use);
+  const char* map(int peer, uint64_t offset, uint64_t bytes, uint64_t use);
 
  private:
   struct Mapping {

@@ -118,7 +118,48 @@ TEST(NkiInterpreter, ViewsOutsideTheirBufferAreRejected) {
   EXPECT_THROW({ Executable exe(p); }, Error);
 }
 
+// The DMA model's data file, beside the engine model's in the source tree.
+std::string shipped_dma_model() {
+  std::string p = NRTSIM_SHIPPED_ENGINE_MODEL;
+  return p.substr(0, p.rfind("torch_neuronx/data/")) + "nki/data/dma.ini";
+}
+
+TEST(NkiDma, DescriptorsFollowContiguity) {
+  set_default_dma_model_path(shipped_dma_model());
+  const DmaSpec& dma = dma_spec("v3");
+  Program p;
+  p.buffers = {buffer(Memory::kHbm, DType::kBFloat16, 256 * 1024),
+               buffer(Memory::kSbuf, DType::kBFloat16, 128 * 512)};
+  // A [128, 512] row block of a [256, 1024] HBM matrix into SBUF: one descriptor per partition.
+  View rows = view(0, {128, 512});
+  rows.stride = {1024, 1};
+  Instruction load = instruction(Opcode::kDmaCopy, Engine::kDma, view(1, {128, 512}), rows);
+  DmaShape s = dma_shape(p, load, dma);
+  EXPECT_EQ(s.descriptors, 128);
+  EXPECT_DOUBLE_EQ(s.descriptor_bytes, 1024.0);
+  // The transposed read (a column walk): element by element.
+  View cols = view(0, {128, 512});
+  cols.stride = {1, 1024};
+  load.a = cols;
+  s = dma_shape(p, load, dma);
+  EXPECT_EQ(s.descriptors, 128 * 512);
+  EXPECT_DOUBLE_EQ(s.descriptor_bytes, 2.0);
+  // 16 engines, 8 descriptors of 2 B each: setup, then per descriptor its fixed cost and bytes.
+  load.a = rows;
+  const std::vector<double> shares = dma_engine_times(p, load, dma);
+  ASSERT_EQ(shares.size(), 16u);
+  EXPECT_DOUBLE_EQ(shares[0], dma.transfer_fixed_ns + 8 * (dma.descriptor_ns + 1024 / dma.engine_bytes_per_ns));
+  // A large contiguous HBM -> HBM copy is split at max_descriptor_bytes over every engine.
+  Program q;
+  q.buffers = {buffer(Memory::kHbm, DType::kFloat32, 1 << 20), buffer(Memory::kHbm, DType::kFloat32, 1 << 20)};
+  Instruction copy = instruction(Opcode::kDmaCopy, Engine::kDma, view(1, {1 << 20}), view(0, {1 << 20}));
+  s = dma_shape(q, copy, dma);
+  EXPECT_EQ(s.descriptors, (4 << 20) / 32768);
+  EXPECT_DOUBLE_EQ(s.descriptor_bytes, 32768.0);
+}
+
 TEST(NkiTimeline, CostsOverlapAndDependencies) {
+  set_default_dma_model_path(shipped_dma_model());
   const CoreSpec spec = load_engine_model(NRTSIM_SHIPPED_ENGINE_MODEL).at("Trainium2");
   const Program p = matmul_program();
   const Timeline t = schedule(p, spec);
@@ -149,6 +190,7 @@ TEST(NkiTimeline, CostsOverlapAndDependencies) {
 TEST(NkiTimeline, EngineSpansAreFirstStartToLastEnd) {
   // The per-engine spans the profiler draws: each used engine's first instruction start and last
   // instruction end (for DMA, when its data is ready), over the instructions' own times.
+  set_default_dma_model_path(shipped_dma_model());
   const CoreSpec spec = load_engine_model(NRTSIM_SHIPPED_ENGINE_MODEL).at("Trainium2");
   const Program p = matmul_program();
   const Timeline t = schedule(p, spec);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/Error.h"
+#include "runtime/SharedHbm.h"
 #include "runtime/transport/CollectiveTransport.h"
 
 // In a rank's body: a failed check reports where and makes the rank's verdict false.
@@ -89,5 +90,41 @@ inline std::vector<int> run(const std::string& prefix, int size,
   }
   return codes;
 }
+
+// Options that make collectives cross many steps and messages wrap the rings.
+inline TransportOptions small_options() {
+  TransportOptions o;
+  o.slot_bytes = 64 << 10;
+  o.channel_bytes = 4096;
+  o.timeout = std::chrono::milliseconds(10'000);
+  return o;
+}
+
+// run() with the test's own segment prefix and, unless given, small_options().
+inline std::vector<int> run_ranks(int size,
+                                  const std::function<bool(int, CollectiveTransport&)>& body,
+                                  const TransportOptions& o = small_options(),
+                                  const std::function<void(int)>& setup = {}) {
+  return run("nrtsim-test", size, body, o, setup);
+}
+
+// Buffers in this process's device memory file, where HbmAllocator puts large device tensors
+// (what peers map); private memory when the file is off.
+template <class T>
+struct InHbm {
+  using value_type = T;
+  InHbm() = default;
+  template <class U>
+  InHbm(const InHbm<U>&) {}
+  T* allocate(size_t n) {
+    void* p = nrtsim::SharedHbm::instance().allocate(n * sizeof(T));
+    return static_cast<T*>(p ? p : ::operator new(n * sizeof(T)));
+  }
+  void deallocate(T* p, size_t) {
+    if (!nrtsim::SharedHbm::instance().release(p)) ::operator delete(p);
+  }
+  bool operator==(const InHbm&) const { return true; }
+  bool operator!=(const InHbm&) const { return false; }
+};
 
 }  // namespace forked_ranks
