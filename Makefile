@@ -55,12 +55,30 @@ opinfo: build
 moduleinfo: build
 	TORCH_NEURONX_MODULEINFO=full $(PYTHON) -m pytest tests/moduleinfo $(PYTEST_ARGS)
 
+# PyTorch's device-generic suites (test_binary_ufuncs.py, test_view_ops.py, test_nn.py's
+# TestNNDeviceType), run for neuron and for the CPU from a copy in build/conformance and compared
+# per test against tests/conformance/known_failures.txt (docs/conformance.md). The files are not
+# in this repository: PYTORCH_TESTS names their folder. About two hours on two cores; `make test`
+# runs a subset.
+PYTORCH_TESTS ?= ../shared/pytorch-tests
+.PHONY: conformance
+conformance: build
+	PYTORCH_TESTS=$(abspath $(PYTORCH_TESTS)) $(PYTHON) tests/conformance/suites.py $(CONFORMANCE_ARGS)
+
+# The layout and aliasing fuzzer's long run: every native op, FUZZ_EXAMPLES examples each (default
+# 100), every FUZZ_COMPILE_EVERY-th op compiled too, a new seed unless FUZZ_SEED is given (`make
+# test` runs 2 examples per op from a fixed seed; see docs/fuzzing.md).
+.PHONY: fuzz
+fuzz: build
+	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-100} FUZZ_COMPILE_EVERY=$${FUZZ_COMPILE_EVERY:-4} \
+	  FUZZ_SEED=$${FUZZ_SEED:-random} $(PYTHON) -m pytest tests/fuzz/test_fuzz.py $(PYTEST_ARGS)
+
 # The Hugging Face architecture sweep: every entry of transformers' MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
 # tiny and random, on neuron against CPU, float32 then bfloat16; writes docs/hf_coverage*.md/json.
 .PHONY: coverage
 coverage: build
-	$(PYTHON) -m torch_neuronx.hf_sweep --output-dir docs $(SWEEP_ARGS)
-	$(PYTHON) -m torch_neuronx.hf_sweep --output-dir docs --dtype bfloat16 $(SWEEP_ARGS)
+	$(PYTHON) testing/hf_sweep.py --output-dir docs $(SWEEP_ARGS)
+	$(PYTHON) testing/hf_sweep.py --output-dir docs --dtype bfloat16 $(SWEEP_ARGS)
 
 # The estimate's validation table against published results (docs/estimate.md); VALIDATE_ARGS
 # selects rows (--rows trn-train,trn-infer,gpu).
@@ -86,10 +104,10 @@ bench-nki: build
 
 format:
 	@command -v clang-format >/dev/null && find csrc tests/runtime -name '*.cpp' -o -name '*.h' | xargs clang-format -i || echo "clang-format not installed"
-	$(PYTHON) -m ruff format torch_neuronx tests examples bench 2>/dev/null || echo "ruff not installed (pip install ruff)"
+	$(PYTHON) -m ruff format torch_neuronx tests examples bench testing tools 2>/dev/null || echo "ruff not installed (pip install ruff)"
 
 lint:
-	$(PYTHON) -m ruff check torch_neuronx tests examples bench
+	$(PYTHON) -m ruff check torch_neuronx tests examples bench testing tools
 
 clean:
 	rm -rf build torch_neuronx/*.so
@@ -119,3 +137,23 @@ test-torchtitan: build
 	@test -f $(TORCHTITAN_SITE)/.installed || { $(PYTHON) -m pip install -q --no-deps --target $(TORCHTITAN_SITE) \
 	  -r requirements/torchtitan.txt && touch $(TORCHTITAN_SITE)/.installed; }
 	TORCH_NEURONX_TORCHTITAN_SITE=$(abspath $(TORCHTITAN_SITE)) $(PYTHON) -m pytest tests/distributed/test_ecosystem.py -k torchtitan $(PYTEST_ARGS)
+
+# AWS's NKI library (github.com/aws-neuron/nki-library, Apache-2.0) as a conformance suite: its
+# own tests, in their --test-mode simulation, run its kernels on this project's NKI interpreter
+# against the library's torch references. The library is not installable from PyPI (nki-library
+# 0.0.2 there is an empty placeholder) and CI reaches only PyPI and Debian, so it is taken from a
+# checkout you fetch: make nki-library NKI_LIBRARY=/path/to/nki-library [NKI_LIBRARY_TESTS=...].
+# docs/nki.md ("AWS's NKI library") records the pass counts and the gaps.
+NKI_LIBRARY_SITE := build/nki-library-site
+NKI_LIBRARY_TESTS ?= test/integration
+.PHONY: nki-library
+nki-library: build
+	@test -n "$(NKI_LIBRARY)" && test -d "$(NKI_LIBRARY)/src/nkilib_src" || { \
+	  echo "set NKI_LIBRARY to a checkout of github.com/aws-neuron/nki-library" >&2; exit 2; }
+	@test -f $(NKI_LIBRARY_SITE)/.installed || { $(PYTHON) -m pip install -q --target $(NKI_LIBRARY_SITE) \
+	  -r requirements/nki-library.txt && cd $(NKI_LIBRARY_SITE) && \
+	  rm -rf numpy numpy-* numpy.libs torch torch-* pytest pytest-[0-9]* _pytest pluggy pluggy-* py.py \
+	    iniconfig iniconfig-* && touch .installed; }
+	cd $(NKI_LIBRARY) && PYTHONPATH=$(abspath tools/nki_library_shim):$(abspath .):$(abspath $(NKI_LIBRARY))/src:$(abspath $(NKI_LIBRARY_SITE)):$(abspath $(NKI_LIBRARY)) \
+	  $(abspath $(PYTHON)) -m pytest $(NKI_LIBRARY_TESTS) --test-mode simulation -p no:cacheprovider \
+	  -p nki_library_plugin -q -rfE $(PYTEST_ARGS)

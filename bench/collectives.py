@@ -3,12 +3,15 @@
 Starts 4 ranks (one process per NeuronCore, as torchrun would) on this host. For all_reduce,
 all_gather_into_tensor and reduce_scatter_tensor from 4 KiB to 256 MiB, every rank times the same
 operation, repetitions taking turns, on neuron tensors over two neuron groups — the default
-transport (from 1 MiB single copy through mapped device memory: each rank loads and stores its
-peers' buffers directly; below that the shared-memory slots) and one held to the slots at every
-size (NRTSIM_COLLECTIVE_SINGLE_COPY=0, the transport before single copy) — and on CPU tensors of the
-same size and contents over a Gloo group; the slowest rank's time counts, the median of the
-repetitions is reported as bus bandwidth (NCCL-tests convention: size x 2(n-1)/n for
-all_reduce, size x (n-1)/n for the others, where size is the largest buffer).
+transport (from 1 MiB single copy through mapped device memory: each rank reads its peers'
+buffers directly, mapped read-only; below that the shared-memory slots) and one held to the slots
+at every size (NRTSIM_COLLECTIVE_SINGLE_COPY=0) — and on CPU tensors of the same size and contents
+over a Gloo group. As NCCL-tests do, a repetition times a run of back-to-back calls (20 up to
+1 MiB, 8 at 4 MiB, 2 at 16 MiB, one from 64 MiB) after a barrier of the same group, so that what is measured
+is the operation and not how far apart the ranks leave the barrier; the slowest rank's time per
+call counts, the median of the repetitions is reported, and as bus bandwidth (NCCL-tests
+convention: size x 2(n-1)/n for all_reduce, size x (n-1)/n for the others, where size is the
+largest buffer).
 
 The limit is this host's memcpy bandwidth, measured here two ways: one thread alone (the usual
 figure), and the ranks all copying 256 MiB at once, one thread each (what the collectives really
@@ -18,7 +21,7 @@ concurrent memcpy of the buffer on every rank is its floor, reported as a fracti
 Last, the TP x FSDP training step of the tiny Llama (TP=2 x FSDP=2) on neuron vs the same step on
 CPU with Gloo.
 
-    python bench/collectives.py [--max-mib 256] [--reps 12] [--ranks 4] [--skip-step]
+    python bench/collectives.py [--min-kib 4] [--max-mib 256] [--reps 12] [--ranks 4] [--skip-step]
 """
 
 from __future__ import annotations
@@ -102,23 +105,25 @@ def worker(args) -> None:
             times.append(slowest(time.perf_counter() - t))
         return statistics.median(times)
 
-    def timed_in_turns(variants) -> dict:
-        """variants: name -> (fn, sync). Repetitions alternate between them, so that load from
-        other jobs falls on all alike, in an order that rotates each repetition (the same on
+    def timed_in_turns(variants, calls) -> dict:
+        """variants: name -> (fn, sync, group). Repetitions alternate between them, so that load
+        from other jobs falls on all alike, in an order that rotates each repetition (the same on
         every rank), so that no variant always follows the same one: what runs before leaves
-        caches and scheduling in its own state."""
+        caches and scheduling in its own state. Each repetition: a barrier of the variant's own
+        group, then `calls` back-to-back calls; the time per call."""
         times = {name: [] for name in variants}
-        for fn, _ in variants.values():
+        for fn, _, _ in variants.values():
             fn()  # warm-up: first touch of buffers and shared memory
         order = list(variants)
         for _ in range(args.reps):
             for name in order:
-                fn, sync = variants[name]
-                dist.barrier(group=gloo)
+                fn, sync, group = variants[name]
+                dist.barrier(group=group)
                 t = time.perf_counter()
-                fn()
+                for _ in range(calls):
+                    fn()
                 sync()
-                times[name].append(slowest(time.perf_counter() - t))
+                times[name].append(slowest((time.perf_counter() - t) / calls))
             order = order[1:] + order[:1]
         return {name: statistics.median(v) for name, v in times.items()}
 
@@ -146,17 +151,18 @@ def worker(args) -> None:
     concurrent = statistics.median(concurrent)
 
     rows = []
-    size = 4 << 10
+    size = args.min_kib << 10
     while size <= big:
         n = size // 4
+        calls = max(1, min(20, (32 << 20) // size))  # 20 up to 1 MiB, 8, 2, then 1 from 64 MiB
         for op in ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor"):
             variants, factor = {}, 1.0
             for name, group, device in (("neuron", neuron, dev), ("slots", slots, dev),
                                         ("gloo", gloo, torch.device("cpu"))):
                 fn, factor = make(op, n, group, device)
                 sync = torch.neuron.synchronize if device.type == "neuron" else (lambda: None)
-                variants[name] = (fn, sync)
-            t = timed_in_turns(variants)
+                variants[name] = (fn, sync, group)
+            t = timed_in_turns(variants, calls)
             results = {name: (sec, size * factor / sec / 1e9) for name, sec in t.items()}
             rows.append((op, size, results))
             if rank == 0:
@@ -228,6 +234,7 @@ def worker(args) -> None:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--min-kib", type=int, default=4)
     parser.add_argument("--max-mib", type=int, default=256)
     parser.add_argument("--reps", type=int, default=12)
     parser.add_argument("--ranks", type=int, default=4)

@@ -191,8 +191,27 @@ def check(args, losses, state, out, ref_losses, ref_model):
     return worst, logit_diff
 
 
+def report_startup():
+    """Under torchrun, say how many ranks have started as they come: 32 interpreters importing torch
+    on a few cores take about a minute, which would otherwise pass in silence. Each rank counts
+    itself in on torchrun's store; the ranks that bring the count to a quarter, a half, ... say so.
+    (Once every rank is in, creating the process group reports who is late: docs/distributed.md.)"""
+    if "TORCHELASTIC_RUN_ID" not in os.environ:
+        return
+    world = int(os.environ["WORLD_SIZE"])
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False)
+    count = store.add("tp_fsdp_finetune/started", 1)
+    if count == 1:
+        store.set("tp_fsdp_finetune/first", str(time.time()))
+    step = max(1, world // 4)
+    if count == 1 or count % step == 0 or count == world:
+        since = time.time() - float(store.get("tp_fsdp_finetune/first"))
+        print(f"[startup] {count} of {world} ranks have imported torch ({since:.0f} s after the first)", flush=True)
+
+
 def main(argv=None):
     args = parse_args(argv)
+    report_startup()
     t_start = time.perf_counter()
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     from torch.distributed.device_mesh import init_device_mesh

@@ -10,12 +10,18 @@ data.
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 import sys
 import threading
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# Frames in these directories are the API's own, not the kernel's: nki, its legacy API and the
+# neuronxcc.nki alias package.
+_API_DIRS = {_PACKAGE_DIR, os.path.join(_PACKAGE_DIR, "legacy"),
+             os.path.join(os.path.dirname(_PACKAGE_DIR), "neuronxcc"),
+             os.path.join(os.path.dirname(_PACKAGE_DIR), "neuronxcc", "nki")}
 
 
 class NkiError(ValueError):
@@ -35,6 +41,12 @@ PARTIAL = {
                          "are checked but tiles do not run concurrently",
     "nki.isa.dma_copy": "dge_mode, priority and engine do not change the modelled time",
 }
+
+
+# What tensors' operators and assignments call: nki.isa installs its instructions (dma_copy,
+# tensor_copy, memset, tensor_tensor, tensor_scalar) and nki.language its operations (add,
+# matmul, ...) when they are imported, so this module imports neither.
+HOOKS = {}
 
 
 def refused(qualname, reason):
@@ -75,6 +87,24 @@ class DType:
     def packed(self):
         """An MX x4 format: one element holds four values."""
         return self.code in MX_PACKED
+
+    @property
+    def dtype(self):
+        """The NumPy dtype (``np.dtype(nl.float32)``, ``x.astype(nl.bfloat16)``; bfloat16 and
+        float8 through ml_dtypes, when installed)."""
+        import numpy as np
+
+        name = {"bool_": "bool", "tfloat32": "float32"}.get(self.name, self.name)
+        try:
+            return np.dtype(name)
+        except TypeError:
+            try:
+                import ml_dtypes  # noqa: F401  (registers bfloat16 / float8 with NumPy)
+
+                return np.dtype(name)
+            except (ImportError, TypeError):
+                raise NkiError(f"NumPy has no {self.name} (install ml_dtypes for bfloat16 / "
+                               "float8)") from None
 
 
 float32 = DType("float32", 0, 4, True)
@@ -192,7 +222,7 @@ PSUM_BANKS = 8
 def caller_location():
     """(file, line) of the innermost frame outside this package: the kernel's own line."""
     f = sys._getframe(1)
-    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == _PACKAGE_DIR:
+    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) in _API_DIRS:
         f = f.f_back
     if f is None:
         return ("<unknown>", 0)
@@ -245,20 +275,33 @@ def _contiguous_strides(shape):
 
 class NKIObject:
     """Base class of the objects a kernel may build (NKI 0.6 ``nl.NKIObject``): user classes
-    inherit from it and behave like dataclasses (keyword construction, field-wise equality)."""
+    inherit from it and behave like dataclasses, with or without ``@dataclass``: construction by
+    position or keyword over the annotated fields (defaults from the class), field-wise
+    equality."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, *args, **kwargs):
+        fields = []
+        for klass in reversed(type(self).__mro__):
+            for name in getattr(klass, "__annotations__", {}):
+                if name not in fields:
+                    fields.append(name)
+        if len(args) > len(fields):
+            raise TypeError(f"{type(self).__name__} takes {len(fields)} fields, got {len(args)}")
+        values = dict(zip(fields, args))
         for k, v in kwargs.items():
-            setattr(self, k, v)
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        # A class with annotations and no __init__ of its own gets the dataclass one, as NKI's
-        # compiler treats such classes.
-        if "__init__" not in cls.__dict__ and cls.__dict__.get("__annotations__"):
-            import dataclasses
-
-            dataclasses.dataclass(cls)
+            if k in values:
+                raise TypeError(f"{type(self).__name__}: {k} given twice")
+            values[k] = v
+        for name in fields:
+            if name not in values:
+                if not hasattr(type(self), name):
+                    raise TypeError(f"{type(self).__name__} needs {name}")
+                values[name] = getattr(type(self), name)
+        for k, v in values.items():
+            object.__setattr__(self, k, v)
+        post = getattr(self, "__post_init__", None)
+        if post is not None:
+            post()
 
     def __eq__(self, other):
         if type(other) is not type(self):
@@ -266,6 +309,10 @@ class NKIObject:
         return vars(self) == vars(other)
 
     __hash__ = object.__hash__
+
+    def __repr__(self):
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({fields})"
 
 
 refused("nki.language.NkiTensor.vector_select",
@@ -282,8 +329,8 @@ class DynamicSlice:
             raise error(f"nl.ds({start!r}, {size!r}): start and size must be integers known when "
                         "the kernel specialises (runtime offsets need .ap(scalar_offset=...))")
         self.start, self.size = int(start), int(size)
-        if self.size <= 0:
-            raise error(f"nl.ds({start}, {size}): size must be positive")
+        if self.size < 0:
+            raise error(f"nl.ds({start}, {size}): size must not be negative")
 
     def as_slice(self):
         return slice(self.start, self.start + self.size)
@@ -381,6 +428,10 @@ class Tensor(NKIObject):
     def __getitem__(self, key):
         if not isinstance(key, tuple):
             key = (key,)
+        if any(getattr(k, "_index_grid", False) for k in key):
+            # Index grids (nl.arange / nl.mgrid) of the legacy neuronxcc.nki API: its module
+            # installs the indexer.
+            return HOOKS["grid_index"](self, key)
         key = tuple(k.as_slice() if isinstance(k, DynamicSlice) else k for k in key)
         if any(k is Ellipsis for k in key):
             i = key.index(Ellipsis)
@@ -424,16 +475,15 @@ class Tensor(NKIObject):
         if isinstance(value, Tensor):
             if dst.same_view(value):
                 return  # `t[...] += x` already wrote in place
-            from nki import isa
-
             if not dst._buffer.on_chip or not value._buffer.on_chip:
-                isa.dma_copy(dst=dst, src=value)
+                ins = HOOKS["dma_copy"](dst=dst, src=value)
             else:
-                isa.tensor_copy(dst=dst, src=value)
+                ins = HOOKS["tensor_copy"](dst=dst, src=value)
+            # `t[...] = nl.load(...)`: if the value is a fresh tile only this copy reads, its
+            # producer writes t directly (finalize folds the copy away, as NKI's compiler does).
+            current_tracer().instructions[ins.index].fold = True
         elif isinstance(value, (int, float, bool)):
-            from nki import isa
-
-            isa.memset(dst=dst, value=value)
+            HOOKS["memset"](dst=dst, value=value)
         else:
             raise error(f"cannot assign {type(value).__name__} to an NKI tensor")
 
@@ -671,11 +721,9 @@ class Tensor(NKIObject):
                         "nl.transpose / nisa.nc_transpose")
         return self.permute(1, 0)
 
-    # -- arithmetic through nki.language
+    # -- arithmetic through nki.language (its functions, installed in HOOKS at its import)
     def _nl(self, name, *args):
-        from nki import language as nl
-
-        return getattr(nl, name)(*args)
+        return HOOKS[name](*args)
 
     def __add__(self, o): return self._nl("add", self, o)
     def __radd__(self, o): return self._nl("add", o, self)
@@ -695,8 +743,6 @@ class Tensor(NKIObject):
     def __matmul__(self, o): return self._nl("matmul", self, o)
 
     def _inplace(self, name, other):
-        from nki import isa, language as nl
-
         if (name == "add" and self.buffer is psum and isinstance(other, Tensor)
                 and other._pending_matmul is not None and other.shape == self.shape):
             # `acc += nl.matmul(...)`: the matmul accumulates into acc in PSUM instead of writing
@@ -705,11 +751,11 @@ class Tensor(NKIObject):
             tracer.retarget_matmul(other._pending_matmul, self)
             other._pending_matmul = None
             return self
-        op = getattr(nl, name)
+        op = HOOKS[name]
         if isinstance(other, Tensor):
-            isa.tensor_tensor(dst=self, data1=self, data2=other, op=op)
+            HOOKS["tensor_tensor"](dst=self, data1=self, data2=other, op=op)
         else:
-            isa.tensor_scalar(dst=self, data=self, op0=op, operand0=other)
+            HOOKS["tensor_scalar"](dst=self, data=self, op0=op, operand0=other)
         return self
 
     def __iadd__(self, o): return self._inplace("add", o)
@@ -756,7 +802,7 @@ class Instr:
 
     __slots__ = ("op", "engine", "program", "location", "views", "alu0", "alu1", "alu2",
                  "reverse0", "reverse1", "imm0", "imm1", "imm2", "act", "axes", "negate",
-                 "accumulate", "reduce_cmd", "pattern", "text", "after", "name", "spill")
+                 "accumulate", "reduce_cmd", "pattern", "text", "after", "name", "spill", "fold")
 
     def __init__(self, op, engine, program, location, views, **params):
         self.op, self.engine, self.program, self.location = op, engine, program, location
@@ -767,6 +813,7 @@ class Instr:
         self.act = self.axes = self.reduce_cmd = 0
         self.accumulate = None
         self.pattern, self.text, self.after, self.name, self.spill = [], "", [], None, None
+        self.fold = False
         for k, v in params.items():
             setattr(self, k, v)
 
@@ -801,6 +848,7 @@ class Tracer:
         self.hbm_allocs = {}  # program -> [Buffer] in allocation order (shared_hbm aliasing)
         self.accumulators = {}  # (program, engine) -> the engine's reduce accumulator Buffer
         self.spills = []  # [(Buffer, bytes moved)] chosen by finalize()
+        self.legacy_uses = None  # a list while a legacy-API kernel traces (nki.legacy.report)
 
     @property
     def locations(self):
@@ -890,11 +938,80 @@ class Tracer:
         """Resolves PSUM accumulation groups, checks on-chip capacity over the buffers' lifetimes
         (spilling where AWS's compiler spills) and returns (buffers, instructions) in the form the
         runtime takes."""
+        self._fold_assignments()
         self._resolve_accumulation()
         self._place_on_chip()
+        self._interleave_programs()
         buffers = [(b.memory.code, b.dtype.code, b.elements, b.binding, b.poison)
                    for b in self.buffers]
         return buffers, [ins.encode() for ins in self.instructions]
+
+    def _interleave_programs(self):
+        """SPMD programs run at the same time on their cores: the interpreter executes their
+        instructions interleaved (the k-th of each program in turn) rather than one program
+        after another, so that programs touching the same shared_hbm tensor see what concurrent
+        cores would (e.g. every program zeroing an output before any writes its share)."""
+        if len(self.grid) == 1 and self.grid[0] == 1:
+            return
+        per = {}
+        for i, ins in enumerate(self.instructions):
+            per.setdefault(ins.program, []).append(i)
+        order = []
+        queues = [per[p] for p in sorted(per)]
+        k = 0
+        while any(k < len(q) for q in queues):
+            order.extend(q[k] for q in queues if k < len(q))
+            k += 1
+        remap = {old: new for new, old in enumerate(order)}
+        out = [self.instructions[i] for i in order]
+        for ins in out:
+            ins.after = [remap[j] for j in ins.after]
+        self.instructions = out
+
+    def _fold_assignments(self):
+        """Drops the copy of `t[...] = value` where value is a fresh on-chip tile that its
+        producer wrote whole and only this copy reads, of the same dtype and shape, into a memory
+        the producer's engine can write: the producer then writes t itself."""
+        uses = {}
+        for i, ins in enumerate(self.instructions):
+            for v in ins.operands():
+                uses.setdefault(v._buffer.id, []).append(i)
+        drop = set()
+        for i, ins in enumerate(self.instructions):
+            if not ins.fold:
+                continue
+            src, dst = ins.views["a"], ins.dst
+            buf = src._buffer
+            used = sorted(set(uses.get(buf.id, ())))
+            if (not buf.on_chip or not dst._buffer.on_chip or buf.internal or buf.binding >= 0
+                    or len(used) != 2
+                    or used[1] != i or src.shape != buf.shape or src.offset != 0
+                    or src.strides != _contiguous_strides(buf.shape) or src.dtype != dst.dtype
+                    or src._dtype is not None or dst.shape != src.shape):
+                continue
+            prod = self.instructions[used[0]]
+            if prod.dst is None or prod.dst._buffer is not buf or not prod.dst.same_view(src):
+                continue
+            if any(v._buffer is buf for k, v in prod.views.items() if k != "dst" and v is not None):
+                continue
+            if prod.engine == DMA and dst.buffer is psum:
+                continue
+            if prod.engine == GPSIMD and dst.buffer is psum:
+                continue
+            if prod.op in (OP_MATMUL, OP_MATMUL_MX, OP_TRANSPOSE) and dst.buffer is not psum:
+                continue
+            prod.views["dst"] = dst
+            drop.add(i)
+        if drop:
+            remap, out = {}, []
+            for i, ins in enumerate(self.instructions):
+                if i in drop:
+                    continue
+                remap[i] = len(out)
+                out.append(ins)
+            for ins in out:
+                ins.after = [remap[j] for j in ins.after if j in remap]
+            self.instructions = out
 
     def _resolve_accumulation(self):
         # accumulate=None: the first matmul into a PSUM region overwrites it and the following
@@ -916,8 +1033,8 @@ class Tracer:
     def _place_on_chip(self):
         """Sweeps the program with the set of live on-chip tiles (a tile lives from its first to
         its last use, as the NKI allocator sees it). Where SBUF bytes per partition or PSUM banks
-        run out, the largest live tile that the current instruction does not use and that is
-        used again later is spilled: stored to the next tier after its previous use and reloaded
+        run out, the live tile that the current instruction does not use and whose next use is
+        farthest away is spilled: stored to the next tier after its previous use and reloaded
         before its next one (as AWS's compiler does). Only when the current instruction's own
         tiles do not fit is it an error."""
         uses = {}
@@ -957,7 +1074,10 @@ class Tracer:
                     if not victims:
                         raise self._capacity_error(self.instructions[i].location, resident[m], m,
                                                    total[m], limit[m])
-                    v = max(victims, key=lambda bid: (cost[m](self.buffers[bid]), bid))
+                    # Belady's choice, as a register allocator spills: the tile whose next use is
+                    # farthest away (the fewest reloads), the larger on a tie.
+                    v = max(victims, key=lambda bid: (uses[bid][bisect.bisect_right(uses[bid], i)],
+                                                      cost[m](self.buffers[bid]), bid))
                     resident[m].discard(v)
                     total[m] -= cost[m](self.buffers[v])
                     pending[v] = prev_use[v]
@@ -974,6 +1094,7 @@ class Tracer:
         import warnings
 
         after, before = {}, {}
+        notes = []
         for buf, store_at, reload_at in spills:
             to_hbm = buf.memory is sbuf
             home = Buffer(self, hbm if to_hbm else sbuf, buf.shape, buf.dtype,
@@ -990,16 +1111,23 @@ class Tracer:
             before.setdefault(reload_at, []).append(reload)
             moved = 2 * buf.partition_bytes() * buf.shape[0]
             self.spills.append((buf, moved))
-            tier = "HBM" if to_hbm else "SBUF"
-            warnings.warn_explicit(NkiSpillWarning(
-                f"{buf.location[0]}:{buf.location[1]} in kernel '{self.name}': "
-                f"{buf.memory.name} tile {buf.name + ' ' if buf.name else ''}{buf.shape} "
-                f"{buf.dtype} is spilled to {tier} after line "
-                f"{self.instructions[store_at].location[1]} and reloaded before line "
-                f"{self.instructions[reload_at].location[1]} ({moved} bytes moved): "
-                f"{buf.memory.name} is over-subscribed there on a NeuronCore-v"
-                f"{self.spec['version']}; smaller or shorter-lived tiles avoid it"),
-                NkiSpillWarning, buf.location[0], buf.location[1])
+            if len(notes) < 3:
+                notes.append(
+                    f"{buf.memory.name} tile {buf.name + ' ' if buf.name else ''}{buf.shape} "
+                    f"{buf.dtype} from line {buf.location[1]} to "
+                    f"{'HBM' if to_hbm else 'SBUF'} after line "
+                    f"{self.instructions[store_at].location[1]}, back before line "
+                    f"{self.instructions[reload_at].location[1]}")
+        # One warning per specialisation, at the first spilled tile's line; kernel.last_run.spills
+        # lists every spill.
+        first = spills[0][0]
+        total = sum(m for _, m in self.spills)
+        more = f" (and {len(spills) - len(notes)} more)" if len(spills) > len(notes) else ""
+        warnings.warn_explicit(NkiSpillWarning(
+            f"{first.location[0]}:{first.location[1]} in kernel '{self.name}': on-chip memory is "
+            f"over-subscribed on a NeuronCore-v{self.spec['version']}, so {len(spills)} spill(s) "
+            f"move {total} bytes: {'; '.join(notes)}{more}; smaller or shorter-lived tiles "
+            "avoid it"), NkiSpillWarning, first.location[0], first.location[1])
         out = []
         remap = {}
         for i, ins in enumerate(self.instructions):

@@ -156,6 +156,7 @@ class Specialization:
         self.instruction_count = len(tracer.instructions)
         self.locations = tracer.locations
         self.constants = list(constants)  # arrays bound after the outputs (nl.shared_constant)
+        self.legacy_uses = tracer.legacy_uses  # constructs of the legacy API (nki.legacy)
         self.spills = [(f"{b.memory.name} {b.shape} {b.dtype} from line {b.location[1]}", moved)
                        for b, moved in tracer.spills]
 
@@ -228,6 +229,9 @@ class JitKernel:
             self._cache[key] = spec
         return spec
 
+    def _make_tracer(self, target, grid):
+        return _core.Tracer(self.__name__, target, grid)
+
     def _check_annotations(self, args, kwargs, kinds):
         from nki.typing import TensorType
 
@@ -242,7 +246,7 @@ class JitKernel:
 
     def _trace(self, args, kinds, arrays, kwargs, grid, target):
         self._check_annotations(args, kwargs, kinds)
-        tracer = _core.Tracer(self.__name__, target, grid)
+        tracer = self._make_tracer(target, grid)
         with tracer:
             symbolic = list(args)
             for binding, (i, a) in enumerate(arrays):
@@ -264,7 +268,14 @@ class JitKernel:
                 raise _core.NkiError(f"kernel '{self.__name__}' must return HBM tensors "
                                      f"(nl.ndarray(..., buffer=nl.shared_hbm)); got {t!r}")
             buf = t._buffer
-            if t.shape != buf.shape or t.offset != 0 or t.strides != _core._contiguous_strides(buf.shape):
+            if t.shape != buf.shape:
+                # A reshaped view of a whole output (out.reshape(...)) is that output reshaped.
+                if (t.offset != 0 or t.numel() != buf.elements or t._dtype is not None
+                        or t.strides != _core._contiguous_strides(t.shape)):
+                    raise _core.NkiError(f"kernel '{self.__name__}' returns a view of part of a "
+                                         "tensor; return whole tensors (or a reshape of one)")
+                buf.shape = t.shape
+            elif t.offset != 0 or t.strides != _core._contiguous_strides(buf.shape):
                 raise _core.NkiError(f"kernel '{self.__name__}' returns a view of a tensor; "
                                      "return whole tensors")
             if buf.binding >= 0 and buf.binding < n_inputs:
@@ -293,7 +304,23 @@ class JitKernel:
             return self.fn(*args, **kwargs)  # a kernel called from a kernel is inlined
         return self.run(args, kwargs, grid)
 
+    def _positional(self, args, kwargs):
+        """Arrays passed by keyword become positional (kernels specialise on positions)."""
+        if not any(_kind(v) is not None for v in kwargs.values()):
+            return args, kwargs
+        try:
+            bound = inspect.signature(self.fn).bind(*args, **kwargs)
+        except TypeError as e:
+            raise _core.NkiError(f"kernel '{self.__name__}': {e}") from None
+        bound.apply_defaults()
+        params = inspect.signature(self.fn).parameters
+        if any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params.values()):
+            raise _core.NkiError(f"kernel '{self.__name__}': pass arrays positionally to a kernel "
+                                 "with keyword-only or variadic parameters")
+        return tuple(bound.arguments[name] for name in params), {}
+
     def run(self, args, kwargs, grid=(1,), host=False):
+        args, kwargs = self._positional(args, kwargs)
         kinds = [_kind(a) for a in args]
         present = {k for k in kinds if k is not None}
         if not present:
@@ -416,13 +443,13 @@ def _fake_outputs(spec, arrays):
     return _outputs(spec, arrays, fresh)
 
 
-def jit(kernel=None, *, platform_target=None, mode=None, **options):
+def jit(fn=None, *, platform_target=None, mode=None, **options):
     """Marks a kernel: ``@nki.jit`` or ``@nki.jit(platform_target="trn2")``."""
-    if kernel is None:
-        return lambda fn: JitKernel(fn, platform_target=platform_target, **options)
-    if isinstance(kernel, JitKernel):
-        return kernel
-    return JitKernel(kernel, platform_target=platform_target, **options)
+    if fn is None:
+        return lambda f: JitKernel(f, platform_target=platform_target, **options)
+    if isinstance(fn, JitKernel):
+        return fn
+    return JitKernel(fn, platform_target=platform_target, **options)
 
 
 def simulate(kernel):

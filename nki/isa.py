@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import math
 
-from nki import _core
+from nki import _core, _ops
 from nki._core import (
     DMA, GPSIMD, OP_ACT, OP_COPY, OP_DMA, OP_IOTA, OP_MATMUL, OP_MEMSET, OP_REDUCE, OP_SELECT,
     OP_TRANSPOSE, OP_TS, OP_TT, PMAX, SCALAR, STATIONARY_FMAX, TENSOR, VECTOR, Tensor, error,
@@ -57,6 +57,14 @@ class nc_version(enum.IntEnum):
     gen2 = 2
     gen3 = 3
     gen4 = 4
+
+
+# Deprecated aliases of the engine enum's members (NKI 0.6 keeps them).
+tensor_engine = engine.tensor
+vector_engine = engine.vector
+scalar_engine = engine.scalar
+gpsimd_engine = engine.gpsimd
+unknown_engine = engine.unknown
 
 
 class dma_engine(enum.Enum):
@@ -183,13 +191,15 @@ def _operand(value, dst, what, op):
         view = Tensor(value._buffer, (dst.shape[0],) + (1,) * (dst.ndim - 1),
                       (value.strides[0],) + (0,) * (dst.ndim - 1), value.offset)
         return view.broadcast_to(dst.shape), 0.0
+    if value is None:
+        return None, 0.0  # a unary op0 (nl.abs) takes no operand
     if isinstance(value, (int, float, bool)) or hasattr(value, "__float__"):
         return None, float(value)
     raise error(f"{op}: {what} must be a number or a tensor, got {type(value).__name__}")
 
 
 def _alu(op, what="op"):
-    code = getattr(op, "alu", None)
+    code = getattr(_ops.resolve(op), "alu", None)
     if code is None:
         raise error(f"{op!r} is not an ALU operation (nl.add, nl.multiply, nl.maximum, ...)")
     return code
@@ -230,8 +240,6 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
             raise error(f"{op}: {what} must be in SBUF (the Tensor engine reads SBUF), it is in "
                         f"{x.buffer.name}")
         _check_partition_start(x, what, op)
-    if is_transpose:
-        return nc_transpose(dst, moving, engine=engine.tensor, name=name)
     k, m, n = stationary.shape[0], _free(stationary), _free(moving)
     if moving.shape[0] != k:
         raise error(f"{op}: stationary {stationary.shape} and moving {moving.shape} must share the "
@@ -255,7 +263,12 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     if not (stationary.dtype.is_float and moving.dtype.is_float):
         raise error(f"{op}: the Tensor engine has no integer data path; got {stationary.dtype} x "
                     f"{moving.dtype}")
-    _core.check_psum_dst(dst, stationary.dtype, moving.dtype)
+    if is_transpose and dst.dtype == stationary.dtype and dst.buffer is psum:
+        # Transpose mode (moving = identity): the stationary's values pass through bit-exactly,
+        # so a 16-bit PSUM result is allowed on every version.
+        pass
+    else:
+        _core.check_psum_dst(dst, stationary.dtype, moving.dtype)
     if dst.shape[0] != m or _free(dst) != n:
         raise error(f"{op}: dst {dst.shape} must be [{m}, {n}] for stationary {stationary.shape} "
                     f"and moving {moving.shape}")
@@ -304,9 +317,7 @@ def _reduction(tracer, eng, dst, reduce_op, reduce_res, cmd, init=None, negate=F
     if reduce_res is None and cmd == reduce_cmd.idle:
         return {}
     if reduce_op is None:
-        from nki import language as nl
-
-        reduce_op = nl.add
+        reduce_op = _ops.add
     if reduce_res is not None:
         _on_chip(reduce_res, "reduce_res", op)
         if reduce_res.shape[0] != dst.shape[0] or _free(reduce_res) != 1:
@@ -334,7 +345,7 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
     tracer = _core.current_tracer()
     _on_chip(data, "data", name)
     _on_chip(dst, "dst", name)
-    act = getattr(op, "act", None)
+    act = getattr(_ops.resolve(op), "act", None)
     if act is None:
         raise error(f"{name}: {op!r} is not an activation function (nl.exp, nl.tanh, nl.copy, ...)")
     _same_elements(dst, data, name, "data")
@@ -594,9 +605,7 @@ def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value
         raise error(f"{what}: pattern {pattern} gives {math.prod(counts)} elements per partition, "
                     f"dst has {_free(dst)}")
     if cmp_op is None:
-        from nki import language as nl
-
-        cmp_op = nl.equal
+        cmp_op = _ops.equal
     shaped = (dst.shape[0],) + tuple(counts)
     dview = _reshaped(dst, shaped, what)
     tview = _reshaped(on_true_tile, shaped, what)
@@ -693,14 +702,12 @@ def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None):
 
 def reciprocal(dst, data, name=None):
     """dst = 1 / data on the Vector engine (FP32 inside)."""
-    from nki import language as nl
-
     what = "reciprocal"
     tracer = _core.current_tracer()
     _on_chip(data, "data", what)
     _on_chip(dst, "dst", what)
     _same_elements(dst, data, what, "data")
-    return _emit(tracer, name, OP_ACT, VECTOR, dst, _view_like(data, dst), act=nl.reciprocal.act,
+    return _emit(tracer, name, OP_ACT, VECTOR, dst, _view_like(data, dst), act=_ops.reciprocal.act,
                  imm0=1.0)
 
 
@@ -708,8 +715,6 @@ def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=reduce_cmd.
                 reduce_init=0.0, name=None):
     """dst = exp(src - max_value) on the Vector engine (NeuronCore-v4), with its sum through the
     accumulators into reduce_res."""
-    from nki import language as nl
-
     what = "exponential"
     tracer = _core.current_tracer()
     if tracer.spec["version"] < 4:
@@ -719,10 +724,10 @@ def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=reduce_cmd.
     _on_chip(dst, "dst", what)
     _same_elements(dst, src, what, "src")
     mview, mimm = _operand(max_value, dst, "max_value", what)
-    red = _reduction(tracer, VECTOR, dst, nl.add, reduce_res, reduce_cmd, reduce_init, op=what)
+    red = _reduction(tracer, VECTOR, dst, _ops.add, reduce_res, reduce_cmd, reduce_init, op=what)
     # reverse0: the bias (max_value) is subtracted.
     return _emit(tracer, name, OP_ACT, VECTOR, dst, _view_like(src, dst), mview, None,
-                 act=nl.exp.act, imm0=1.0, imm1=mimm, reverse0=True, **red)
+                 act=_ops.exp.act, imm0=1.0, imm1=mimm, reverse0=True, **red)
 
 
 def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
@@ -935,3 +940,25 @@ nonzero_with_count = _refused("nonzero_with_count", "not modelled yet",
                               ["dst", "src", "index_offset", "padding_val", "name"])
 topk = _refused("topk", "not modelled yet (max8 / nc_find_index8 give the top 8)",
                 ["val_dst", "idx_dst", "src", "n", "name"])
+
+
+# Tensors' assignments and in-place operators run these instructions (nki._core.HOOKS).
+_core.HOOKS.update(dma_copy=dma_copy, tensor_copy=tensor_copy, memset=memset,
+                   tensor_tensor=tensor_tensor, tensor_scalar=tensor_scalar)
+
+
+def _constants_module():
+    """``nki.isa.constants``: the enums, importable as their own module (NKI 0.6 kernels do
+    ``from nki.isa.constants import oob_mode``)."""
+    import sys
+    import types
+
+    mod = types.ModuleType("nki.isa.constants", "The nki.isa enums.")
+    for name in ("engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version",
+                 "dma_engine"):
+        setattr(mod, name, globals()[name])
+    sys.modules["nki.isa.constants"] = mod
+    return mod
+
+
+constants = _constants_module()

@@ -13,8 +13,17 @@ import contextlib
 import math
 import operator
 
-from nki import _core
+from nki import _core, _ops
 from nki import isa as _isa
+from nki._ops import (  # noqa: F401  (the operations, re-exported as nl.<name>)
+    abs, abs_max, abs_min, add, all, arctan, average, bitwise_and, bitwise_or, bitwise_xor,
+    bypass, ceil, cos, divide, equal, erf, erf_dx, exp, floor, fmod, gelu, gelu_apprx_sigmoid,
+    gelu_apprx_sigmoid_dx, gelu_apprx_tanh, gelu_dx, greater, greater_equal, left_shift, less,
+    less_equal, log, logical_and, logical_not, logical_or, logical_xor, max, maximum, min,
+    minimum, mish, mod, multiply, negative, not_equal, power, prelu, prod, reciprocal, relu,
+    right_shift, rsqrt, sigmoid, sign, silu, silu_dx, sin, softplus, sqrt, square, subtract, sum,
+    tan, tanh, trunc,
+)
 from nki._core import (  # noqa: F401  (re-exported names)
     OP_PRINT, DType, NKIObject, NkiError, Tensor, bfloat16, bool_, error, float4_e2m1fn_x4,
     float8_e4m3, float8_e4m3fn, float8_e4m3fn_x4, float8_e5m2, float8_e5m2_x4, float8_e8m0fnu,
@@ -92,6 +101,16 @@ class _TileSize:
     @property
     def sbuf_size_bytes(self):
         return self.sbuf_fmax_bytes * self.pmax
+
+    @property
+    def sbuf_fmax(self):
+        """The free size of an SBUF tile, in float32 elements."""
+        return self.sbuf_fmax_bytes // 4
+
+    @property
+    def total_available_sbuf_size(self):
+        """Deprecated in NKI 0.4 (the per-partition bytes, despite its name)."""
+        return self.sbuf_fmax_bytes
 
 
 tile_size = _TileSize()
@@ -368,21 +387,6 @@ def copy(x, dtype=None, **kwargs):
 # operations (usable as `op=` of nki.isa instructions)
 
 
-class _Op:
-    def __init__(self, name, impl, alu=None, act=None, py=None):
-        self.name = name
-        self._impl = impl
-        self.alu = alu
-        self.act = act
-        self.py = py
-
-    def __call__(self, *args, **kwargs):
-        return self._impl(self, *args, **kwargs)
-
-    def __repr__(self):
-        return f"nl.{self.name}"
-
-
 def _left_aligned(x, ndim):
     # On-chip tensors align on the partition dim (dim 0): a [P] tensor against [P, F] is [P, 1].
     if x.ndim == ndim:
@@ -447,91 +451,16 @@ def _reduce(self, x, axis, dtype=None, keepdims=False, mask=None, **kwargs):
     shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape)) if keepdims else tuple(
         n for d, n in enumerate(x.shape) if d not in axes)
     out = ndarray(shape, dtype or x.dtype, buffer=sbuf)
-    _isa.tensor_reduce(dst=out, op=_REDUCE_ALU[self.name], data=x, axis=axes)
+    _isa.tensor_reduce(dst=out, op=_ops.REDUCE_ALU[self.name], data=x, axis=axes)
     return out
 
-
-def _f(name, act=None, alu=None, py=None):
-    return _Op(name, _unary, alu=alu, act=act, py=py)
-
-
-def _b(name, alu, py):
-    return _Op(name, _binary, alu=alu, py=py)
-
-
-# ALU codes (nrtsim::nki::Alu) and activation codes (nrtsim::nki::Act).
-add = _b("add", 1, operator.add)
-subtract = _b("subtract", 2, operator.sub)
-multiply = _b("multiply", 3, operator.mul)
-divide = _b("divide", 4, operator.truediv)
-maximum = _b("maximum", 5, builtins.max)
-minimum = _b("minimum", 6, builtins.min)
-power = _b("power", 7, operator.pow)
-fmod = _b("fmod", 8, math.fmod)
-equal = _b("equal", 9, lambda a, b: float(a == b))
-not_equal = _b("not_equal", 10, lambda a, b: float(a != b))
-greater = _b("greater", 11, lambda a, b: float(a > b))
-greater_equal = _b("greater_equal", 12, lambda a, b: float(a >= b))
-less = _b("less", 13, lambda a, b: float(a < b))
-less_equal = _b("less_equal", 14, lambda a, b: float(a <= b))
-logical_and = _b("logical_and", 15, lambda a, b: float(bool(a) and bool(b)))
-logical_or = _b("logical_or", 16, lambda a, b: float(bool(a) or bool(b)))
-logical_xor = _b("logical_xor", 17, lambda a, b: float(bool(a) != bool(b)))
-bitwise_and = _b("bitwise_and", 18, operator.and_)
-bitwise_or = _b("bitwise_or", 19, operator.or_)
-bitwise_xor = _b("bitwise_xor", 20, operator.xor)
-abs_max = _b("abs_max", 21, lambda a, b: builtins.max(builtins.abs(a), builtins.abs(b)))
-abs_min = _b("abs_min", 22, lambda a, b: builtins.min(builtins.abs(a), builtins.abs(b)))
 
 # nl.copy is both the tile copy above and the identity activation (op=nl.copy).
 copy.act = 0
 copy.alu = 0
-exp = _f("exp", 1, py=math.exp)
-log = _f("log", 2, py=math.log)
-sqrt = _f("sqrt", 3, py=math.sqrt)
-rsqrt = _f("rsqrt", 4, py=lambda a: 1 / math.sqrt(a))
-reciprocal = _f("reciprocal", 5, py=lambda a: 1 / a)
-tanh = _f("tanh", 6, py=math.tanh)
-sigmoid = _f("sigmoid", 7, py=lambda a: 1 / (1 + math.exp(-a)))
-relu = _f("relu", 8, py=lambda a: builtins.max(a, 0))
-gelu = _f("gelu", 9, py=lambda a: 0.5 * a * (1 + math.erf(a / math.sqrt(2))))
-gelu_apprx_tanh = _f("gelu_apprx_tanh", 10)
-silu = _f("silu", 11, py=lambda a: a / (1 + math.exp(-a)))
-softplus = _f("softplus", 12, py=lambda a: math.log1p(math.exp(a)))
-erf = _f("erf", 13, py=math.erf)
-sin = _f("sin", 14, py=math.sin)
-cos = _f("cos", 15, py=math.cos)
-abs = _f("abs", 16, py=lambda a: a if a >= 0 else -a)  # noqa: A001
-square = _f("square", 17, py=lambda a: a * a)
-sign = _f("sign", 18, py=lambda a: float((a > 0) - (a < 0)))
-negative = _f("negative", 19, py=operator.neg)
-mish = _f("mish", 20)
-arctan = _f("arctan", 21, py=math.atan)
-
-tan = _f("tan", 22, py=math.tan)
-ceil = _f("ceil", 23, py=math.ceil)
-floor = _f("floor", 24, py=math.floor)
-trunc = _f("trunc", 25, py=math.trunc)
-gelu_dx = _f("gelu_dx", 26)
-gelu_apprx_sigmoid = _f("gelu_apprx_sigmoid", 27)
-gelu_apprx_sigmoid_dx = _f("gelu_apprx_sigmoid_dx", 28)
-silu_dx = _f("silu_dx", 29)
-erf_dx = _f("erf_dx", 30)
-logical_not = _f("logical_not", 31, py=lambda a: float(not a))
-left_shift = _b("left_shift", 23, operator.lshift)
-right_shift = _b("right_shift", 24, operator.rshift)
-mod = _b("mod", 25, lambda a, b: a % b)
-# Operation names used as `op=` arguments only: bypass (pass data through a tensor_scalar stage),
-# average (tensor_partition_reduce), prelu (an activation with a slope; not modelled).
-bypass = _Op("bypass", lambda self, *a, **k: (_ for _ in ()).throw(
-    error("nl.bypass is an op= argument, not a function")), alu=0, act=0)
-average = _Op("average", lambda self, *a, **k: (_ for _ in ()).throw(
-    error("nl.average is an op= argument of tensor_partition_reduce")), alu=1)
-prelu = _Op("prelu", lambda self, *a, **k: (_ for _ in ()).throw(
-    error(_core.REFUSED["nki.language.prelu"])))
-_core.refused("nki.language.prelu",
-              "nl.prelu (an activation with a slope, relu_param) is not modelled by this "
-              "interpreter")
+_ops.bind("binary", _binary)
+_ops.bind("unary", _unary)
+_ops.bind("reduce", _reduce)
 
 
 def invert(x, dtype=None, **kwargs):
@@ -542,15 +471,6 @@ def invert(x, dtype=None, **kwargs):
         raise error(f"nl.invert takes an integer tile, got {x.dtype}")
     mask = -1 if x.dtype.name.startswith("int") else (1 << (8 * x.dtype.itemsize)) - 1
     return bitwise_xor(x, mask, dtype=dtype)
-
-
-_REDUCE_ALU = {"sum": add, "max": maximum, "min": minimum, "prod": multiply, "all": logical_and}
-# Reductions also name their ALU operation, so nisa.tensor_reduce(op=nl.max) works.
-sum = _Op("sum", _reduce, alu=1)  # noqa: A001
-max = _Op("max", _reduce, alu=5)  # noqa: A001
-min = _Op("min", _reduce, alu=6)  # noqa: A001
-prod = _Op("prod", _reduce, alu=3)
-all = _Op("all", _reduce, alu=15)  # noqa: A001
 
 
 def mean(x, axis, dtype=None, keepdims=False, **kwargs):
@@ -637,7 +557,7 @@ def softmax(x, axis=-1, dtype=None, **kwargs):
     return out
 
 
-def rms_norm(x, w, axis=-1, n=None, epsilon=1e-6, dtype=None, **kwargs):
+def rms_norm(x, w, axis=-1, n=None, epsilon=1e-6, dtype=None, compute_dtype=None, **kwargs):
     """x / sqrt(mean(x^2) + epsilon) * w along the free axis; w is [1, F] or [P, F] (broadcast
     over partitions as it is read)."""
     if axis < 0:
@@ -646,17 +566,23 @@ def rms_norm(x, w, axis=-1, n=None, epsilon=1e-6, dtype=None, **kwargs):
         raise error("nl.rms_norm here takes a 2-D tile and its free axis (axis=1 / -1)")
     p, f = x.shape
     n = n or f
-    sq = ndarray(x.shape, float32, buffer=sbuf)
-    ss = ndarray((p, 1), float32, buffer=sbuf)
+    cd = _core.as_dtype(compute_dtype) if compute_dtype is not None else float32
+    sq = ndarray(x.shape, cd, buffer=sbuf)
+    ss = ndarray((p, 1), cd, buffer=sbuf)
     _isa.activation(sq, square, x, reduce_op=add, reduce_res=ss)
-    rs = ndarray((p, 1), float32, buffer=sbuf)
+    rs = ndarray((p, 1), cd, buffer=sbuf)
     _isa.tensor_scalar(rs, ss, multiply, 1.0 / n, op1=add, operand1=float(epsilon))
-    inv = ndarray((p, 1), float32, buffer=sbuf)
+    inv = ndarray((p, 1), cd, buffer=sbuf)
     _isa.activation(inv, rsqrt, rs)
-    normed = ndarray(x.shape, float32, buffer=sbuf)
+    normed = ndarray(x.shape, cd, buffer=sbuf)
     _isa.tensor_scalar(normed, x, multiply, inv)
     out = ndarray(x.shape, dtype or x.dtype, buffer=sbuf)
     wv = _left_aligned(w, 2).broadcast_to(x.shape)
     _isa.tensor_tensor(out, normed, wv, multiply)
     return out
 
+
+# Tensors' Python operators (+ - * / ** @, comparisons, abs, negation) call these.
+_core.HOOKS.update({name: globals()[name] for name in (
+    "add", "subtract", "multiply", "divide", "power", "negative", "abs", "less", "less_equal",
+    "greater", "greater_equal", "matmul")})

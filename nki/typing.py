@@ -55,5 +55,7 @@ class _TensorAnnotation(TensorType):
 
 
 tensor = _TensorAnnotation()
+# The legacy API's annotation of a tensor the kernel writes (an input it mutates): a tensor.
+mutable_tensor = _TensorAnnotation()
 
-__all__ = ["TensorType", "tensor"]
+__all__ = ["TensorType", "mutable_tensor", "tensor"]

@@ -55,7 +55,10 @@ class StorageCopier:
     def __init__(self, device: str):
         self.device = device
         self._storages: dict[tuple[int, int, torch.dtype], torch.Tensor] = {}
-        self._tensors: dict[int, torch.Tensor] = {}
+        # id(t) -> (t, its copy). Holding t keeps its id from being reused by a later tensor
+        # while this copier lives (a freed temporary's id otherwise maps a new tensor to the old
+        # one's copy).
+        self._tensors: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def tensor(self, t: torch.Tensor) -> torch.Tensor:
         if id(t) not in self._tensors:
@@ -65,6 +68,9 @@ class StorageCopier:
                 else:
                     storage = t.untyped_storage()
                     key = (storage.data_ptr(), storage.nbytes(), t.dtype)
+                    if storage.nbytes() == 0:
+                        # Empty storages all have data pointer 0: they share nothing.
+                        key = (id(t), 0, t.dtype)
                     if key not in self._storages:
                         flat = torch.empty(0, dtype=t.dtype)
                         flat.set_(storage, 0, (storage.nbytes() // t.element_size(),), (1,))
@@ -74,8 +80,8 @@ class StorageCopier:
                     )
             if t.requires_grad:
                 result = result.detach().requires_grad_(True)
-            self._tensors[id(t)] = result
-        return self._tensors[id(t)]
+            self._tensors[id(t)] = (t, result)
+        return self._tensors[id(t)][1]
 
     def __call__(self, value):
         return pytree.tree_map_only(torch.Tensor, self.tensor, value)

@@ -25,9 +25,9 @@ from torch_neuronx import _C  # noqa: E402
 
 # The simulated clock's per-engine model of each Trainium generation: an editable data file
 # (NRTSIM_ENGINE_MODEL names another one). Set before anything can start the runtime.
-_C._set_engine_model_path(
-    __import__("os").path.join(__import__("os").path.dirname(__file__), "data", "neuron_cores.ini")
-)
+from torch_neuronx import _env  # noqa: E402
+
+_C._set_engine_model_path(_env.data_file("neuron_cores.ini"))
 from torch_neuronx import _registration  # noqa: E402
 
 _registration.register()
@@ -62,6 +62,12 @@ atexit.register(_let_autograd_device_threads_finish)
 # PyTorch's own (thread-local, for the importing thread); set_multithreading_enabled(True)
 # restores the worker threads, and backward() from other threads uses them as usual.
 torch.autograd.set_multithreading_enabled(False)
+
+# torch.compile without a backend: graphs on neuron tensors compile with the neuron backend, as
+# TorchNeuron selects it on a Neuron device (Inductor has no neuron code generation).
+from torch_neuronx.dynamo import default_backend as _default_backend  # noqa: E402
+
+_default_backend.install()
 
 from torch_neuronx import neuron  # noqa: E402
 from torch_neuronx import multiprocessing as _multiprocessing  # noqa: E402

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <vector>
 
+#include "runtime/Env.h"
 #include "runtime/Error.h"
 #include "runtime/IniFile.h"
 
@@ -98,9 +99,7 @@ void set_default_engine_model_path(const std::string& path) {
 }
 
 std::string default_engine_model_path() {
-  if (const char* env = std::getenv("NRTSIM_ENGINE_MODEL"); env != nullptr && *env != '\0') {
-    return env;
-  }
+  if (auto path = env::get("NRTSIM_ENGINE_MODEL")) return *path;
   std::lock_guard<std::mutex> lock(g_path_mutex);
   return g_default_path;
 }

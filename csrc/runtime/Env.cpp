@@ -60,8 +60,13 @@ std::vector<int> parse_core_list(std::string_view variable, std::string_view tex
       if (!parse_nonnegative(item, first)) bad(variable, text, kExpected);
       last = first;
     } else if (!parse_nonnegative(item.substr(0, dash), first) ||
-               !parse_nonnegative(item.substr(dash + 1), last) || last < first) {
+               !parse_nonnegative(item.substr(dash + 1), last)) {
       bad(variable, text, kExpected);
+    } else if (last < first) {
+      bad(variable, text,
+          std::string(kExpected) + "; the range '" + std::string(item) +
+              "' is reversed: a range runs from the lower core to the higher, as '" +
+              std::to_string(last) + "-" + std::to_string(first) + "'");
     }
     if (last > 100'000) bad(variable, text, kExpected);
     for (long long c = first; c <= last; ++c) cores.push_back(static_cast<int>(c));
@@ -77,7 +82,9 @@ std::vector<int> parse_core_list(std::string_view variable, std::string_view tex
 
 uint64_t parse_bytes(std::string_view variable, std::string_view text) {
   static constexpr std::string_view kExpected =
-      "a byte count such as '1073741824', '512MiB', '1.5GiB', '64M' or '2G'";
+      "a size with a unit such as '512MiB', '1.5GiB', '64M', '2G' or '4096B' (K, M, G, T are "
+      "binary), or a bare byte count of at least 1 MiB such as '1073741824'";
+  constexpr double kMiB = 1024.0 * 1024;
   std::string_view s = trim(text);
   size_t number_end = 0;
   while (number_end < s.size() &&
@@ -94,15 +101,69 @@ uint64_t parse_bytes(std::string_view variable, std::string_view text) {
   std::transform(unit.begin(), unit.end(), unit.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   double scale = 0;
-  if (unit.empty() || unit == "b") scale = 1;
+  if (unit.empty()) {
+    // A bare number is bytes; below 1 MiB it is far more likely a size in another unit (the
+    // variable once read "512" as 512 bytes, giving a core 0 MB of HBM without a word).
+    if (value < kMiB) {
+      bad(variable, text,
+          std::string(kExpected) + "; a bare number below 1 MiB is refused because it would be "
+              "taken as bytes: write the unit, e.g. '" + number + "MiB' or '" + number + "B'");
+    }
+    scale = 1;
+  } else if (unit == "b") scale = 1;
   else if (unit == "k" || unit == "kb" || unit == "kib") scale = 1024.0;
-  else if (unit == "m" || unit == "mb" || unit == "mib") scale = 1024.0 * 1024;
-  else if (unit == "g" || unit == "gb" || unit == "gib") scale = 1024.0 * 1024 * 1024;
-  else if (unit == "t" || unit == "tb" || unit == "tib") scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "m" || unit == "mb" || unit == "mib") scale = kMiB;
+  else if (unit == "g" || unit == "gb" || unit == "gib") scale = kMiB * 1024;
+  else if (unit == "t" || unit == "tb" || unit == "tib") scale = kMiB * 1024 * 1024;
   else bad(variable, text, kExpected);
   const double bytes = std::floor(value * scale);
   if (bytes < 1 || bytes > 9.0e18) bad(variable, text, kExpected);
   return static_cast<uint64_t>(bytes);
+}
+
+namespace {
+constexpr std::string_view kSwitchWords =
+    "1, true, yes, on (to turn it on) or 0, false, no, off (to turn it off)";
+
+std::string lower(std::string_view text) {
+  std::string word(trim(text));
+  std::transform(word.begin(), word.end(), word.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return word;
+}
+
+std::optional<bool> switch_word(const std::string& word) {
+  if (word == "1" || word == "true" || word == "yes" || word == "on") return true;
+  if (word == "0" || word == "false" || word == "no" || word == "off") return false;
+  return std::nullopt;
+}
+}  // namespace
+
+bool parse_switch(std::string_view variable, std::string_view text) {
+  if (auto on = switch_word(lower(text))) return *on;
+  bad(variable, text, "one of " + std::string(kSwitchWords));
+}
+
+std::optional<bool> parse_auto_switch(std::string_view variable, std::string_view text) {
+  const std::string word = lower(text);
+  if (word == "auto") return std::nullopt;
+  if (auto on = switch_word(word)) return on;
+  bad(variable, text, "auto (the default) or one of " + std::string(kSwitchWords));
+}
+
+std::optional<bool> switch_value(const char* variable) {
+  if (auto v = get(variable)) return parse_switch(variable, *v);
+  return std::nullopt;
+}
+
+std::optional<uint64_t> bytes_value(const char* variable) {
+  if (auto v = get(variable)) return parse_bytes(variable, *v);
+  return std::nullopt;
+}
+
+std::optional<int> int_value(const char* variable) {
+  if (auto v = get(variable)) return parse_int(variable, *v);
+  return std::nullopt;
 }
 
 }  // namespace nrtsim::env

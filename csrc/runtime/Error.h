@@ -25,10 +25,21 @@ class Error : public std::runtime_error {
   ErrorCode code_;
 };
 
-// Carries the numbers a user needs to act on an OOM: what was asked, what was left, the ceiling.
+// Why an HBM allocation failed. A simulated core's HBM is host memory, so an allocation can fail
+// with room left on the core, when the host refuses the memory (a `ulimit -v`, a cgroup limit, a
+// machine out of memory): a different problem with a different fix.
+enum class OomCause {
+  kHbmCapacity,  // the core's capacity is used up
+  kHostRefused,  // the core has room; the host could not map the memory behind it
+};
+
+// Carries the numbers a user needs to act on an OOM: what was asked, what was left, the ceiling,
+// and which of the two limits was hit.
 class OutOfMemoryError : public Error {
  public:
-  OutOfMemoryError(int device, uint64_t requested, uint64_t free, uint64_t capacity);
+  OutOfMemoryError(int device, uint64_t requested, uint64_t free, uint64_t capacity,
+                   OomCause cause = OomCause::kHbmCapacity);
+  OomCause cause() const noexcept { return cause_; }
   int device() const noexcept { return device_; }
   uint64_t requested() const noexcept { return requested_; }
   uint64_t free_bytes() const noexcept { return free_; }
@@ -39,6 +50,7 @@ class OutOfMemoryError : public Error {
   uint64_t requested_;
   uint64_t free_;
   uint64_t capacity_;
+  OomCause cause_;
 };
 
 // "1.50 GiB"-style rendering used in error messages and summaries.

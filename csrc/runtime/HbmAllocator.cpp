@@ -28,9 +28,10 @@ void* HbmAllocator::allocate(size_t bytes) {
   void* ptr = SharedHbm::instance().allocate(size);
   if (ptr == nullptr) ptr = std::aligned_alloc(kAlignment, size);
   if (ptr == nullptr) {
-    // The simulated core has room but the host does not: report it the same way, since the
-    // user's remedy (smaller tensors) is the same.
-    throw OutOfMemoryError(device_index_, bytes, capacity_ - used_, capacity_);
+    // The simulated core has room but the host does not: a host limit, not the core's capacity,
+    // and the error says so (raising NRTSIM_HBM_BYTES would not help).
+    throw OutOfMemoryError(device_index_, bytes, capacity_ - used_, capacity_,
+                           OomCause::kHostRefused);
   }
   used_ += size;
   live_.insert(ptr, size);

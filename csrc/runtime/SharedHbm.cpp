@@ -30,8 +30,7 @@ bool SharedHbm::open_file_locked() {
   id_ = FileId{};
   owner_pid_ = pid;
   next_offset_ = 0;
-  if (const auto v = env::get("NRTSIM_SHARED_HBM");
-      v && env::parse_int("NRTSIM_SHARED_HBM", *v) == 0) {
+  if (env::switch_value("NRTSIM_SHARED_HBM") == false) {
     status_ = "off: NRTSIM_SHARED_HBM=0";
     return false;
   }

@@ -8,16 +8,11 @@ namespace nrtsim {
 TopologyConfig TopologyConfig::from_environment() {
   TopologyConfig config;
   if (auto v = env::get("NRTSIM_INSTANCE")) config.instance = *v;
-  if (auto v = env::get("NEURON_LOGICAL_NC_CONFIG")) {
-    config.lnc = env::parse_int("NEURON_LOGICAL_NC_CONFIG", *v);
-  }
+  config.lnc = env::int_value("NEURON_LOGICAL_NC_CONFIG");
+  // Parsed by build(), which knows how many cores exist.
   if (auto v = env::get("NEURON_RT_VISIBLE_CORES")) config.visible_cores = *v;
-  if (auto v = env::get("NEURON_RT_NUM_CORES")) {
-    config.num_cores = env::parse_int("NEURON_RT_NUM_CORES", *v);
-  }
-  if (auto v = env::get("NRTSIM_HBM_BYTES")) {
-    config.hbm_bytes = env::parse_bytes("NRTSIM_HBM_BYTES", *v);
-  }
+  config.num_cores = env::int_value("NEURON_RT_NUM_CORES");
+  config.hbm_bytes = env::bytes_value("NRTSIM_HBM_BYTES");
   return config;
 }
 

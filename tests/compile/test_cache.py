@@ -1,4 +1,4 @@
-"""The persistent program cache (TorchNeuron's NEFF cache, torch_neuronx/dynamo/neff_cache.py):
+"""The persistent program cache (TorchNeuron's NEFF cache, torch_neuronx/dynamo/program_cache.py):
 hit after a restart (programs and the graph entry that lets a restart skip AOTAutograd), a
 corrupted or truncated entry rebuilt and reported, two processes compiling into one directory at
 once, the switch-off variable, the lock timeout, and torch.compiler's save_cache_artifacts() /
@@ -23,7 +23,7 @@ import filelock
 import pytest
 import torch
 
-from torch_neuronx.dynamo import neff_cache
+from torch_neuronx.dynamo import program_cache
 
 EPS = torch.finfo(torch.float32).eps
 
@@ -50,7 +50,8 @@ print(json.dumps({
     "values": [t.cpu().flatten().tolist() for t in compiled],
     "worst": max((c - e).abs().max().item() for c, e in zip(compiled, eager)),
     "metrics": {k: metrics[k] for k in ("programs", "compiles", "cache_hits", "cache_misses",
-                                        "cache_corrupted")},
+                                        "cache_corrupted", "cpp_wrapper_programs",
+                                        "direct_cpp_programs")},
     "graph_hits": counters["aot_autograd"]["autograd_cache_hit"],
 }))
 """
@@ -100,6 +101,10 @@ def test_hit_after_restart(tmp_path):
     # The restart took the graph entry: no AOTAutograd trace or partition, programs loaded.
     assert second["graph_hits"] == 1, second
     assert second["values"] == first["values"]  # the same programs, bit for bit
+    # Loaded programs are launched as compiled ones are: their C++ wrapper called directly.
+    for run in (first, second):
+        m = run["metrics"]
+        assert m["direct_cpp_programs"] == m["cpp_wrapper_programs"] == 2, run
 
 
 def test_two_processes_compile_into_one_directory(tmp_path):
@@ -112,7 +117,7 @@ def test_two_processes_compile_into_one_directory(tmp_path):
     assert results[0]["values"] == results[1]["values"]
     assert all(r["worst"] <= _BOUND for r in results)
     for entry in _entries(tmp_path):
-        neff_cache.decode_entry(entry.read_bytes())  # complete, checksum-valid entries
+        program_cache.decode_entry(entry.read_bytes())  # complete, checksum-valid entries
     assert not list(pathlib.Path(tmp_path).glob("*/.*.tmp"))  # no temporary files left
 
 
@@ -158,7 +163,7 @@ def test_corrupted_entry_is_reported_and_rebuilt(tmp_path, monkeypatch, damage):
     for a, b in zip(rebuilt, reference):
         assert torch.equal(a, b)
     for entry in _entries(tmp_path):  # rewritten whole
-        neff_cache.decode_entry(entry.read_bytes())
+        program_cache.decode_entry(entry.read_bytes())
 
     torch._dynamo.reset()
     torch.neuron.reset_dynamo_metrics()
@@ -191,7 +196,7 @@ def test_corrupted_graph_entry_is_reported_and_rebuilt(tmp_path, monkeypatch):
     for a, b in zip(rebuilt, reference):
         assert torch.equal(a, b)
     (graph_entry,) = _graph_entries(tmp_path)
-    neff_cache.decode_entry(graph_entry.read_bytes(), field="aot_result")  # rewritten whole
+    program_cache.decode_entry(graph_entry.read_bytes(), field="aot_result")  # rewritten whole
 
     torch._dynamo.reset()
     counters.clear()
@@ -263,13 +268,13 @@ def test_lock_timeout_compiles_without_the_lock(tmp_path, monkeypatch):
 def test_bad_lock_timeout_names_the_variable(monkeypatch):
     monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT", "soon")
     with pytest.raises(ValueError, match="TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT"):
-        neff_cache.lock_timeout()
+        program_cache.lock_timeout()
 
 
 def test_default_directory_follows_xdg_cache_home(tmp_path, monkeypatch):
     monkeypatch.delenv("TORCH_NEURONX_NEFF_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert neff_cache.cache_dir() == tmp_path.resolve() / "torch_neuronx" / "neff"
+    assert program_cache.cache_dir() == tmp_path.resolve() / "torch_neuronx" / "neff"
 
 
 def test_save_and_load_cache_artifacts_round_trip(tmp_path, monkeypatch):

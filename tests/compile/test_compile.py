@@ -910,6 +910,9 @@ def test_inference_programs_call_their_kernels_from_cpp(monkeypatch, how):
     m = torch.neuron.get_dynamo_metrics()
     assert m["programs"] == 1, m
     assert m["cpp_wrapper_programs"] == (1 if how == "default" else 0), m
+    # A C++ wrapper program is launched with one call from Python into C++: the launcher calls
+    # the wrapper's entry function itself.
+    assert m["direct_cpp_programs"] == m["cpp_wrapper_programs"], m
 
 
 def test_training_programs_call_their_kernels_from_cpp_too():
@@ -937,6 +940,7 @@ def test_training_programs_call_their_kernels_from_cpp_too():
         m = torch.neuron.get_dynamo_metrics()
         assert m["programs"] == 2, m
         assert m["cpp_wrapper_programs"] == 2, (mask_grad, m)
+        assert m["direct_cpp_programs"] == 2, (mask_grad, m)
 
 
 def test_attention_becomes_atens_cpu_ops_where_they_compute_what_is_used():
@@ -994,12 +998,12 @@ def test_attention_becomes_atens_cpu_ops_where_they_compute_what_is_used():
     assert targets(gm) == [fused_backward]
 
 
-def test_inference_program_with_another_librarys_op_keeps_the_python_wrapper():
-    """Random draws from the device generator are our ops (random_ops.py), which Inductor's C++
-    wrapper would call back into Python for: such an inference program keeps the Python wrapper
-    and still draws eager neuron's numbers."""
+def test_inference_program_drawing_random_numbers_calls_its_kernels_from_cpp():
+    """Random draws from the device generator are our C++ ops (csrc/backend/ops/Random.cpp),
+    which Inductor's C++ wrapper calls through the dispatcher: such an inference program has the
+    C++ wrapper, is launched directly, and draws eager neuron's numbers."""
     def f(x):
-        return x + torch.rand(x.shape, device=x.device)
+        return torch.nn.functional.dropout(x, 0.25) + torch.rand(x.shape, device=x.device)
 
     x = torch.ones(3, 4, device="neuron")
     torch.neuron.manual_seed(5)
@@ -1007,6 +1011,28 @@ def test_inference_program_with_another_librarys_op_keeps_the_python_wrapper():
         out = torch.compile(f, backend="neuron")(x)
     torch.neuron.manual_seed(5)
     assert torch.equal(out.cpu(), f(x).cpu())
+    m = torch.neuron.get_dynamo_metrics()
+    assert m["programs"] == m["cpp_wrapper_programs"] == m["direct_cpp_programs"] == 1, m
+
+
+@torch.library.custom_op("neuron_compile_test::plus_one", mutates_args=())
+def _plus_one(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+@_plus_one.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def test_inference_program_with_another_librarys_op_keeps_the_python_wrapper():
+    """Another library's op (here a Python custom op) would be called by Inductor's C++ wrapper
+    through a Python callback: such a program keeps the Python wrapper."""
+    x = torch.arange(6.0).reshape(2, 3).to("neuron")
+    with torch.no_grad():
+        out = torch.compile(lambda t: torch.ops.neuron_compile_test.plus_one(t) * 2,
+                            backend="neuron")(x)
+    assert torch.equal(out.cpu(), (torch.arange(6.0).reshape(2, 3) + 1) * 2)
     m = torch.neuron.get_dynamo_metrics()
     assert m["programs"] == 1 and m["cpp_wrapper_programs"] == 0, m
 

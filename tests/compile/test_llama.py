@@ -1,9 +1,10 @@
 """torch.compile(backend="neuron") on a tiny Llama (transformers' LlamaForCausalLM, 1 layer,
 hidden 32): the compiled training step against eager neuron (loss, gradients, parameters after
 AdamW), varying sequence lengths with and without strict static shapes (recompiles counted), and
-the Hugging Face entry points: Trainer with TrainingArguments(torch_compile=True,
-torch_compile_backend="neuron"), and generate() with a static KV cache compiled through
-transformers' CompileConfig, whose tokens must equal eager generation's.
+the Hugging Face entry points: Trainer with TrainingArguments(torch_compile=True) (transformers
+picks backend "neuron" itself), and generate() with a static KV cache, compiled by transformers
+with the neuron backend on its own or through an explicit CompileConfig, whose tokens must equal
+eager generation's; and generate() on a torch.compile'd model, which runs eagerly and says so.
 
 Tolerances: float32 throughout; the longest accumulations are the LM head's and the MLP's
 reductions (hidden 32 / intermediate 64 terms) and the gradient sums over batch x sequence
@@ -123,10 +124,11 @@ def test_trainer_with_torch_compile_trains_on_neuron(tmp_path):
         args = TrainingArguments(
             output_dir=str(tmp_path / str(compile_)), per_device_train_batch_size=2,
             max_steps=2, learning_rate=1e-2, logging_steps=1, save_strategy="no",
-            report_to=[], torch_compile=compile_, torch_compile_backend="neuron" if compile_
-            else None, dataloader_pin_memory=False, seed=0)
+            report_to=[], torch_compile=compile_, dataloader_pin_memory=False, seed=0)
         trainer = Trainer(model=model, args=args, train_dataset=Repeated())
         assert trainer.args.device.type == "neuron"
+        # torch_compile=True alone: transformers picks the neuron backend on a neuron device.
+        assert trainer.args.torch_compile_backend == ("neuron" if compile_ else None)
         trainer.train()
         losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
         return losses, trainer.model
@@ -158,3 +160,43 @@ def test_generate_with_static_cache_and_compile_config_matches_eager():
     m = torch.neuron.get_dynamo_metrics()
     assert m["program_launches"] >= 5, m  # the decode steps ran as programs
     assert torch.equal(compiled_tokens.cpu(), eager_tokens.cpu())
+
+
+def test_generate_with_static_cache_alone_compiles_with_the_neuron_backend():
+    """cache_implementation="static" is all it takes: transformers' default CompileConfig on a
+    neuron model names backend "neuron" (mode "default", static shapes)."""
+    model = tiny_llama().eval()
+    prompt = _ids(1, 6, seed=5)
+    common = dict(max_new_tokens=6, do_sample=False, cache_implementation="static")
+    eager_tokens = model.generate(prompt, **common, disable_compile=True)
+    torch.neuron.reset_dynamo_metrics()
+    compiled_tokens = model.generate(prompt, **common)
+    m = torch.neuron.get_dynamo_metrics()
+    assert m["programs"] >= 1 and m["program_launches"] >= 5, m
+    assert torch.equal(compiled_tokens.cpu(), eager_tokens.cpu())
+
+
+def test_generate_on_a_compiled_model_that_runs_eagerly_says_so():
+    """torch.compile(model) compiles calls of the module; generate() calls the original model,
+    eagerly: 0 programs, and a warning naming the fix instead of silence."""
+    from torch_neuronx.dynamo.default_backend import GENERATE_RAN_EAGERLY
+
+    model = tiny_llama().eval()
+    compiled = torch.compile(model, backend="neuron")
+    prompt = _ids(1, 6, seed=5)
+    with pytest.warns(UserWarning, match=r"LlamaForCausalLM\.generate\(\.\.\.\) ran eagerly") as w:
+        tokens = compiled.generate(prompt, max_new_tokens=4, do_sample=False)
+    assert torch.neuron.get_dynamo_metrics()["program_launches"] == 0
+    message = str(next(x.message for x in w if "ran eagerly" in str(x.message)))
+    assert message == GENERATE_RAN_EAGERLY.format(name="LlamaForCausalLM")
+    assert 'cache_implementation="static"' in message
+    assert torch.equal(tokens.cpu(), model.generate(prompt, max_new_tokens=4,
+                                                    do_sample=False).cpu())
+    # With the static cache, the same call compiles its decoding step: no warning.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        compiled.generate(prompt, max_new_tokens=4, do_sample=False,
+                          cache_implementation="static")
+    assert torch.neuron.get_dynamo_metrics()["program_launches"] >= 3

@@ -13,19 +13,12 @@ import copy
 import pytest
 import torch
 
-import torch_neuronx
-
+from diffusers_check import DTYPES, assert_neuron_matches_cpu, dtype_id
 from diffusers_tiny import MODELS
-from diffusers_tolerance import WIDER, agreement, cast
+from diffusers_tolerance import cast
 
 pytest.importorskip("diffusers")
 
-DTYPES = [torch.float32, torch.bfloat16]
-# Issue 27 item 1, being fixed at its root on the i27-core branch: add/mul of two 4-D
-# channels-last operands return the CPU result's memory order with contiguous strides.
-# AttnDownBlock2D's attention processor hands back such a residual; the UNet's output is 0.3 away.
-KNOWN_CHANNELS_LAST = ("binary ops on two channels-last operands mislabel their result's layout "
-                       "(issue 27 item 1; fixed at its root by the i27-core work)")
 RESULTS: dict[str, object] = {}  # "model dtype" -> Agreement, for the session summary
 
 
@@ -35,30 +28,15 @@ def _output(result) -> torch.Tensor:
     return result[0]  # a Diffusers output dataclass or tuple: its sample comes first
 
 
-def _names(table):
-    """The entries, the known failure marked: a strict xfail, so the fix turns it into a failure
-    that asks for the mark to go."""
-    return [pytest.param(name, marks=pytest.mark.xfail(reason=KNOWN_CHANNELS_LAST, strict=True))
-            if name == "ddpm_unet" else name for name in table]
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
-@pytest.mark.parametrize("name", _names(MODELS))
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("name", list(MODELS))
 def test_model_matches_cpu(name, dtype):
     model, inputs = MODELS[name]()
     model = model.eval().to(dtype)
     inputs = cast(inputs, dtype)
-    wider = copy.deepcopy(model).to(WIDER[dtype])
-    on_neuron = copy.deepcopy(model).to("neuron")
-    with torch.no_grad():
-        cpu = _output(model(**inputs))
-        reference = _output(wider(**cast(inputs, WIDER[dtype])))
-        torch_neuronx.clear_op_tracking()
-        neuron = _output(on_neuron(**cast(inputs, dtype, "neuron")))
-        fallbacks = torch_neuronx.get_fallback_ops()
-    assert neuron.device.type == "neuron" and neuron.dtype == cpu.dtype == dtype
-    assert neuron.shape == cpu.shape
-    result = agreement(neuron, cpu, reference, dtype)
-    RESULTS[f"{name} {str(dtype).removeprefix('torch.')}"] = result
-    assert result.ok, f"{name} in {dtype}: {result}"
-    assert fallbacks == [], f"ops that fell back to the CPU: {fallbacks}"
+
+    def run(device, run_dtype):
+        on_device = copy.deepcopy(model).to(device=device, dtype=run_dtype)
+        return _output(on_device(**cast(inputs, run_dtype, device)))
+
+    assert_neuron_matches_cpu(run, dtype, name, RESULTS)

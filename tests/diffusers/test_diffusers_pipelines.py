@@ -16,19 +16,11 @@ import copy
 import pytest
 import torch
 
-import torch_neuronx
-
+from diffusers_check import DTYPES, assert_neuron_matches_cpu, dtype_id
 from diffusers_tiny import ddpm_unet
-from diffusers_tolerance import WIDER, agreement, noise_drawn_in
 
 diffusers = pytest.importorskip("diffusers")
 
-DTYPES = [torch.float32, torch.bfloat16]
-# Issue 27 item 1, being fixed at its root on the i27-core branch: add/mul of two 4-D
-# channels-last operands return the CPU result's memory order with contiguous strides.
-# AttnDownBlock2D's attention processor hands back such a residual; the UNet's output is 0.3 away.
-KNOWN_CHANNELS_LAST = ("binary ops on two channels-last operands mislabel their result's layout "
-                       "(issue 27 item 1; fixed at its root by the i27-core work)")
 RESULTS: dict[str, object] = {}  # "pipeline dtype" -> Agreement, for the session summary
 
 
@@ -116,30 +108,13 @@ PIPELINES = {
 }
 
 
-def _names(table):
-    """The entries, the known failure marked: a strict xfail, so the fix turns it into a failure
-    that asks for the mark to go."""
-    return [pytest.param(name, marks=pytest.mark.xfail(reason=KNOWN_CHANNELS_LAST, strict=True))
-            if name == "ddpm" else name for name in table]
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
-@pytest.mark.parametrize("name", _names(PIPELINES))
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("name", list(PIPELINES))
 def test_pipeline_matches_cpu(name, dtype):
     build, images = PIPELINES[name]
     pipe = build(dtype)
-    wider = copy.deepcopy(pipe).to(WIDER[dtype])
-    on_neuron = copy.deepcopy(pipe)
-    with torch.no_grad():
-        cpu = images(pipe, "cpu", dtype)
-        with noise_drawn_in(dtype):
-            reference = images(wider, "cpu", WIDER[dtype])
-        torch_neuronx.clear_op_tracking()
-        neuron = images(on_neuron, "neuron", dtype)
-        fallbacks = torch_neuronx.get_fallback_ops()
-    assert neuron.device.type == "neuron" and neuron.shape == cpu.shape and neuron.shape[1] == 3
-    assert cpu.abs().sum() > 0  # an image, not zeros
-    result = agreement(neuron, cpu, reference, dtype)
-    RESULTS[f"{name} pipeline {str(dtype).removeprefix('torch.')}"] = result
-    assert result.ok, f"{name} pipeline in {dtype}: {result}"
-    assert fallbacks == [], f"ops that fell back to the CPU: {fallbacks}"
+
+    def run(device, run_dtype):
+        return images(copy.deepcopy(pipe).to(run_dtype), device, run_dtype)
+
+    assert_neuron_matches_cpu(run, dtype, f"{name} pipeline", RESULTS)

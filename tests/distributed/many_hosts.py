@@ -12,8 +12,6 @@ every rank reported every scenario, else prints each host's output and exits 1."
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -23,7 +21,7 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 
 import namespaces  # noqa: E402
-from launcher import free_port  # noqa: E402
+from launcher import free_port, wait_groups  # noqa: E402
 
 WORKER = HERE / "workers" / "two_hosts.py"
 MARKERS = {"collectives": "two-host collectives ok", "records": "two-host records ok", "ddp": "DDP ok",
@@ -47,20 +45,7 @@ def run(hosts: int, per_host: int, scenarios: list[str], timeout: float) -> int:
                                           start_new_session=True))
         print(f"{hosts} hosts x {per_host} ranks started (torchrun in each namespace, master {master}); "
               f"scenarios: {' '.join(scenarios)}", flush=True)
-        outputs = []
-        deadline = start + timeout
-        for node, p in enumerate(procs):
-            try:
-                out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                for q in procs:
-                    try:
-                        os.killpg(q.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                out, _ = p.communicate()
-                out += f"\n[many_hosts] host {node} killed after the {timeout:.0f} s limit"
-            outputs.append((p.returncode, out))
+        outputs = [(r.returncode, r.output) for r in wait_groups(procs, timeout - (time.monotonic() - start))]
     text = "\n".join(out for _, out in outputs)
     missing = [f"rank {r} {MARKERS[s]}" for r in range(world) for s in scenarios
                if s in MARKERS and f"rank {r} {MARKERS[s]}" not in text]

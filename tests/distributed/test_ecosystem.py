@@ -13,9 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from launcher import assert_all_ok, free_port, report, run_ranks
+from launcher import ROOT, assert_all_ok, report, run_ranks, torchrun
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 HF = Path(__file__).parent / "workers" / "eco_hf.py"
@@ -25,22 +24,6 @@ HF = Path(__file__).parent / "workers" / "eco_hf.py"
 ALL_CORES = {"TORCH_NEURONX_KEEP_VISIBLE_CORES": "1"}
 
 
-def torchrun(script, nproc, args=(), env=None, timeout=300):
-    """Runs `script` under torchrun (the launcher users have), one rank per core. torchrun itself
-    sets LOCAL_RANK and TORCHELASTIC_RUN_ID, from which torch_neuronx sets NEURON_RT_VISIBLE_CORES."""
-    e = dict(os.environ)
-    e.pop("NEURON_RT_VISIBLE_CORES", None)
-    e.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    e.update(env or {})
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run",
-        f"--nproc-per-node={nproc}", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}",
-        str(script), *map(str, args),
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, env=e, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"torchrun {script} exited {proc.returncode}:\n{out[-6000:]}"
-    return out
 
 
 def test_tp_fsdp_finetune_example_matches_single_process_and_saves_a_cpu_checkpoint(tmp_path):

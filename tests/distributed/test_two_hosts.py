@@ -13,7 +13,6 @@ on this machine which simulated host they are on (three hosts, interleaved ranks
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import namespaces
-from launcher import free_port, report, RankResult
+from launcher import free_port, report, wait_groups
 
 WORKER = Path(__file__).parent / "workers" / "two_hosts.py"
 ADDRESSES = ("10.213.0.1", "10.213.0.2")
@@ -44,22 +43,6 @@ _env = namespaces.clean_env
 _in_namespace = namespaces.in_namespace
 
 
-def _wait_all(procs, timeout):
-    deadline = time.monotonic() + timeout
-    results = []
-    for i, p in enumerate(procs):
-        try:
-            out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                try:
-                    os.killpg(q.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            out, _ = p.communicate()
-            out += f"\n[test] process {i} killed after the {timeout} s limit"
-        results.append(RankResult(i, p.pid, p.returncode, out))
-    return results
 
 
 def _torchrun(names, scenarios, timeout=150):
@@ -72,7 +55,7 @@ def _torchrun(names, scenarios, timeout=150):
         procs.append(subprocess.Popen(_in_namespace(ns, f"host{node}", argv), env=_env(),
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                       start_new_session=True))
-    return _wait_all(procs, timeout)
+    return wait_groups(procs, timeout)
 
 
 def test_torchrun_on_two_hosts_collectives_ddp_fsdp2(two_hosts):
@@ -103,7 +86,7 @@ def _plain_ranks(hosts, scenarios, netns=None, timeout=120, fault_timeout=None):
             extra["NRTSIM_HOST_ID"] = f"sim-host-{h}"
         procs.append(subprocess.Popen(argv, env=_env(**extra), stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True, start_new_session=True))
-    return procs, _wait_all(procs, timeout)
+    return procs, wait_groups(procs, timeout)
 
 
 def test_three_simulated_hosts_interleaved_collectives():

@@ -1,5 +1,5 @@
 """Bad input gives a clear error, never a crash or wrong numbers, and leaves the device usable:
-mixed devices, bad device indices, unsupported memory formats, bad environments (subprocesses)
+mixed devices, bad device indices, impossible memory formats, bad environments (subprocesses)
 and neuron use in a child forked after initialisation."""
 
 import json
@@ -77,6 +77,32 @@ def test_zero_dim_cpu_tensor_is_accepted_like_on_cuda():
     assert torch.equal((n + torch.tensor(1.0)).cpu(), a + 1)
     assert torch.equal(torch.add(n, torch.tensor(2.0), alpha=3).cpu(), a + 6)
     assert torch.equal(torch.where(n > 2, n, torch.tensor(0.0)).cpu(), torch.where(a > 2, a, 0.0))
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda n, out: torch.nonzero(n, out=out),
+        lambda n, out: torch.cumsum(n, 0, out=out),
+        lambda n, out: torch.masked_select(n, n > 2, out=out),
+        lambda n, out: torch.add(n, 1, out=out),
+        lambda n, out: torch.index_select(n, 0, torch.tensor([0], device="neuron"), out=out),
+        lambda n, out: torch.sum(n, 0, out=out),
+    ],
+    ids=["nonzero", "cumsum", "masked_select", "add", "index_select", "sum"],
+)
+def test_zero_dim_cpu_out_tensor_is_refused_like_on_cuda(op):
+    """A 0-dim CPU tensor is a value an op may read, not a place a neuron kernel may write: as
+    out= it is refused with the device-mismatch error (nonzero, cumsum and masked_select once
+    filled it from device memory and could leave it with a null data pointer)."""
+    n = torch.arange(6.0).to("neuron")
+    out = torch.tensor(7)  # int64: what nonzero writes; the others refuse before the dtype
+    before = out.data_ptr()
+    with pytest.raises(RuntimeError, match=r"same device.*(neuron:0 and cpu|cpu and neuron:0)"):
+        op(n, out)
+    assert out.data_ptr() == before != 0
+    assert out.item() == 7
+    assert_device_works()
 
 
 def test_cpu_index_tensor_is_accepted():
@@ -172,27 +198,32 @@ def test_out_of_range_device_properties():
         torch.neuron.get_device_properties(9)
 
 
+@pytest.mark.parametrize("call", [
+    lambda i: torch.neuron.get_device_properties(i),
+    lambda i: torch.neuron.get_device_name(i),
+    lambda i: __import__("torch_neuronx").get_device_properties(i),
+], ids=["properties", "name", "torch_neuronx.get_device_properties"])
+def test_negative_device_index_raises(call):
+    """-1 names no device (TorchNeuron's test_get_device_properties_invalid_device; torch.cuda
+    refuses it too): it once answered for neuron:0."""
+    with pytest.raises(ValueError, match=r"Device index -1 is out of range.*pass None"):
+        call(-1)
+    assert torch.neuron.get_device_name(None) == "neuron:0"
+
+
 # --- memory format ----------------------------------------------------------------------------
 
-CHANNELS_LAST = "Neuron tensors only support contiguous or preserve memory format"
+# Every memory format is computed as on the CPU (tests/kernels/test_memory_formats.py); what is
+# left to refuse is a format no tensor can have.
 
 
-@pytest.mark.parametrize(
-    "call",
-    [
-        lambda x: torch.empty(1, 2, 3, 4, memory_format=torch.channels_last, device="neuron"),
-        lambda x: torch.empty_like(x, memory_format=torch.channels_last),
-        lambda x: x.contiguous(memory_format=torch.channels_last),
-        lambda x: x.to(memory_format=torch.channels_last),
-        lambda x: x.resize_(1, 2, 3, 4, memory_format=torch.channels_last),
-    ],
-    ids=["empty", "empty_like", "contiguous", "to", "resize_"],
-)
-def test_channels_last_raises(call):
-    x = torch.arange(24.0).reshape(1, 2, 3, 4).to("neuron")
-    with pytest.raises(RuntimeError, match=CHANNELS_LAST):
-        call(x)
-    assert torch.equal(x.cpu(), torch.arange(24.0).reshape(1, 2, 3, 4))
+def test_preserve_format_is_refused_where_the_cpu_refuses_it():
+    for device in ("cpu", "neuron"):
+        with pytest.raises(RuntimeError, match="[Uu]nsupported memory format"):
+            torch.empty(1, 2, 3, 4, memory_format=torch.preserve_format, device=device)
+        with pytest.raises(RuntimeError, match="[Uu]nsupported memory format"):
+            torch.zeros(1, 2, 3, 4, device=device).resize_(2, 2, 3, 4,
+                                                           memory_format=torch.preserve_format)
     assert_device_works()
 
 

@@ -143,11 +143,7 @@ def test_one_pass_without_per_tensor_ops():
 
 @pytest.mark.parametrize("layout", [
     "transposed", "mixed dtypes", "reversed aliases", "repeated tensor", "bfloat16", "integer",
-    "cpu scalar list tensor",
-    pytest.param("overlapping views", marks=pytest.mark.xfail(
-        strict=True, reason="host math runs each argument through a host view of its own, so "
-        "the CPU kernel cannot see a partial overlap between them and computes where the CPU "
-        "raises (eager in-place ops alike)")),
+    "cpu scalar list tensor", "overlapping views",
 ])
 def test_calls_served_by_host_math_match_cpu(layout):
     """What the kernels do not serve gives the CPU's results, including the CPU's in-order

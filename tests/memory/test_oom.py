@@ -159,3 +159,41 @@ def test_existing_tensors_intact(report):
     assert report["keep_intact"]
     assert report["keep1_intact"]
     assert report["final_compute"]
+
+
+HOST_REFUSES = r"""
+import json, resource, torch
+
+GiB = 1024 ** 3
+torch.ones(1, device="neuron")  # the runtime is up before the limit
+with open("/proc/self/status") as f:
+    vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+# Room for 256 MiB more address space: a 4 GiB tensor cannot be mapped, though the simulated
+# core has 24 GiB free.
+resource.setrlimit(resource.RLIMIT_AS, (vm + 256 * 1024 ** 2, resource.RLIM_INFINITY))
+try:
+    torch.empty(4 * GiB, dtype=torch.uint8, device="neuron")
+    print(json.dumps(None))
+except torch.OutOfMemoryError as e:
+    small = torch.ones(1024, device="neuron").sum().item()  # the process goes on working
+    print(json.dumps({"message": str(e), "small": small}))
+"""
+
+
+def test_host_refusing_memory_is_not_reported_as_out_of_hbm():
+    """Under `ulimit -v` the host cannot map a tensor the simulated core has room for: the error
+    says the host refused, that NRTSIM_HBM_BYTES is not the fix, and what is (it once read "out
+    of HBM ... 24.00 GiB free of a capacity of 24.00 GiB, raise NRTSIM_HBM_BYTES")."""
+    env = dict(os.environ)
+    env.pop("NRTSIM_HBM_BYTES", None)  # the instance's own HBM per core: several GiB
+    proc = subprocess.run([sys.executable, "-c", HOST_REFUSES], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result is not None, "a 4 GiB tensor was allocated under a 256 MiB address-space margin"
+    message = result["message"]
+    assert "is out of HBM" not in message
+    assert "the host refused the memory" in message
+    assert "ulimit -v" in message and "NRTSIM_HBM_BYTES does not help" in message
+    assert "4.00 GiB (4294967296 bytes)" in message
+    assert result["small"] == 1024

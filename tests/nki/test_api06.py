@@ -134,7 +134,12 @@ def test_nkiobject_classes_are_dataclasses():
         nl.store(out, nl.load(a[0:cfg.rows, 0:cfg.cols]))
         return out
 
-    assert dataclasses.is_dataclass(Tiling) and Tiling(rows=1) == Tiling(1, 64)
+    @dataclasses.dataclass(frozen=True)
+    class Frozen(nl.NKIObject):
+        eps: float = 1e-6
+
+    assert Tiling(rows=1) == Tiling(1, 64) and Tiling(1).cols == 64
+    assert Frozen().eps == 1e-6 and Frozen(0.5) == Frozen(eps=0.5)
     a = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
     np.testing.assert_array_equal(run(k, a), a)
 

@@ -112,8 +112,9 @@ def too_many_banks(x):
 def test_psum_over_subscription_spills_with_a_warning():
     # AWS's compiler spills PSUM to the next tier (SBUF) rather than failing (memory hierarchy
     # overview): so does the interpreter, naming the tile, and the kernel still computes.
-    with pytest.warns(nki.NkiSpillWarning, match=r"psum tile \(128, 512\) float32 is spilled to "
-                                                 r"SBUF .* reloaded before line") as w:
+    with pytest.warns(nki.NkiSpillWarning, match=r"1 spill\(s\) move 524288 bytes: psum tile "
+                                                 r"\(128, 512\) float32 from line \d+ to SBUF "
+                                                 r"after line \d+, back before line") as w:
         too_many_banks(X)
     assert w[0].filename == HERE and w[0].lineno == _line_of(too_many_banks, "9 live banks")
     run = too_many_banks.last_run

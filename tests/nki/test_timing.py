@@ -40,11 +40,11 @@ def test_instruction_costs_are_the_data_files_rates():
     moved = 128 * 128 * 2 + 128 * 512 * 2 + 128 * 512 * 4
     assert run.dma_bytes == moved
     # nki/data/dma.ini [v3]: each transfer's 128 rows (one descriptor per partition) go 8 to each
-    # of the 16 DMA engines: 600 ns setup + 8 x (22.3 ns + row bytes / 23 B/ns). The two loads
-    # queue one after the other on the engines; the store runs after the matmul.
+    # of the 16 DMA engines: transfer_fixed_ns (0 on v3) + 8 x (22.3 ns + row bytes / 23 B/ns).
+    # The two loads queue one after the other on the engines; the store runs after the matmul.
 
     def transfer(row_bytes):
-        return 600 + 8 * (22.3 + row_bytes / 23)
+        return 0 + 8 * (22.3 + row_bytes / 23)
 
     assert run.busy_ns["dma"] == pytest.approx(transfer(256) + transfer(1024) + transfer(2048))
     assert run.matmul_flops == 2 * 128 * 128 * 512

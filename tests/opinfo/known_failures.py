@@ -28,25 +28,6 @@ _LINEAR_CE = (
     "(acc_policy='auto'); {detail}"
 )
 
-# Channels-last memory formats are rejected on neuron, as TorchNeuron documents ("Neuron tensors
-# only support contiguous or preserve memory format"), and as issue #2 of this project requires:
-# a program that asks for channels-last fails here too, with that message. A layout an op derives
-# from channels-last-strided inputs (a permuted view fed to cat, pooling, an elementwise op) is not
-# a request: it follows the CPU's strides and matches CPU.
-_CHANNELS_LAST_REQUESTED = (
-    "samples ask for memory_format=torch.channels_last / channels_last_3d explicitly; neuron "
-    "rejects channels-last formats as TorchNeuron does, where CPU converts"
-)
-
-# PyTorch's own derivative of max_unpool2d asks for channels-last: it calls
-# grad.contiguous(indices.suggest_memory_format()) (max_pool_double_backward), a request, which
-# neuron refuses as it refuses the same call from a program.
-_CHANNELS_LAST_IN_DERIVATIVE = (
-    "samples with channels_last-strided indices: max_unpool2d's backward (PyTorch's derivative "
-    "code) calls grad.contiguous(memory_format=channels_last), which neuron rejects as "
-    "TorchNeuron does; contiguous samples match CPU"
-)
-
 KNOWN_FAILURES: dict[tuple[str, str, str, str], str] = {
     ("sparse.sampled_addmm", "", "float32", "forward"): _SPARSE.format(
         op="aten::sparse_sampled_addmm"
@@ -90,52 +71,4 @@ KNOWN_FAILURES: dict[tuple[str, str, str, str], str] = {
     ("nn.functional.linear_cross_entropy", "chunked_none", "bfloat16", "backward"): (
         _LINEAR_CE.format(detail="19 samples' gradients differ, at most 0.0078 absolute")
     ),
-    ("to", "", "float32", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("to", "", "bfloat16", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("bfloat16", "", "float32", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("bfloat16", "", "bfloat16", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("bool", "", "float32", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("bool", "", "bfloat16", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("byte", "", "float32", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("byte", "", "bfloat16", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("char", "", "float32", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("char", "", "bfloat16", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("double", "", "float32", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("double", "", "bfloat16", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("float", "", "float32", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("float", "", "bfloat16", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("half", "", "float32", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("half", "", "bfloat16", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("int", "", "float32", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("int", "", "bfloat16", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("long", "", "float32", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("long", "", "bfloat16", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("short", "", "float32", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("short", "", "bfloat16", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("cdouble", "", "float32", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("cdouble", "", "bfloat16", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("cfloat", "", "float32", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("cfloat", "", "bfloat16", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("chalf", "", "float32", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("chalf", "", "bfloat16", "forward"): _CHANNELS_LAST_REQUESTED,
-    ("to", "", "float32", "backward"): _CHANNELS_LAST_REQUESTED,
-    ("to", "", "bfloat16", "backward"): _CHANNELS_LAST_REQUESTED,
-    ("bfloat16", "", "float32", "backward"): _CHANNELS_LAST_REQUESTED,
-    ("bfloat16", "", "bfloat16", "backward"): _CHANNELS_LAST_REQUESTED,
-    ("double", "", "float32", "backward"): _CHANNELS_LAST_REQUESTED,
-    ("double", "", "bfloat16", "backward"): _CHANNELS_LAST_REQUESTED,
-    ("float", "", "float32", "backward"): _CHANNELS_LAST_REQUESTED,
-    ("float", "", "bfloat16", "backward"): _CHANNELS_LAST_REQUESTED,
-    ("half", "", "float32", "backward"): _CHANNELS_LAST_REQUESTED,
-    ("half", "", "bfloat16", "backward"): _CHANNELS_LAST_REQUESTED,
-    ("cdouble", "", "float32", "backward"): _CHANNELS_LAST_REQUESTED,
-    ("cdouble", "", "bfloat16", "backward"): _CHANNELS_LAST_REQUESTED,
-    ("cfloat", "", "float32", "backward"): _CHANNELS_LAST_REQUESTED,
-    ("cfloat", "", "bfloat16", "backward"): _CHANNELS_LAST_REQUESTED,
-    ("chalf", "", "float32", "backward"): _CHANNELS_LAST_REQUESTED,
-    ("chalf", "", "bfloat16", "backward"): _CHANNELS_LAST_REQUESTED,
-    ("nn.functional.max_unpool2d", "", "float32", "backward"): _CHANNELS_LAST_IN_DERIVATIVE,
-    ("nn.functional.max_unpool2d", "", "bfloat16", "backward"): _CHANNELS_LAST_IN_DERIVATIVE,
-    ("nn.functional.max_unpool2d", "grad", "float32", "backward"): _CHANNELS_LAST_IN_DERIVATIVE,
-    ("nn.functional.max_unpool2d", "grad", "bfloat16", "backward"): _CHANNELS_LAST_IN_DERIVATIVE,
 }

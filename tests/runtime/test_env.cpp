@@ -81,6 +81,20 @@ TEST(ParseCoreList, RejectsBadInput) {
   }
 }
 
+TEST(ParseCoreList, NamesAReversedRange) {
+  for (const char* text : {"9-3", "0,5-2"}) {
+    const std::string message =
+        configuration_error([&] { env::parse_core_list("NEURON_RT_VISIBLE_CORES", text); });
+    EXPECT_NE(message.find("NEURON_RT_VISIBLE_CORES='" + std::string(text) + "'"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("reversed"), std::string::npos) << message;
+  }
+  const std::string message =
+      configuration_error([&] { env::parse_core_list("NEURON_RT_VISIBLE_CORES", "9-3"); });
+  EXPECT_NE(message.find("'3-9'"), std::string::npos) << message;  // the range it should be
+}
+
 TEST(ParseCoreList, RejectsDuplicates) {
   for (const char* text : {"0,0", "0-2,1", "1-3,2-4", "4,0-7"}) {
     const std::string message =
@@ -90,10 +104,22 @@ TEST(ParseCoreList, RejectsDuplicates) {
   }
 }
 
-TEST(ParseBytes, PlainByteCounts) {
-  EXPECT_EQ(env::parse_bytes("V", "1"), 1u);
+TEST(ParseBytes, BareByteCountsFromOneMiB) {
+  EXPECT_EQ(env::parse_bytes("V", "1048576"), 1048576u);
   EXPECT_EQ(env::parse_bytes("V", "1073741824"), 1073741824u);
-  EXPECT_EQ(env::parse_bytes("V", "4096B"), 4096u);
+  EXPECT_EQ(env::parse_bytes("V", "4096B"), 4096u);  // bytes said explicitly
+  EXPECT_EQ(env::parse_bytes("V", "1b"), 1u);
+}
+
+TEST(ParseBytes, RefusesABareNumberBelowOneMiBWithTheReason) {
+  for (const char* text : {"512", "1", "1048575", "64.5"}) {
+    const std::string message =
+        configuration_error([&] { env::parse_bytes("NRTSIM_HBM_BYTES", text); });
+    EXPECT_NE(message.find("NRTSIM_HBM_BYTES='" + std::string(text) + "'"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("bare number below 1 MiB"), std::string::npos) << message;
+    EXPECT_NE(message.find(std::string(text) + "MiB"), std::string::npos) << message;
+  }
 }
 
 TEST(ParseBytes, BinaryUnits) {
@@ -119,6 +145,52 @@ TEST(ParseBytes, RejectsBadInput) {
         << message;
     EXPECT_NE(message.find("byte count"), std::string::npos) << message;
   }
+}
+
+TEST(ParseSwitch, AcceptsTheSwitchWordsInAnyCase) {
+  for (const char* on : {"1", "true", "True", "YES", "on", " On "}) {
+    EXPECT_TRUE(env::parse_switch("V", on)) << on;
+  }
+  for (const char* off : {"0", "false", "FALSE", "no", "off", "Off"}) {
+    EXPECT_FALSE(env::parse_switch("V", off)) << off;
+  }
+}
+
+TEST(ParseSwitch, RejectsAnythingElseListingTheWords) {
+  for (const char* text : {"maybe", "2", "-1", "enable", "y", "auto"}) {
+    const std::string message =
+        configuration_error([&] { env::parse_switch("TORCH_NEURONX_FALLBACK_WARN", text); });
+    EXPECT_NE(message.find("TORCH_NEURONX_FALLBACK_WARN='" + std::string(text) + "'"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("1, true, yes, on"), std::string::npos) << message;
+    EXPECT_NE(message.find("0, false, no, off"), std::string::npos) << message;
+  }
+}
+
+TEST(ParseAutoSwitch, AutoOrASwitch) {
+  EXPECT_EQ(env::parse_auto_switch("V", "auto"), std::nullopt);
+  EXPECT_EQ(env::parse_auto_switch("V", "AUTO"), std::nullopt);
+  EXPECT_EQ(env::parse_auto_switch("V", "1"), std::optional<bool>(true));
+  EXPECT_EQ(env::parse_auto_switch("V", "off"), std::optional<bool>(false));
+  const std::string message = configuration_error(
+      [&] { env::parse_auto_switch("NRTSIM_COLLECTIVE_SINGLE_COPY", "2"); });
+  EXPECT_NE(message.find("NRTSIM_COLLECTIVE_SINGLE_COPY='2'"), std::string::npos) << message;
+  EXPECT_NE(message.find("auto"), std::string::npos) << message;
+}
+
+TEST(EnvValues, UnsetIsNulloptAndSetIsParsed) {
+  unsetenv("NRTSIM_TEST_ENV_VALUE");
+  EXPECT_EQ(env::switch_value("NRTSIM_TEST_ENV_VALUE"), std::nullopt);
+  EXPECT_EQ(env::bytes_value("NRTSIM_TEST_ENV_VALUE"), std::nullopt);
+  EXPECT_EQ(env::int_value("NRTSIM_TEST_ENV_VALUE"), std::nullopt);
+  setenv("NRTSIM_TEST_ENV_VALUE", "off", 1);
+  EXPECT_EQ(env::switch_value("NRTSIM_TEST_ENV_VALUE"), std::optional<bool>(false));
+  setenv("NRTSIM_TEST_ENV_VALUE", "2GiB", 1);
+  EXPECT_EQ(env::bytes_value("NRTSIM_TEST_ENV_VALUE"), std::optional<uint64_t>(2ull << 30));
+  setenv("NRTSIM_TEST_ENV_VALUE", "12", 1);
+  EXPECT_EQ(env::int_value("NRTSIM_TEST_ENV_VALUE"), std::optional<int>(12));
+  unsetenv("NRTSIM_TEST_ENV_VALUE");
 }
 
 }  // namespace

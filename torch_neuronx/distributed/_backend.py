@@ -9,6 +9,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from torch_neuronx import _env
+
 BACKEND_NAME = "neuron"
 
 try:
@@ -28,10 +30,10 @@ def apply_torchrun_visible_cores() -> bool:
     started yet. Returns whether it set the variable.
     """
     global _visible_cores_from_local_rank
-    local_rank = os.environ.get("LOCAL_RANK")
-    if local_rank is None or "TORCHELASTIC_RUN_ID" not in os.environ:
+    local_rank = _env.foreign("LOCAL_RANK")
+    if local_rank is None or _env.foreign("TORCHELASTIC_RUN_ID") is None:
         return False
-    if os.environ.get("NEURON_RT_VISIBLE_CORES") or os.environ.get("TORCH_NEURONX_KEEP_VISIBLE_CORES"):
+    if _env.foreign("NEURON_RT_VISIBLE_CORES") or _env.switch("TORCH_NEURONX_KEEP_VISIBLE_CORES"):
         return False
     from torch_neuronx import _C
 
@@ -44,9 +46,7 @@ def apply_torchrun_visible_cores() -> bool:
 
 def link_model_path() -> str:
     """The link data file: NRTSIM_LINK_MODEL, else the one shipped in torch_neuronx/data."""
-    return os.environ.get("NRTSIM_LINK_MODEL") or os.path.join(
-        os.path.dirname(os.path.dirname(__file__)), "data", "neuron_links.ini"
-    )
+    return _env.path("NRTSIM_LINK_MODEL") or _env.data_file("neuron_links.ini")
 
 
 def link_model(neuroncore: str, lnc: int) -> dict:
@@ -102,13 +102,13 @@ def gloo_devices():
     address)."""
     from torch.distributed import ProcessGroupGloo
 
-    names = os.environ.get("GLOO_SOCKET_IFNAME", "")
+    names = _env.foreign("GLOO_SOCKET_IFNAME") or ""
     if names:
         return [ProcessGroupGloo.create_device(interface=name) for name in names.split(",") if name]
-    master = os.environ.get("MASTER_ADDR")
+    master = _env.foreign("MASTER_ADDR")
     if master:
         try:
-            address = _address_towards(master, int(os.environ.get("MASTER_PORT", "0") or 0))
+            address = _address_towards(master, int(_env.foreign("MASTER_PORT") or 0))
         except OSError as e:
             raise RuntimeError(
                 f"neuron process group: no route from this host to MASTER_ADDR={master} ({e}); "
@@ -137,8 +137,8 @@ def check_local_ranks_fit() -> None:
         return
     from torch_neuronx import _C
 
-    local_rank = int(os.environ["LOCAL_RANK"])
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", local_rank + 1))
+    local_rank = int(_env.foreign("LOCAL_RANK"))
+    local_world = int(_env.foreign("LOCAL_WORLD_SIZE") or local_rank + 1)
     info = _C._distributed._instance_cores()
     cores = info["cores"]
     if local_rank < cores and local_world <= cores:

@@ -6,7 +6,7 @@ when ``torch.compile`` names it): importing Dynamo takes about two seconds, whic
 must not pay. The metrics functions are exported by ``torch_neuronx`` and import nothing heavy.
 """
 
-from torch_neuronx.dynamo import neff_cache  # noqa: F401  (cache artifact type for load_cache_artifacts)
+from torch_neuronx.dynamo import program_cache  # noqa: F401  (cache artifact type for load_cache_artifacts)
 from torch_neuronx.dynamo.metrics import get_dynamo_metrics, reset_dynamo_metrics
 
 _BACKEND_NAMES = ("NeuronCompileError", "neuron_backend", "neuron_decompositions")

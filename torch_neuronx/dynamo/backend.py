@@ -3,16 +3,15 @@
 Dynamo's graph goes through AOTAutograd (forward, backward and inference graphs at the ATen level,
 with Inductor's decomposition table) and each graph becomes one *program*: Inductor compiles it
 for the CPU, and the program runs that code over host views of its neuron inputs with its results
-allocated in HBM (``_C._launch_program``) — the mechanism eager kernels use — as ONE launch record
-of kind ``program`` that carries the summed work of the graph (graph_cost.py). docs/compile.md
-says why this route and what is left.
+allocated in HBM (``_C._ProgramLauncher``) — the service eager kernels use (csrc/backend/core/
+HostView) — as ONE launch record of kind ``program`` that carries the summed work of the graph
+(graph_cost.py). docs/compile.md says why this route and what is left.
 """
 
 import contextlib
 import functools
 import itertools
 import logging
-import os
 import pickle
 import threading
 import time
@@ -26,16 +25,16 @@ from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompil
 from torch._inductor.output_code import OutputCode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from torch_neuronx import _C
-from torch_neuronx.dynamo import (attention, device_interface, inductor_fixes, legality, metrics,
-                                  neff_cache, random_ops)
+from torch_neuronx import _C, _env
+from torch_neuronx.dynamo import (attention, default_backend, device_interface, inductor_fixes,
+                                  legality, metrics, program_cache, progress, random_ops)
 from torch_neuronx.dynamo.graph_cost import GraphCost
 
 # Dynamo asks this interface about the device of the tensors it traces (current device, streams,
 # properties): registered with the backend, which is what brings Dynamo in.
 device_interface.register()
-# Fused attention (SDPA's overrideable backend on neuron) gets the CPU kernel programs run.
-attention.register()
+# compiled.generate(...) that runs eagerly (0 programs) says so.
+default_backend.install_generate_check()
 
 _FALLBACK_ENV = "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"
 _STATIC_ENV = "TORCH_NEURONX_STATIC_SHAPES"
@@ -59,30 +58,23 @@ def _is_neuron(device) -> bool:
     return isinstance(device, torch.device) and device.type == "neuron"
 
 
-def _fallback_allowed(options: dict) -> bool:
-    if "fallback_execution" in options:
-        return bool(options["fallback_execution"])
-    value = os.environ.get(_FALLBACK_ENV, "1").strip().lower()
-    # TorchNeuron 2.33's default: fallback disabled, a graph that cannot compile raises.
-    return value in ("0", "false", "no", "off")
-
-
-def _switch(options: dict, key: str, env: str, default: bool) -> bool:
-    """An on/off setting: `options[key]` if given, else the variable `env` ("1", "true", "yes",
-    "on" or "0", "false", "no", "off"), else (unset or another value) `default`."""
+def _switch(options: dict, key: str, env: str) -> bool:
+    """An on/off setting: `options[key]` if given, else the variable `env` (torch_neuronx._env:
+    its default when unset, an error naming the accepted words for another value)."""
     if key in options:
         return bool(options[key])
-    value = os.environ.get(env, "").strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    return default
+    return _env.switch(env)
+
+
+def _fallback_allowed(options: dict) -> bool:
+    # TorchNeuron 2.33's default: fallback disabled, a graph that cannot compile raises.
+    return not _env.switch(_FALLBACK_ENV) if "fallback_execution" not in options else bool(
+        options["fallback_execution"])
 
 
 def _static_shapes(options: dict) -> bool:
     """Strict mode: TorchNeuron's static-shape behaviour (one program per input shape)."""
-    return _switch(options, "static_shapes", _STATIC_ENV, default=False)
+    return _switch(options, "static_shapes", _STATIC_ENV)
 
 
 def _cpp_wrapper(options: dict) -> bool:
@@ -93,7 +85,7 @@ def _cpp_wrapper(options: dict) -> bool:
     wrapper mode compiles it too. Measured on the tiny Llama (bench/compile.py): the decode step
     0.88-1.01x Inductor CPU's time instead of 1.03-1.09x, the training step 0.97-1.01x instead of
     1.01-1.03x (docs/benchmarks.md)."""
-    return _switch(options, "cpp_wrapper", _CPP_WRAPPER_ENV, default=True)
+    return _switch(options, "cpp_wrapper", _CPP_WRAPPER_ENV)
 
 
 def _is_symbolic(example_inputs) -> bool:
@@ -121,11 +113,12 @@ class _ProgramPerShape:
         )
         run = self._compiled.get(key)
         if run is None:
+            shapes = [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]
             if self._compiled:
-                shapes = [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]
                 metrics.record_recompile(
                     f"{self._base_name}: static shapes ({_STATIC_ENV}): new input shapes {shapes}")
-            run = torch._dynamo.disable(_timed_compile)(self._compile_for, list(args))
+            run = torch._dynamo.disable(_timed_compile)(
+                self._compile_for, list(args), f"{self._base_name} for input shapes {shapes}")
             self._compiled[key] = run
         return run(*args)
 
@@ -143,7 +136,7 @@ def _check_runnable(gm: torch.fx.GraphModule, name: str) -> None:
         op = node.target
         # ATen's *_overrideable ops have a default kernel that only raises "not implemented"
         # (Inductor registers them as fallbacks, i.e. calls to that kernel), unless a CPU kernel
-        # was registered for them (attention.py does for fused attention).
+        # was registered for them (csrc/backend/ops/Attention.cpp does for fused attention).
         device_only = (op.namespace == "aten" and "_overrideable" in op._opname
                        and not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CPU"))
         lowered = op.namespace == "prims" or op in lowerings or op.overloadpacket in lowerings
@@ -242,14 +235,15 @@ def _graph_for_cpu(gm: torch.fx.GraphModule, example_inputs, fake_mode, device: 
 
 
 def _only_aten_ops(gm: torch.fx.GraphModule) -> bool:
-    """Whether the graph calls ATen ops only. Inductor's C++ wrapper calls another library's op
-    (ours: random draws from the device generator, NKI kernels; a user's) through a Python
-    callback, a path that crashed on an NKI kernel in a program where the Python wrapper runs it
-    fine: such programs keep the Python wrapper."""
+    """Whether the graph calls ATen ops and our C++ ops only (the random draws of
+    csrc/backend/ops/Random.cpp, which Inductor's C++ wrapper calls through the dispatcher).
+    Inductor's C++ wrapper calls another library's op (an NKI kernel, a user's Python op) through
+    a Python callback, a path that crashed on an NKI kernel in a program where the Python wrapper
+    runs it fine: such programs keep the Python wrapper."""
     return all(not isinstance(n.target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket,
                                          torch._ops.HigherOrderOperator))
                or (isinstance(n.target, torch._ops.OpOverload)
-                   and n.target.namespace in ("aten", "prims"))
+                   and n.target.namespace in ("aten", "prims", "neuron_program"))
                for n in gm.graph.nodes if n.op == "call_function")
 
 
@@ -304,10 +298,12 @@ class _Program(OutputCode):
     A graph's inputs are tensors and sizes, never a list, so the two cannot be confused.
 
     The launch itself is C++ (``_C._ProgramLauncher``, csrc/backend/compiler/ProgramLaunch.cpp),
-    built once here: a call of a static graph does no more Python than this method.
+    built once here: a call of a static graph does no more Python than this method, and a program
+    built with Inductor's C++ wrapper is called by the launcher directly (_cpp_wrapper_library):
+    one call from Python into C++ per launch.
 
     A program is also AOTAutograd's output code, so a graph entry of the program cache
-    (neff_cache.GraphStore) can hold it: serialized it keeps what it is (name, kind, device,
+    (program_cache.GraphStore) can hold it: serialized it keeps what it is (name, kind, device,
     cost, Trainium legality findings) and the key of its program entry, not its code, which
     :meth:`post_compile` loads from that entry on a restart."""
 
@@ -335,7 +331,8 @@ class _Program(OutputCode):
         cost = self.cost
         self._launch = _C._ProgramLauncher(
             self.device, self.name, cost.ops([]) if not self._dynamic else {}, cost.bytes_engine,
-            self.compiled, self.output_devices)
+            self.compiled, self.output_devices,
+            _cpp_wrapper_library(self.compiled) if self.cpp_wrapper else None)
 
     # OutputCode: a program in a graph entry of the program cache ----------------------------
     def prepare_for_serialization(self) -> None:
@@ -352,7 +349,7 @@ class _Program(OutputCode):
             return  # compiled in this process: Inductor's post-compile steps have run
         from torch._inductor.codecache import FxGraphCache
 
-        fx_graph = neff_cache.load_program(self.entry_key)
+        fx_graph = program_cache.load_program(self.entry_key)
         if fx_graph is None:
             # AOTAutograd takes this for a miss of the graph entry and compiles the graph: the
             # program compile reports a corrupted entry and rebuilds it.
@@ -367,8 +364,7 @@ class _Program(OutputCode):
             _report_legality(self.name, self.issues)
         self._start()
         metrics.record("programs")
-        if self.cpp_wrapper:
-            metrics.record("cpp_wrapper_programs")
+        _record_wrapper(self)
         metrics.record("cache_hits")
 
     def set_triton_bundle(self, triton_bundle) -> None:
@@ -395,6 +391,34 @@ class _Program(OutputCode):
         return outputs
 
 
+def _cpp_wrapper_library(compiled):
+    """The shared library of a program's C++ wrapper, when the launcher can call its entry
+    function directly instead of Inductor's Python callable around it; else None.
+
+    That callable (torch 2.13, codegen/cpp_wrapper_cpu.py) turns its arguments into tensor handles
+    (a size into a 0-dim tensor), calls the library's module function, and turns the returned
+    handles into tensors, all of which the launcher does in C++. It is called directly only when
+    the callable is exactly that (not wrapped by Inductor, e.g. to realign inputs), appends no
+    constants to the inputs, and returns tensors only (not a size taken with .item())."""
+    call = getattr(compiled, "current_callable", None)
+    code = getattr(call, "__code__", None)
+    if code is None or code.co_name != "g" or not call.__closure__:
+        return None
+    if "constants_tensor" in code.co_varnames or "item" in code.co_names:
+        return None  # (then every output that is not a tensor is None: a null handle)
+    entry = dict(zip(code.co_freevars, (c.cell_contents for c in call.__closure__))).get("f")
+    if getattr(entry, "__name__", None) != "inductor_entry_cpp":
+        return None
+    return getattr(getattr(entry, "__self__", None), "__file__", None)
+
+
+def _record_wrapper(program) -> None:
+    if getattr(program, "cpp_wrapper", False):
+        metrics.record("cpp_wrapper_programs")
+        if program._launch.calls_wrapper_directly:
+            metrics.record("direct_cpp_programs")
+
+
 def _report_legality(name: str, issues: dict) -> None:
     metrics.record_legality(name, issues, flagged=any(k in issues for k in legality.WARNED))
     legality.report(name, issues)
@@ -412,7 +436,7 @@ def _compile_program(gm, example_inputs, *, base_name: str, kind: str, cpp_wrapp
             _report_legality(name, issues)
         hits_before = counters["inductor"]["fxgraph_cache_hit"]
         inner = dict(is_backward=kind == "backward", is_inference=kind == "inference")
-        store = neff_cache.ProgramStore() if neff_cache.enabled() else None
+        store = program_cache.ProgramStore() if program_cache.enabled() else None
         if device is None:
             # A graph without neuron tensors is plain CPU code (random ops as below).
             program = _inductor_compile(gm, example_inputs, inner, store)
@@ -432,7 +456,7 @@ def _compile_program(gm, example_inputs, *, base_name: str, kind: str, cpp_wrapp
                     _log.info("%s: Inductor's C++ wrapper failed (%s: %s); compiling with the "
                               "Python wrapper", name, type(error).__name__, error)
                     inner["cpp_wrapper"] = False
-                    store = neff_cache.ProgramStore() if store is not None else None
+                    store = program_cache.ProgramStore() if store is not None else None
                     cpu_gm, cpu_inputs, _ = _graph_for_cpu(gm, example_inputs, fake_mode, device)
                     compiled = _inductor_compile(cpu_gm, cpu_inputs, inner, store)
             except Exception as error:
@@ -443,8 +467,7 @@ def _compile_program(gm, example_inputs, *, base_name: str, kind: str, cpp_wrapp
                                output_devices, issues, store.stored_key if store else None,
                                cpp_wrapper=inner["cpp_wrapper"])
         metrics.record("programs")
-        if getattr(program, "cpp_wrapper", False):
-            metrics.record("cpp_wrapper_programs")
+        _record_wrapper(program)
         # With the program cache on, Inductor's only cache is the store: a hit is the store's.
         # Off, it is Inductor's own FX graph cache (TORCHINDUCTOR_CACHE_DIR).
         if counters["inductor"]["fxgraph_cache_hit"] > hits_before:
@@ -460,7 +483,7 @@ def _compile_program(gm, example_inputs, *, base_name: str, kind: str, cpp_wrapp
 
 def _inductor_compile(gm, example_inputs, inner: dict, store):
     """Inductor's compile of one program, served from / stored into the program cache (`store`,
-    neff_cache.py) when it is on."""
+    program_cache.py) when it is on."""
     from torch._inductor.compile_fx import compile_fx_inner
 
     # Random ops run as ATen's CPU ops inside the program (drawing from the CPU generator, which
@@ -476,7 +499,7 @@ def _inductor_compile(gm, example_inputs, inner: dict, store):
             return compile_fx_inner(gm, example_inputs, **inner)
         compiled = None
         try:
-            with neff_cache.serving(store):
+            with program_cache.serving(store):
                 compiled = compile_fx_inner(gm, example_inputs, **inner)
         finally:
             store.finish(compiled)
@@ -518,12 +541,18 @@ def _loading_for(base_name: str):
         _loading.base_name = previous
 
 
-def _timed_compile(compile_for, inputs):
-    """AOTAutograd and the programs it builds now, timed as one (compile_seconds)."""
+def _programs_compiled() -> int:
+    return metrics.get_dynamo_metrics()["programs"]
+
+
+def _timed_compile(compile_for, inputs, what: str):
+    """AOTAutograd and the programs it builds now, timed as one (compile_seconds), announced
+    while it runs if it takes a while (progress.py)."""
     started = time.perf_counter()
     _inside_backend.active = True
     try:
-        return compile_for(inputs)
+        with progress.CompileNotice(what, _programs_compiled):
+            return compile_for(inputs)
     finally:
         _inside_backend.active = False
         metrics.record("compile_seconds", time.perf_counter() - started)
@@ -548,8 +577,7 @@ def _check_cpu_inputs(gm: torch.fx.GraphModule, example_inputs) -> None:
     on neuron (TorchNeuron raises instead of copying them to the device). By default they enter
     the program and are copied where the graph moves them, as TorchNeuron's automatic copy.
     0-dim CPU tensors are scalars, accepted on any device, as in eager."""
-    value = os.environ.get(_NO_AUTOCOPY_ENV, "0").strip().lower()
-    if value not in ("1", "true", "yes", "on"):
+    if not _env.switch(_NO_AUTOCOPY_ENV):
         return
     uses_neuron = any(isinstance(x, torch.Tensor) and _is_neuron(x.device) for x in example_inputs)
     uses_neuron = uses_neuron or any(
@@ -594,6 +622,8 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
     graph_id = next(_graph_ids)
     base_name = f"{options['model_name']}_{graph_id}" if options.get("model_name") else (
         f"graph{graph_id}")
+    ops = sum(1 for node in gm.graph.nodes if node.op == "call_function")
+    what = f"graph {graph_id} ({ops} ops, programs {base_name}_*)"
 
     compilers = {
         kind: functools.partial(_compile_program, base_name=base_name, kind=kind,
@@ -603,22 +633,28 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
     def compile_backward(bw_gm, bw_inputs):
         # What aot_autograd's own wrapper does (Dynamo must trace neither the compiler nor the
         # program), keeping the program's boxed calling convention, which that wrapper drops.
-        program = torch._dynamo.disable(
-            compilers["backward"], reason="do not trace the neuron backward compiler"
-        )(bw_gm, bw_inputs)
+        # Compiled at the first backward() unless the program cache compiles it with the
+        # forward: then announced on its own.
+        lazy = not getattr(_inside_backend, "active", False)
+        notice = progress.CompileNotice(f"the backward of {what}", _programs_compiled) if lazy \
+            else contextlib.nullcontext()
+        with notice:
+            program = torch._dynamo.disable(
+                compilers["backward"], reason="do not trace the neuron backward compiler"
+            )(bw_gm, bw_inputs)
         wrapped = torch._dynamo.disable(program, reason="do not trace a neuron backward program")
         wrapped._boxed_call = getattr(program, "_boxed_call", False)
         return wrapped
 
     compile_backward._is_wrapped_bw_compiler = True
     # With the program cache on, AOTAutograd's result for the whole graph is cached too (a graph
-    # entry, neff_cache.GraphStore): AOTAutograd looks a graph up only for a compiler whose
+    # entry, program_cache.GraphStore): AOTAutograd looks a graph up only for a compiler whose
     # output it can serialize, which programs are.
     # Keyed with the options and the effective shape mode (strict mode compiles per shape) and
     # wrapper language.
-    graph_store = (neff_cache.GraphStore({**options, "static_shapes": strict,
+    graph_store = (program_cache.GraphStore({**options, "static_shapes": strict,
                                           "cpp_wrapper": cpp_wrapper})
-                   if neff_cache.enabled() else None)
+                   if program_cache.enabled() else None)
     compile_forward = compilers["forward"]
     if graph_store is not None:
         compile_forward = SerializableAOTDispatchCompiler(OutputCode, compile_forward)
@@ -636,14 +672,14 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
         # with the CPU kernel attention.py registers (ATen's CPU flash attention, as eager).
         if graph_store is None:
             return compile_graph(gm, inputs)
-        with neff_cache.serving_graphs(graph_store), _loading_for(base_name):
+        with program_cache.serving_graphs(graph_store), _loading_for(base_name):
             return compile_graph(gm, inputs)
 
     if strict and _is_symbolic(example_inputs):
         return _ProgramPerShape(compile_for, base_name)
 
     try:
-        return _timed_compile(compile_for, example_inputs)
+        return _timed_compile(compile_for, example_inputs, what)
     except Exception as error:
         if not _fallback_allowed(options):
             raise

@@ -12,6 +12,9 @@ def _fresh() -> dict:
         "graphs": 0,              # Dynamo graphs handed to the backend (one per frame compile)
         "programs": 0,            # forward, backward and inference programs compiled
         "cpp_wrapper_programs": 0,  # of them, those whose kernels a C++ wrapper calls
+        # of those, the ones launched with one call from Python into C++ (the launcher calls the
+        # wrapper's entry itself, with no Python in between)
+        "direct_cpp_programs": 0,
         "compiles": 0,            # programs compiled by Inductor (cache misses)
         "cache_hits": 0,          # programs served by the persistent program (NEFF) cache
         "cache_misses": 0,

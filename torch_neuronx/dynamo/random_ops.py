@@ -1,97 +1,33 @@
 """Random ops inside compiled programs draw from the neuron generator.
 
-Eager dropout on neuron (csrc/backend/ops/Random.cpp, native_dropout) reserves one value per
-element from the device's generator (its (seed, offset) stream) and computes the mask with
-ATen's CPU bernoulli from a CPU generator seeded by that reservation. A program is CPU code, whose
-random ops would draw from the CPU default generator instead: reproducible under
-``torch.manual_seed``, but not eager neuron's numbers, and out of reach of
-``torch.neuron.manual_seed`` / ``set_rng_state``.
+A program is CPU code, whose random ops would draw from the CPU default generator: reproducible
+under ``torch.manual_seed``, but not eager neuron's numbers, and out of reach of
+``torch.neuron.manual_seed`` / ``set_rng_state``. So the program's CPU graph calls the ops of
+csrc/backend/ops/Random.cpp instead, the one random path of eager and compiled code: they reserve
+values from the program device's generator at run time and run the fills of the eager kernels, so
+a compiled draw gives the same numbers as eager neuron at the same point of the neuron stream, and
+advances the stream as eager does. This module only rewrites the graph:
 
-So the backend keeps ``native_dropout`` whole through AOTAutograd (its decomposition into
-``rand_like`` is dropped from the table) and, in the program's CPU graph, replaces it with
-``neuron_program::dropout``: the eager kernel's computation, with the reservation made at run
-time from the program's device generator (``_C._program_host_generator``). A compiled dropout
-therefore gives the same mask and values as eager dropout at the same point of the neuron
-stream, and advances the stream as eager does.
+- ``native_dropout`` is kept whole through AOTAutograd (its decomposition into ``rand_like`` is
+  dropped from the table) and becomes ``neuron_program::dropout``;
+- the other random ops written in compiled code (``torch.rand``/``randn``/``randint`` and their
+  ``_like`` forms, ``bernoulli``, and the in-place fills ``uniform_``, ``normal_``, ``random_``,
+  ``exponential_``, ... whose functional forms reach the graph) are eager neuron kernels that
+  fill a fresh tensor; each becomes ``neuron_program::fill_random`` over a template tensor of the
+  result's size, dtype and layout (the ``empty``/``empty_like`` eager runs first).
 
-The other random ops written in compiled code (``torch.rand``/``randn``/``randint`` and their
-``_like`` forms, ``bernoulli``, and the in-place fills ``uniform_``, ``normal_``, ``random_``,
-``exponential_``, ... whose functional forms reach the graph) are eager neuron kernels that fill a
-fresh tensor with ATen's CPU distribution from the device generator (csrc/backend/ops/Random.cpp).
-In the program's CPU graph each becomes ``neuron_program::fill_random`` over a template tensor of
-the result's size, dtype and layout (the ``empty``/``empty_like`` eager runs first): the same
-reservation (one value per element) and the same CPU distribution, so the same numbers as eager
-neuron under the same seed. ``torch.bernoulli(p)`` reaches the graph as Inductor's decomposition
-``rand_like(p) < p``, which draws the same uniform values as ATen's CPU ``bernoulli_(p)`` and
-compares them the same way (one value per element, in order), so it too matches eager for float32
-probabilities. Random ops that eager neuron
-runs through the CPU fallback (``randperm``, ``multinomial``, ``normal(mean_tensor, ...)``) draw
-from the CPU generator there, and stay ATen CPU ops in programs, drawing from it too.
+``torch.bernoulli(p)`` reaches the graph as Inductor's decomposition ``rand_like(p) < p``, which
+draws the same uniform values as ATen's CPU ``bernoulli_(p)`` and compares them the same way (one
+value per element, in order), so it too matches eager for float32 probabilities. Random ops that
+eager neuron runs through the CPU fallback (``randperm``, ``multinomial``, ``normal(mean_tensor,
+...)``) draw from the CPU generator there, and stay ATen CPU ops in programs, drawing from it too.
 """
-
-from typing import Optional
 
 import torch
 
-from torch_neuronx import _C
+import torch_neuronx._C  # noqa: F401  (defines the neuron_program ops)
 
 aten = torch.ops.aten
-
-
-@torch.library.custom_op("neuron_program::dropout", mutates_args=(),
-                         tags=(torch.Tag.nondeterministic_seeded,))
-def dropout(input: torch.Tensor, p: float, device: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """native_dropout on the host view of a neuron tensor, drawing from neuron:`device`."""
-    keep = 1.0 - p
-    scale = 0.0 if keep == 0.0 else 1.0 / keep
-    mask = torch.empty_like(input, dtype=torch.bool, memory_format=torch.contiguous_format)
-    output = torch.empty_like(input, memory_format=torch.contiguous_format)
-    if input.numel() == 0:
-        return output, mask
-    mask.bernoulli_(keep, generator=_C._program_host_generator(device, input.numel()))
-    torch.mul(input, mask, out=output).mul_(scale)
-    return output, mask
-
-
-@dropout.register_fake
-def _(input, p, device):
-    return (torch.empty_like(input, memory_format=torch.contiguous_format),
-            torch.empty_like(input, dtype=torch.bool, memory_format=torch.contiguous_format))
-
-
-# The eager kernel's fill per distribution (csrc/backend/ops/Random.cpp), on a host tensor with a
-# generator: `a`, `b` the float parameters, `low`, `high` the integer ones.
-_FILLS = {
-    "uniform": lambda t, a, b, low, high, p, g: t.uniform_(a, b, generator=g),
-    "normal": lambda t, a, b, low, high, p, g: t.normal_(a, b, generator=g),
-    "random": lambda t, a, b, low, high, p, g: t.random_(generator=g),
-    "random_to": lambda t, a, b, low, high, p, g: t.random_(high, generator=g),
-    "random_from": lambda t, a, b, low, high, p, g: t.random_(low, high, generator=g),
-    "bernoulli_float": lambda t, a, b, low, high, p, g: t.bernoulli_(a, generator=g),
-    "bernoulli_tensor": lambda t, a, b, low, high, p, g: t.bernoulli_(p, generator=g),
-    "exponential": lambda t, a, b, low, high, p, g: t.exponential_(a, generator=g),
-    "log_normal": lambda t, a, b, low, high, p, g: t.log_normal_(a, b, generator=g),
-    "cauchy": lambda t, a, b, low, high, p, g: t.cauchy_(a, b, generator=g),
-    "geometric": lambda t, a, b, low, high, p, g: t.geometric_(a, generator=g),
-}
-
-
-@torch.library.custom_op("neuron_program::fill_random", mutates_args=(),
-                         tags=(torch.Tag.nondeterministic_seeded,))
-def fill_random(template: torch.Tensor, kind: str, a: float, b: float, low: int,
-                high: Optional[int], p: Optional[torch.Tensor], device: int) -> torch.Tensor:
-    """A fresh tensor like `template` (size, dtype, layout) filled as the eager neuron kernel
-    `kind` fills it, drawing numel values from neuron:`device`'s generator."""
-    out = torch.empty_like(template)
-    if out.numel() == 0:
-        return out
-    _FILLS[kind](out, a, b, low, high, p, _C._program_host_generator(device, out.numel()))
-    return out
-
-
-@fill_random.register_fake
-def _(template, kind, a, b, low, high, p, device):
-    return torch.empty_like(template)
 
 
 # Decompositions the backend drops so these ops reach the program graph whole.

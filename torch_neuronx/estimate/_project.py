@@ -10,13 +10,12 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from torch_neuronx import _C
+from torch_neuronx import _C, _env
 from torch_neuronx.estimate._layout import Layout, Speculation
 from torch_neuronx.estimate._models import load_config
 from torch_neuronx.estimate._shard import ShardError
 from torch_neuronx.estimate._trace import Shape, kv_width, layer_input_bytes, structure, trace_rank
 
-_DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
 
 WORKLOADS = ("train", "inference", "decode", "prefill")
 WEIGHTS = ("bf16", "fp8", "int8")
@@ -30,10 +29,10 @@ class LayoutError(ValueError):
 def data_paths(data: str | None = None) -> tuple[str, str]:
     """(estimate data file, engine model file): --data / TORCH_NEURONX_ESTIMATE_DATA or the shipped
     estimate.ini; NRTSIM_ENGINE_MODEL or the shipped neuron_cores.ini."""
-    estimate_data = data or os.environ.get("TORCH_NEURONX_ESTIMATE_DATA") or os.path.join(
-        _DATA_DIR, "estimate.ini")
-    engine_model = os.environ.get("NRTSIM_ENGINE_MODEL") or os.path.join(_DATA_DIR, "neuron_cores.ini")
-    return estimate_data, engine_model
+    estimate_data = (data or _env.path("TORCH_NEURONX_ESTIMATE_DATA")
+                     or _env.data_file("estimate.ini"))
+    # The runtime's answer: NRTSIM_ENGINE_MODEL is the runtime's variable (csrc/runtime/Env).
+    return estimate_data, _C._engine_model_path()
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ from torch_neuronx.neuron.random import (  # noqa: F401
     set_rng_state,
     set_rng_state_all,
 )
+from torch_neuronx.neuron._storage import STORAGE_CLASSES as _STORAGE_CLASSES
 from torch_neuronx.neuron.streams import (  # noqa: F401
     Event,
     Stream,
@@ -61,6 +62,9 @@ from torch_neuronx.neuron.streams import (  # noqa: F401
     set_stream,
     stream,
 )
+
+# torch.neuron.FloatStorage and the other legacy storage classes (what Tensor.storage_type() returns).
+globals().update(_STORAGE_CLASSES)
 
 
 def __getattr__(name: str):

@@ -94,6 +94,14 @@ def _out_of_range_message(index: int, count: int, alias: int = -1) -> str:
         if alias >= 0 and alias != index
         else ""
     )
+    if index < 0:
+        # As TorchNeuron and torch.cuda refuse it: no negative index stands for the current device
+        # in these calls.
+        return (
+            f"Device index {index} is out of range. Valid range is 0 to {count - 1} for this "
+            f"process ({devices}): a negative index names no device; pass None (or nothing) for "
+            f"the current device, torch.neuron.current_device() = {current_device()}"
+        )
     return (
         f"Device index {index} is out of range. Valid range is 0 to {count - 1} for this process: "
         f"neuron:{index} does not exist among its {count} NeuronCore device(s) ({devices}), set by "
@@ -128,8 +136,8 @@ def _check_device_index(index: int, error: type = ValueError) -> int:
         raise RuntimeError("no neuron device is available" + (f": {why}" if why else ""))
     if 0 <= index < count:
         return index
-    alias = _C._single_core_alias()
-    if index == alias:
+    alias = _C._single_core_alias()  # -1 when the process has no such alias
+    if alias >= 0 and index == alias:
         return 0
     raise error(_out_of_range_message(index, count, alias))
 

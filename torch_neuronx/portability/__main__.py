@@ -12,6 +12,7 @@ import os
 import sys
 import traceback
 
+from torch_neuronx import _env
 from torch_neuronx.portability import run_script
 from torch_neuronx.portability.session import STRICT_ENV, ignore_rules, strict_from_env
 
@@ -56,7 +57,7 @@ def main(argv=None) -> int:
         if options.json == "-":
             print(text)
         else:
-            path = options.json.replace("{rank}", os.environ.get("RANK", "0"))
+            path = options.json.replace("{rank}", _env.foreign("RANK") or "0")
             with open(path, "w") as handle:
                 handle.write(text + "\n")
     if error is not None:

@@ -7,8 +7,9 @@ import os
 
 import torch
 
-COVERAGE_FILE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data",
-                             "torchneuron_2_33_coverage.json")
+from torch_neuronx import _env
+
+COVERAGE_FILE = _env.data_file("torchneuron_2_33_coverage.json")
 
 NATIVE = "native"
 COMPOSITE = "composite"          # not listed, but runs PyTorch's composite kernel there too

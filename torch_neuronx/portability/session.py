@@ -12,7 +12,6 @@ Modules not imported yet when the session starts are hooked when they are import
 
 import functools
 import importlib.abc
-import os
 import re
 import sys
 import threading
@@ -21,6 +20,7 @@ import torch
 from torch._C import DispatchKey
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from torch_neuronx import _env
 from torch_neuronx.portability import coverage, fixes, frames
 from torch_neuronx.portability.report import (
     CATEGORIES,
@@ -32,7 +32,6 @@ from torch_neuronx.portability.report import (
 )
 
 STRICT_ENV = "TORCH_NEURONX_PORTABILITY_STRICT"
-_TRUE = ("1", "true", "yes", "on", "y")
 _INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
 # A place whose op met new shapes in this many of its executions is "dynamic": 2 is common and
 # harmless (the last partial batch, an eval batch size); a third is a pattern.
@@ -47,7 +46,7 @@ _active = None
 
 
 def strict_from_env() -> bool:
-    return os.environ.get(STRICT_ENV, "0").strip().lower() in _TRUE
+    return _env.switch(STRICT_ENV)
 
 
 def ignore_rules(rules=None) -> tuple:
@@ -55,7 +54,7 @@ def ignore_rules(rules=None) -> tuple:
     ``cpu_fallback:aten::normal_``), from the argument or, when None, from
     TORCH_NEURONX_PORTABILITY_IGNORE (comma-separated). Unknown categories are an error."""
     if rules is None:
-        rules = os.environ.get(IGNORE_ENV, "")
+        rules = _env.words(IGNORE_ENV)
     if isinstance(rules, str):
         rules = rules.split(",")
     parsed = []
@@ -266,7 +265,8 @@ class Session:
             return None  # shape propagation (fake tensors), not a run
         memory_format = kwargs.get("memory_format")
         if memory_format in _CHANNELS_LAST:
-            # Before the call: the op may well raise on it (this backend does, as TorchNeuron).
+            # Before the call, so a call that raises is named too. This backend computes every
+            # format; TorchNeuron raises on a channels-last request.
             self.add("channels_last", WARNING, f"memory_format={memory_format}",
                      frames.current_site(skip=2), fixes.CHANNELS_LAST, op=func.name())
         name = func.name()
@@ -398,7 +398,8 @@ class Session:
     # -- transformers --------------------------------------------------------------------------
 
     def after_from_pretrained(self, model) -> None:
-        if os.environ.get("HF_DEACTIVATE_ASYNC_LOAD", "").strip().lower() in _TRUE:
+        # transformers' switch, read as transformers reads it (its ENV_VARS_TRUE_VALUES).
+        if (_env.foreign("HF_DEACTIVATE_ASYNC_LOAD") or "").upper() in ("1", "ON", "YES", "TRUE"):
             return
         if isinstance(model, tuple):
             model = model[0]

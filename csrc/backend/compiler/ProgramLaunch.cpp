@@ -1,28 +1,33 @@
 // A compiled program as one launch. torch.compile(backend="neuron") compiles each graph to CPU
 // code (torch_neuronx/dynamo); this binding runs that code the way an eager kernel runs ATen's CPU
-// math: over host views of the neuron inputs, with the fresh results allocated in HBM of the
-// program's device, inside ONE launch record of kind kProgram carrying the summed work of the
-// graph. The CPU code never dispatches to neuron, so the ops inside a program yield no records of
-// their own: the profiler, op tracking and the simulated clock see the program as one unit.
-#include <torch/csrc/Generator.h>
+// math, through the same service (core/HostView): over host views of the neuron inputs, with the
+// fresh results allocated in HBM of the program's device and taken over as its outputs, inside
+// ONE launch record of kind kProgram carrying the summed work of the graph. The CPU code never
+// dispatches to neuron, so the ops inside a program yield no records of their own: the profiler,
+// op tracking and the simulated clock see the program as one unit.
+//
+// A program compiled with Inductor's C++ wrapper is called here directly, through the wrapper's
+// entry function in its shared library: the launch is one call from Python into C++, with no
+// Python in between. Any other program (Inductor's Python wrapper) is called as the Python
+// function Inductor made.
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/inductor/aoti_torch/tensor_converter.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <ATen/core/Tensor.h>
-#include <c10/core/CPUAllocator.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <c10/core/DefaultDtype.h>
 #include <c10/core/TensorImpl.h>
 
-#include <algorithm>
-#include <cstring>
+#include <dlfcn.h>
+
 #include <limits>
+#include <memory>
 #include <string>
-#include <unordered_map>
-#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "backend/compiler/ProgramLaunch.h"
-#include "backend/core/CachingAllocator.h"
-#include "backend/core/Generator.h"
 #include "backend/core/HostView.h"
 #include "backend/core/KernelLaunch.h"
 #include "backend/core/NeuronRuntime.h"
@@ -41,100 +46,50 @@ nrtsim::Engine engine_named(const std::string& name) {
               "'; expected one of tensor, vector, scalar, gpsimd, dma");
 }
 
-bool in_hbm(const c10::StorageImpl* storage) {
-  return storage->data_ptr().get_deleter() == caching_allocator().raw_deleter();
-}
+// The entry function of a program built with Inductor's C++ wrapper (torch 2.13's JIT mode,
+// codegen/cpp_wrapper_cpu.py): it steals the input handles, fills the output handles, and
+// releases the GIL while it runs (so it is called with the GIL held).
+using WrapperEntry = void (*)(AtenTensorHandle* inputs, AtenTensorHandle* outputs);
+// `void inductor_entry_impl(AtenTensorHandle*, AtenTensorHandle*)`, C++-mangled: the wrapper
+// declares it with C++ linkage and default visibility.
+constexpr const char* kWrapperEntrySymbol = "_Z19inductor_entry_implPP16AtenTensorOpaqueS1_";
 
-// A tensor of `keys` over `storage` with the sizes, strides, offset and dtype of `like`.
-at::Tensor tensor_over(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like) {
-  at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage),
-                                                          c10::DispatchKeySet(key), like.dtype());
-  t.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(),
-                                                 like.storage_offset());
-  t.unsafeGetTensorImpl()->_set_conj(like.is_conj());
-  t.unsafeGetTensorImpl()->_set_neg(like.is_neg());
-  return t;
-}
-
-c10::Storage copy_storage(const c10::StorageImpl* source, c10::Allocator* allocator) {
-  const size_t nbytes = source->nbytes();
-  c10::Storage copy(c10::Storage::use_byte_size_t(), nbytes, allocator->allocate(nbytes), allocator,
-                    /*resizable=*/true);
-  if (nbytes > 0) std::memcpy(copy.mutable_data(), source->data(), nbytes);
-  return copy;
-}
-
-// Turns what the CPU code returned into the program's outputs. Outputs that share a storage keep
-// sharing one (AOTAutograd regenerates views of outputs from their base), an output that aliases
-// an input becomes the same alias of the neuron input, and a fresh result in HBM is taken over
-// without a copy when nothing outside the outputs holds its block. Per call it costs work in the
-// number of outputs; the inputs are looked up in a sorted vector built once per call (a decode
-// step has ~50 inputs and one output).
-class OutputAdopter {
+// The wrapper's library, already loaded by Inductor: held open for as long as the launcher
+// calls into it.
+class WrapperLibrary {
  public:
-  // `inputs`: (host view data pointer, neuron storage) of each neuron input.
-  OutputAdopter(c10::Device device, std::vector<std::pair<const void*, c10::Storage>> inputs)
-      : device_(device), inputs_(std::move(inputs)) {
-    std::sort(inputs_.begin(), inputs_.end(),
-              [](const auto& a, const auto& b) { return a.first < b.first; });
+  explicit WrapperLibrary(const std::string& path)
+      : handle_(::dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD)) {
+    TORCH_CHECK(handle_ != nullptr, "neuron program: the C++ wrapper library ", path,
+                " is not loaded: ", ::dlerror());
+    entry_ = reinterpret_cast<WrapperEntry>(::dlsym(handle_, kWrapperEntrySymbol));
+    TORCH_CHECK(entry_ != nullptr, "neuron program: ", path, " has no ", kWrapperEntrySymbol,
+                " (Inductor's C++ wrapper entry): compile with TORCH_NEURONX_CPP_WRAPPER=0");
   }
+  ~WrapperLibrary() { ::dlclose(handle_); }
+  WrapperLibrary(const WrapperLibrary&) = delete;
+  WrapperLibrary& operator=(const WrapperLibrary&) = delete;
 
-  bool aliases_input(const at::Tensor& t) const { return input_storage(t.storage().data()); }
-
-  void count_user(const at::Tensor& t) {
-    users_[t.storage().unsafeGetStorageImpl()].insert(t.unsafeGetTensorImpl());
-  }
-
-  at::Tensor to_neuron(const at::Tensor& t) {
-    c10::StorageImpl* host = t.storage().unsafeGetStorageImpl();
-    if (const c10::Storage* aliased = input_storage(host->data())) {
-      return tensor_over(*aliased, c10::DispatchKey::PrivateUse1, t);
-    }
-    auto done = adopted_.find(host);
-    if (done == adopted_.end()) {
-      c10::Storage storage;
-      if (in_hbm(host) && t.storage().use_count() == users_[host].size()) {
-        // Only the outputs hold this HBM block: hand it to a neuron storage, no copy.
-        const size_t nbytes = host->nbytes();
-        c10::DataPtr block = host->set_data_ptr(c10::DataPtr());
-        block.unsafe_set_device(device_);
-        storage = c10::Storage(c10::Storage::use_byte_size_t(), nbytes, std::move(block),
-                               &caching_allocator(), /*resizable=*/true);
-      } else {
-        storage = copy_storage(host, &caching_allocator());
-      }
-      done = adopted_.emplace(host, std::move(storage)).first;
-    }
-    return tensor_over(done->second, c10::DispatchKey::PrivateUse1, t);
-  }
-
-  // An output the graph produces on the CPU (a .cpu() inside the graph): if the CPU code put it in
-  // HBM, it is copied to host memory; CPU inputs it aliases stay as they are.
-  at::Tensor to_cpu(const at::Tensor& t) {
-    c10::StorageImpl* host = t.storage().unsafeGetStorageImpl();
-    if (!in_hbm(host) || input_storage(host->data())) return t;
-    auto done = host_copies_.find(host);
-    if (done == host_copies_.end()) {
-      done = host_copies_.emplace(host, copy_storage(host, c10::GetCPUAllocator())).first;
-    }
-    return tensor_over(done->second, c10::DispatchKey::CPU, t);
-  }
+  WrapperEntry entry() const { return entry_; }
 
  private:
-  // The neuron storage whose bytes start at `data` (a host view's), or null.
-  const c10::Storage* input_storage(const void* data) const {
-    if (data == nullptr) return nullptr;
-    auto it = std::lower_bound(inputs_.begin(), inputs_.end(), data,
-                               [](const auto& entry, const void* d) { return entry.first < d; });
-    return it != inputs_.end() && it->first == data ? &it->second : nullptr;
-  }
-
-  c10::Device device_;
-  std::vector<std::pair<const void*, c10::Storage>> inputs_;
-  std::unordered_map<c10::StorageImpl*, std::unordered_set<c10::TensorImpl*>> users_;
-  std::unordered_map<c10::StorageImpl*, c10::Storage> adopted_;
-  std::unordered_map<c10::StorageImpl*, c10::Storage> host_copies_;
+  void* handle_;
+  WrapperEntry entry_ = nullptr;
 };
+
+// A program argument that is not a tensor (a size of a symbolic graph), as the C++ wrapper takes
+// it: the 0-dim CPU tensor torch.tensor(arg) would make.
+at::Tensor scalar_argument(PyObject* arg) {
+  if (PyBool_Check(arg)) return at::scalar_tensor(arg == Py_True, at::kBool);
+  if (PyLong_Check(arg)) return at::scalar_tensor(py::cast<int64_t>(py::handle(arg)), at::kLong);
+  if (PyFloat_Check(arg)) {
+    return at::scalar_tensor(PyFloat_AS_DOUBLE(arg),
+                             c10::typeMetaToScalarType(c10::get_default_dtype()));
+  }
+  // A SymInt or SymFloat that is not a plain number: what torch.tensor() does with it.
+  return THPVariable_Unpack(
+      py::module_::import("torch").attr("tensor")(py::handle(arg), py::arg("device") = "cpu").ptr());
+}
 
 // One compiled program, ready to launch: what is the same on every call (its device, record
 // name, per-engine work of a static graph, output devices, the CPU code) is converted once, at
@@ -142,19 +97,22 @@ class OutputAdopter {
 // per-call overhead, and this launch sits on it once per step.
 //
 // Host views of the inputs are kept per argument position and re-pointed on each call: building
-// a view and its Python object for each of ~50 inputs was most of the launch's cost. A kept view
-// is reused only when nothing but this launcher holds it (its Python object, its TensorImpl and
-// its storage each have one owner), so a view the CPU code kept, or one still in use by another
-// thread's call of the same program, is never re-pointed under it; a fresh one replaces it then.
+// a view (and, for a Python program, its Python object) for each of ~50 inputs was most of the
+// launch's cost. A kept view is reused only when nothing but this launcher holds it (its Python
+// object if any, its TensorImpl and its storage each have one owner), so a view the CPU code
+// kept, or one still in use by another thread's call of the same program, is never re-pointed
+// under it; a fresh one replaces it then.
 //
 // A program runs with the calling thread's intra-op threads, as Inductor's CPU code does.
 class ProgramLauncher {
  public:
   static constexpr int kNotTensor = std::numeric_limits<int>::min();
 
+  // `wrapper_library`: the shared library of the program's C++ wrapper, to call its entry
+  // function directly, or None to call `program` (Inductor's Python callable).
   ProgramLauncher(int device, const std::string& name, const py::dict& engine_ops,
                   const std::string& bytes_engine, py::function program,
-                  const py::list& output_devices)
+                  const py::list& output_devices, const py::object& wrapper_library)
       : device_(static_cast<c10::DeviceIndex>(device)),
         name_(name),
         op_(nrtsim::intern(name)),
@@ -165,73 +123,95 @@ class ProgramLauncher {
     for (py::handle target : output_devices) {
       output_devices_.push_back(target.is_none() ? kNotTensor : py::cast<int>(target));
     }
+    if (!wrapper_library.is_none()) {
+      library_ = std::make_unique<WrapperLibrary>(py::cast<std::string>(wrapper_library));
+    }
   }
+
+  bool calls_wrapper_directly() const { return library_ != nullptr; }
 
   // Runs the program on `args` as one launch record. `engine_ops`: None for the work given at
   // construction, or {engine: ops} of this call (a symbolic graph's work depends on its sizes).
   py::list operator()(const py::list& args, const py::object& engine_ops) {
-    const c10::Device neuron(c10::DeviceType::PrivateUse1, device_);
     Cost cost(bytes_engine_);
     for (const auto& [engine, n] : engine_ops.is_none() ? ops_ : parse_ops(engine_ops)) {
       cost.ops(engine, n);
     }
-
     const size_t n = args.size();
-    if (views_.size() < n) views_.resize(n);
-    std::vector<std::pair<const void*, c10::Storage>> inputs;
-    inputs.reserve(n);
-    // (host view, neuron argument) of each neuron input, borrowed: `args` holds both for the call.
-    std::vector<std::pair<PyObject*, PyObject*>> view_args;
-    view_args.reserve(n);
-    py::list host_args(n);
+    Call call;
+    call.inputs.reserve(n);
+    call.view_args.reserve(n);
+    if (library_) {
+      call.host_inputs.reserve(n);
+    } else {
+      call.host_args = py::list(n);
+    }
+    if (views_.size() < n) {
+      views_.resize(n);
+      py_views_.resize(n);
+    }
     for (size_t i = 0; i < n; ++i) {
       PyObject* arg = PyList_GET_ITEM(args.ptr(), i);
       if (THPVariable_Check(arg)) {
         const at::Tensor& t = THPVariable_Unpack(arg);
         if (t.defined() && t.device().type() == c10::DeviceType::PrivateUse1) {
           cost.reads(t);
-          PyObject* view = view_of(i, t);
-          inputs.emplace_back(t.storage().data(), t.storage());
-          view_args.emplace_back(view, arg);
-          Py_INCREF(view);
-          PyList_SET_ITEM(host_args.ptr(), i, view);
+          call.inputs.emplace_back(t.storage().data(), t.storage());
+          if (library_) {
+            const at::Tensor& view = view_of(i, t);
+            call.view_args.emplace_back(view.unsafeGetTensorImpl(), arg);
+            call.host_inputs.push_back(view);
+          } else {
+            PyObject* view = py_view_of(i, t);
+            call.view_args.emplace_back(THPVariable_Unpack(view).unsafeGetTensorImpl(), arg);
+            Py_INCREF(view);
+            PyList_SET_ITEM(call.host_args.ptr(), i, view);
+          }
           continue;
         }
+        if (library_) {
+          call.host_inputs.push_back(t);
+          continue;
+        }
+      } else if (library_) {
+        call.host_inputs.push_back(scalar_argument(arg));
+        continue;
       }
       Py_INCREF(arg);
-      PyList_SET_ITEM(host_args.ptr(), i, arg);
+      PyList_SET_ITEM(call.host_args.ptr(), i, arg);
     }
 
     py::list outputs;
     launch_on(device_, op_, LaunchKind::kProgram, cost.work(), [&] {
-      py::object returned;
+      std::vector<at::Tensor> results;
+      std::vector<py::object> returned;  // the Python program's results, as it returned them
       {
         const HostAllocationsInHbm results_in_hbm(device_);
-        returned = program_(host_args);
+        if (library_) {
+          results = run_wrapper(std::move(call.host_inputs));
+        } else {
+          returned = run_python(call.host_args, results);
+        }
       }
-      host_args = py::list();  // the CPU code's hold on the inputs ends with the program
-      const py::list results = py::list(returned);
       TORCH_CHECK(results.size() == output_devices_.size(), "neuron program ", name_,
                   " returned ", results.size(), " outputs, its graph has ",
                   output_devices_.size());
-      OutputAdopter adopter(neuron, std::move(inputs));
-      std::vector<at::Tensor> tensors(results.size());
-      for (size_t i = 0; i < results.size(); ++i) {
-        if (THPVariable_Check(results[i].ptr())) {
-          tensors[i] = THPVariable_Unpack(results[i].ptr());
-          if (tensors[i].defined()) adopter.count_user(tensors[i]);
-        }
+      HostResults adopter(c10::Device(c10::DeviceType::PrivateUse1, device_),
+                          std::move(call.inputs));
+      for (const at::Tensor& t : results) {
+        if (t.defined()) adopter.count_user(t);
       }
       for (size_t i = 0; i < results.size(); ++i) {
+        const at::Tensor& t = results[i];
         const int target = output_devices_[i];
-        if (!tensors[i].defined() || target == kNotTensor) {
-          outputs.append(results[i]);
+        if (!t.defined() || target == kNotTensor) {
+          outputs.append(returned.empty() ? (t.defined() ? py::cast(t) : py::none())
+                                          : returned[i]);
           continue;
         }
         // Looked for only among outputs over an input's storage: fresh results skip the scan.
-        PyObject* arg = adopter.aliases_input(tensors[i])
-                            ? argument_returned(view_args, results[i].ptr())
-                            : nullptr;
+        PyObject* arg =
+            adopter.aliases_input(t) ? argument_returned(call.view_args, t) : nullptr;
         if (arg != nullptr) {
           // The program returned an input as it is: the output is that input itself, as from
           // Inductor's code, not a new alias of it. AOTAutograd saves such outputs for the
@@ -242,10 +222,10 @@ class ProgramLauncher {
         }
         at::Tensor out;
         if (target < 0) {
-          out = adopter.to_cpu(tensors[i]);
+          out = adopter.to_cpu(t);
         } else {
-          out = adopter.to_neuron(tensors[i]);
-          if (!adopter.aliases_input(tensors[i])) cost.writes(out);
+          out = adopter.to_neuron(t);
+          if (!adopter.aliases_input(t)) cost.writes(out);
         }
         outputs.append(py::cast(out));
       }
@@ -256,6 +236,17 @@ class ProgramLauncher {
  private:
   using EngineOps = std::vector<std::pair<nrtsim::Engine, uint64_t>>;
 
+  // What one call gathers from its arguments.
+  struct Call {
+    // (host view data pointer, neuron storage) of each neuron input.
+    std::vector<std::pair<const void*, c10::Storage>> inputs;
+    // (host view, neuron argument) of each neuron input, borrowed: `args` holds the arguments
+    // for the call, and the launcher's slots the views.
+    std::vector<std::pair<const c10::TensorImpl*, PyObject*>> view_args;
+    std::vector<at::Tensor> host_inputs;  // for the C++ wrapper
+    py::list host_args;                   // for a Python program
+  };
+
   static EngineOps parse_ops(const py::handle& engine_ops) {
     EngineOps ops;
     for (auto item : py::reinterpret_borrow<py::dict>(engine_ops)) {
@@ -265,54 +256,62 @@ class ProgramLauncher {
     return ops;
   }
 
+  // The C++ wrapper's entry on new handles to the inputs (it steals them; the host views the
+  // launcher keeps stay its own), its outputs taken from the handles it filled.
+  std::vector<at::Tensor> run_wrapper(std::vector<at::Tensor> host_inputs) {
+    std::vector<AtenTensorHandle> input_handles =
+        torch::aot_inductor::unsafe_alloc_new_handles_from_tensors(host_inputs);
+    host_inputs.clear();  // the program's hold on its inputs ends with the program, as Inductor's
+    std::vector<AtenTensorHandle> output_handles(output_devices_.size(), nullptr);
+    library_->entry()(input_handles.data(), output_handles.data());
+    return torch::aot_inductor::alloc_tensors_by_stealing_from_handles(output_handles.data(),
+                                                                       output_handles.size());
+  }
+
+  // Inductor's Python callable on `host_args`; `results` gets the tensors it returned (undefined
+  // where it returned something else), and the return value is what it returned.
+  std::vector<py::object> run_python(py::list& host_args, std::vector<at::Tensor>& results) {
+    const py::object returned = program_(host_args);
+    host_args = py::list();  // the CPU code's hold on the inputs ends with the program
+    std::vector<py::object> values;
+    for (py::handle value : py::list(returned)) {
+      values.push_back(py::reinterpret_borrow<py::object>(value));
+      results.push_back(THPVariable_Check(value.ptr()) ? THPVariable_Unpack(value.ptr())
+                                                       : at::Tensor());
+    }
+    return values;
+  }
+
   // The neuron argument whose host view is `returned`, or null.
-  static PyObject* argument_returned(const std::vector<std::pair<PyObject*, PyObject*>>& view_args,
-                                     PyObject* returned) {
+  static PyObject* argument_returned(
+      const std::vector<std::pair<const c10::TensorImpl*, PyObject*>>& view_args,
+      const at::Tensor& returned) {
     for (const auto& [view, arg] : view_args) {
-      if (view == returned) return arg;
+      if (view == returned.unsafeGetTensorImpl()) return arg;
     }
     return nullptr;
   }
 
-  // The host view for argument `i`, pointed at neuron tensor `t` (borrowed reference).
-  PyObject* view_of(size_t i, const at::Tensor& t) {
-    py::object& slot = views_[i];
-    if (!slot || !only_held_here(slot.ptr())) {
-      slot = py::reinterpret_steal<py::object>(THPVariable_Wrap(empty_view()));
+  static bool only_held_here(const at::Tensor& v) {
+    return v.use_count() == 1 && v.weak_use_count() == 1 && v.storage().use_count() == 1;
+  }
+
+  // The host view for argument `i`, pointed at neuron tensor `t` (for the C++ wrapper).
+  const at::Tensor& view_of(size_t i, const at::Tensor& t) {
+    at::Tensor& slot = views_[i];
+    if (!slot.defined() || !only_held_here(slot)) slot = empty_host_view();
+    point_at(slot, t);
+    return slot;
+  }
+
+  // The host view for argument `i` as a Python object (borrowed), for a Python program.
+  PyObject* py_view_of(size_t i, const at::Tensor& t) {
+    py::object& slot = py_views_[i];
+    if (!slot || Py_REFCNT(slot.ptr()) != 1 || !only_held_here(THPVariable_Unpack(slot.ptr()))) {
+      slot = py::reinterpret_steal<py::object>(THPVariable_Wrap(empty_host_view()));
     }
-    point_at(THPVariable_Unpack(slot.ptr()).unsafeGetTensorImpl(), t);
+    point_at(THPVariable_Unpack(slot.ptr()), t);
     return slot.ptr();
-  }
-
-  static bool only_held_here(PyObject* view) {
-    const at::Tensor& v = THPVariable_Unpack(view);
-    return Py_REFCNT(view) == 1 && v.use_count() == 1 && v.weak_use_count() == 1 &&
-           v.storage().use_count() == 1;
-  }
-
-  // A CPU tensor over a non-owning, empty storage: re-pointed at an input before each use.
-  static at::Tensor empty_view() {
-    c10::Storage storage(c10::Storage::use_byte_size_t(), 0,
-                         c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)), nullptr,
-                         /*resizable=*/false);
-    return at::Tensor(c10::make_intrusive<c10::TensorImpl>(
-        std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
-        caffe2::TypeMeta::Make<float>()));
-  }
-
-  // What host_view() (core/HostView.cpp) does to its pooled views: the same bytes, sizes,
-  // strides, offset and dtype as `t`, through a storage that does not own them (the neuron
-  // tensor keeps the memory alive while the program runs).
-  static void point_at(c10::TensorImpl* impl, const at::Tensor& t) {
-    const c10::Storage& storage = t.storage();
-    c10::StorageImpl* alias = impl->storage().unsafeGetStorageImpl();
-    alias->set_data_ptr_noswap(
-        c10::DataPtr(storage.mutable_data(), c10::Device(c10::DeviceType::CPU)));
-    alias->set_nbytes(storage.nbytes());
-    impl->set_storage_and_dtype(impl->storage(), t.dtype());
-    impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-    impl->_set_conj(t.is_conj());
-    impl->_set_neg(t.is_neg());
   }
 
   c10::DeviceIndex device_;
@@ -321,43 +320,23 @@ class ProgramLauncher {
   nrtsim::Engine bytes_engine_;
   EngineOps ops_;
   py::function program_;
+  std::unique_ptr<WrapperLibrary> library_;
   std::vector<int> output_devices_;
-  std::vector<py::object> views_;
+  std::vector<at::Tensor> views_;
+  std::vector<py::object> py_views_;
 };
-
-// One call of a program that is not kept (the launcher's work done once).
-py::list launch_program(int device, const std::string& name, const py::dict& engine_ops,
-                        const std::string& bytes_engine, const py::function& program,
-                        const py::list& args, const py::list& output_devices) {
-  ProgramLauncher launcher(device, name, engine_ops, bytes_engine, program, output_devices);
-  return launcher(args, py::none());
-}
-
-// A CPU generator producing the `count` values reserved now from neuron:`device`'s default
-// generator: how a random op inside a program draws from the neuron stream exactly as the eager
-// kernel would at the same point (torch_neuronx/dynamo/random_ops.py).
-py::object program_host_generator(int device, uint64_t count) {
-  TORCH_CHECK(device >= 0, "neuron program: random op on device index ", device);
-  const at::Generator host =
-      host_generator_for(std::nullopt, static_cast<c10::DeviceIndex>(device), count);
-  return py::reinterpret_steal<py::object>(THPGenerator_Wrap(host));
-}
 
 }  // namespace
 
 void init_compiler_bindings(py::module& m) {
   py::class_<ProgramLauncher>(m, "_ProgramLauncher")
       .def(py::init<int, const std::string&, const py::dict&, const std::string&, py::function,
-                    const py::list&>(),
+                    const py::list&, const py::object&>(),
            py::arg("device"), py::arg("name"), py::arg("engine_ops"), py::arg("bytes_engine"),
-           py::arg("program"), py::arg("output_devices"))
+           py::arg("program"), py::arg("output_devices"), py::arg("wrapper_library") = py::none())
+      .def_property_readonly("calls_wrapper_directly", &ProgramLauncher::calls_wrapper_directly)
       .def("__call__", &ProgramLauncher::operator(), py::arg("args"),
            py::arg("engine_ops") = py::none());
-  m.def("_launch_program", &launch_program, py::arg("device"), py::arg("name"),
-        py::arg("engine_ops"), py::arg("bytes_engine"), py::arg("program"), py::arg("args"),
-        py::arg("output_devices"));
-  m.def("_program_host_generator", &program_host_generator, py::arg("device"),
-        py::arg("count"));
 }
 
 }  // namespace torch_neuronx

@@ -5,8 +5,7 @@
 
 namespace torch_neuronx {
 
-// Adds _launch_program: a compiled graph's CPU code run as one launch record of kind program;
-// _program_host_generator: the neuron generator's stream for random ops inside a program.
+// Adds _ProgramLauncher: a compiled graph's CPU code run as one launch record of kind program.
 void init_compiler_bindings(pybind11::module& m);
 
 }  // namespace torch_neuronx

@@ -197,7 +197,7 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
         state.stats.num_ooms += 1;
         // Report what the caller asked for, not the size class.
         rethrow_runtime_error(nrtsim::OutOfMemoryError(error.device(), nbytes, error.free_bytes(),
-                                                       error.capacity()));
+                                                       error.capacity(), error.cause()));
       }
     }
     state.stats.num_device_alloc += 1;

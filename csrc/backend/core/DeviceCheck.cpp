@@ -18,12 +18,15 @@ std::optional<c10::Device> check_devices(const std::string& name, const c10::Fun
                    const torch::jit::Stack& stack, size_t first) {
   std::optional<c10::Device> neuron;
   std::optional<c10::Device> cpu;
-  auto visit = [&](const at::Tensor& t) {
+  // A 0-dim CPU tensor is a value the op reads, accepted anywhere as CUDA accepts it; one the op
+  // writes (out=, an in-place self) would be written by the device's kernel, and is refused as
+  // CUDA refuses it (nonzero, cumsum, masked_select once filled such a tensor from host math).
+  auto visit = [&](const at::Tensor& t, bool written) {
     if (!t.defined()) return;
     if (t.device().type() == c10::DeviceType::PrivateUse1) {
       if (neuron && *neuron != t.device()) fail_two_devices(name, *neuron, t.device());
       neuron = t.device();
-    } else if (t.dim() > 0 || !t.device().is_cpu()) {
+    } else if (t.dim() > 0 || written || !t.device().is_cpu()) {
       cpu = t.device();
     }
   };
@@ -34,10 +37,11 @@ std::optional<c10::Device> check_devices(const std::string& name, const c10::Fun
         schema.name().rfind("aten::_foreach_", 0) == 0) {
       continue;  // a foreach op's scalar list as a tensor: on the host, as CUDA requires it too
     }
+    const bool written = args[i].alias_info() != nullptr && args[i].alias_info()->isWrite();
     if (value.isTensor()) {
-      visit(value.toTensor());
+      visit(value.toTensor(), written);
     } else if (value.isTensorList()) {
-      for (const auto& t : value.toTensorVector()) visit(t);
+      for (const auto& t : value.toTensorVector()) visit(t, written);
     }
     // Lists of optional tensors are index lists (index, index_put_): CPU indices are accepted.
   }
@@ -55,7 +59,14 @@ void check_input_devices(const char* op, c10::Device device,
 
 void check_out_devices(const char* op, const at::Tensor& out,
                        std::initializer_list<const at::Tensor*> inputs) {
-  TORCH_CHECK(is_neuron(out), op, ": expected the output on neuron, got ", out.device());
+  if (!is_neuron(out)) {
+    // The op reached neuron through a neuron input: the output is on another device (a 0-dim
+    // CPU tensor is a value to read, never a place to write).
+    for (const at::Tensor* t : inputs) {
+      if (is_neuron(*t)) fail_two_devices(op, t->device(), out.device());
+    }
+    TORCH_CHECK(false, op, ": expected the output on neuron, got ", out.device());
+  }
   check_input_devices(op, out.device(), inputs);
 }
 

@@ -1,6 +1,7 @@
 // The one device-check rule of every neuron kernel, boxed or unboxed, native or fallback: all
 // neuron tensors of an op on one neuron device, and no CPU tensor beside them except those CUDA
-// accepts too (0-dim values anywhere, index tensors in an index list, a foreach op's scalars).
+// accepts too (0-dim values the op only reads, index tensors in an index list, a foreach op's
+// scalars).
 #pragma once
 
 #include <ATen/core/Tensor.h>

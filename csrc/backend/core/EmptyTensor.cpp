@@ -1,5 +1,6 @@
 #include "backend/core/EmptyTensor.h"
 
+#include <ATen/Context.h>
 #include <ATen/EmptyTensor.h>
 
 #include "backend/core/CachingAllocator.h"
@@ -8,6 +9,11 @@ namespace torch_neuronx {
 namespace {
 constexpr c10::DispatchKeySet kNeuronKeys(c10::DispatchKey::PrivateUse1);
 }  // namespace
+
+bool fill_uninitialized_memory() {
+  const auto& context = at::globalContext();
+  return context.deterministicAlgorithms() && context.deterministicFillUninitializedMemory();
+}
 
 at::Tensor empty_neuron(c10::IntArrayRef sizes, c10::ScalarType dtype,
                         std::optional<c10::MemoryFormat> memory_format) {

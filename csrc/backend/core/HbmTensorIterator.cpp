@@ -15,7 +15,11 @@ void HbmTensorIterator::set_output_raw_strided(int64_t output_idx, c10::IntArray
   TORCH_INTERNAL_ASSERT(output_idx == 0 && !out_.defined(),
                         "HbmTensorIterator serves single-output functional ops");
   const auto dtype = options.dtype().toScalarType();
-  out_ = strides.empty() ? empty_neuron(sizes, dtype) : empty_strided_neuron(sizes, strides, dtype);
+  // Without strides, TensorIterator names the output's layout by memory format: contiguous, or
+  // channels-last when every operand is channels-last (its fast setup). Dropping the format would
+  // label the channels-last result NCHW while the CPU loop writes it in NHWC order.
+  out_ = strides.empty() ? empty_neuron(sizes, dtype, options.memory_format_opt())
+                         : empty_strided_neuron(sizes, strides, dtype);
   at::TensorIteratorBase::set_output_raw_strided(output_idx, sizes, strides, options);
 }
 

@@ -2,7 +2,7 @@
 // kernel behind a DispatchStub (add_stub, mul_stub, ...) can read and write it through a
 // TensorIterator built over the neuron tensors themselves: no host views to make, no host result
 // to re-wrap. The iterator's fresh outputs are born in HBM of the current device. This is the
-// latency floor of an elementwise op; HostMath.h's views remain the general mechanism.
+// latency floor of an elementwise op; UnboxedHostMath.h's views remain the general mechanism.
 #pragma once
 
 #include <ATen/TensorIterator.h>
@@ -11,7 +11,7 @@
 namespace torch_neuronx {
 
 // Serves the functional forms: the output is always fresh (out= and in-place forms keep
-// HostMath.h's path).
+// UnboxedHostMath.h's path).
 class HbmTensorIterator final : public at::TensorIteratorBase {
  public:
   const at::Tensor& maybe_get_output(int64_t output_idx) override;

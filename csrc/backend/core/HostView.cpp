@@ -6,6 +6,7 @@
 
 #include <ATen/ops/empty_strided.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "backend/core/CachingAllocator.h"
@@ -75,16 +76,14 @@ void CpuAllocatorWithHbmScope::free_either(void* ptr) {
   }
 }
 
-// A fresh host tensor that owns an HBM block alone (allocated in a HostAllocationsInHbm scope).
-bool owns_hbm_block(const at::Tensor& t) {
-  const c10::Storage& storage = t.storage();
-  return storage.use_count() == 1 && storage.data_ptr().get_deleter() == caching_allocator().raw_deleter();
-}
-
 // Every kernel argument gets a host view, so building one is the floor of every op's latency: a
 // StorageImpl and a TensorImpl to allocate and free. Each thread keeps a few views and re-points
 // one whose last user has let go of it (only the pool still holds its TensorImpl, and only that
 // TensorImpl its StorageImpl), which leaves nothing of the previous use behind.
+//
+// The pool also knows which views are in use, and so which neuron storages this thread's CPU
+// code is looking at: a view of a storage already in view shares that view's host storage (see
+// host_view).
 class HostViewPool {
  public:
   static constexpr size_t kCapacity = 16;
@@ -97,45 +96,136 @@ class HostViewPool {
         return view;
       }
     }
-    at::Tensor fresh = make();
-    if (views_.size() < kCapacity) views_.push_back(fresh);
+    at::Tensor fresh = empty_host_view();
+    if (views_.size() < kCapacity) {
+      views_.push_back(fresh);
+    } else {
+      overflow_.emplace_back(fresh.storage().getWeakStorageImpl());
+    }
     return fresh;
   }
 
- private:
-  static at::Tensor make() {
-    c10::Storage storage(c10::Storage::use_byte_size_t(), 0,
-                         c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)), nullptr, false);
+  // The host storage of a view in use over the `nbytes` at `data`, if there is one.
+  c10::intrusive_ptr<c10::StorageImpl> storage_in_view(const void* data, size_t nbytes) {
+    for (auto& view : views_) {
+      if (view.use_count() == 1) continue;  // only the pool holds it: not in use
+      const c10::Storage& storage = view.unsafeGetTensorImpl()->storage();
+      if (storage.data() == data && storage.nbytes() == nbytes) {
+        return c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage.unsafeGetStorageImpl());
+      }
+    }
+    std::erase_if(overflow_, [](const auto& weak) { return weak.expired(); });
+    for (auto& weak : overflow_) {
+      auto storage = weak.lock();
+      if (storage && storage->data() == data && storage->nbytes() == nbytes) return storage;
+    }
+    return {};
+  }
+
+  // A view over `storage`, for a second neuron tensor of a storage already in view. Not kept:
+  // the pool's views each own their storage alone once let go.
+  static at::Tensor sharing(c10::intrusive_ptr<c10::StorageImpl> storage) {
     return at::Tensor(c10::make_intrusive<c10::TensorImpl>(
-        std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
+        c10::Storage(std::move(storage)), c10::DispatchKeySet(c10::DispatchKey::CPU),
         caffe2::TypeMeta::Make<float>()));
   }
 
+ private:
   std::vector<at::Tensor> views_;
+  // Views made while every kept one was in use (more than kCapacity at once): watched, not kept.
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> overflow_;
 };
 
+// A tensor with dispatch key `key` over `storage`, with the dtype, sizes, strides, offset and
+// conjugate/negative bits of `like`.
+at::Tensor tensor_over(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like) {
+  at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage),
+                                                          c10::DispatchKeySet(key), like.dtype());
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  impl->_set_conj(like.is_conj());
+  impl->_set_neg(like.is_neg());
+  return t;
+}
+
+// The HBM block of a host storage, taken over by a neuron storage of `device` (the host storage
+// is left empty): no copy.
+c10::Storage take_hbm_block(c10::StorageImpl& host, c10::Device device) {
+  const size_t nbytes = host.nbytes();
+  c10::DataPtr block = host.set_data_ptr(c10::DataPtr());
+  block.unsafe_set_device(device);
+  return c10::Storage(c10::Storage::use_byte_size_t(), nbytes, std::move(block),
+                      &caching_allocator(), /*resizable=*/true);
+}
+
+// A copy of a whole storage, allocated by `allocator` (the caching allocator for a neuron one).
+c10::Storage copy_storage(const c10::StorageImpl& source, c10::Allocator* allocator) {
+  const size_t nbytes = source.nbytes();
+  c10::Storage copy(c10::Storage::use_byte_size_t(), nbytes, allocator->allocate(nbytes),
+                    allocator, /*resizable=*/true);
+  if (nbytes > 0) std::memcpy(copy.mutable_data(), source.data(), nbytes);
+  return copy;
+}
+
 }  // namespace
+
+at::Tensor empty_host_view() {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0,
+                       c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)), nullptr,
+                       /*resizable=*/false);
+  return at::Tensor(c10::make_intrusive<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
+      caffe2::TypeMeta::Make<float>()));
+}
+
+namespace {
+// `t`'s dtype, sizes, strides, offset and conjugate/negative bits on `impl`, whose storage
+// already lies over `t`'s bytes.
+void take_geometry(c10::TensorImpl* impl, const at::Tensor& t) {
+  impl->set_storage_and_dtype(impl->storage(), t.dtype());
+  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  impl->_set_conj(t.is_conj());
+  impl->_set_neg(t.is_neg());
+}
+}  // namespace
+
+void point_at(const at::Tensor& view, const at::Tensor& t) {
+  c10::TensorImpl* impl = view.unsafeGetTensorImpl();
+  const c10::Storage& storage = t.storage();
+  c10::StorageImpl* alias = impl->storage().unsafeGetStorageImpl();
+  alias->set_data_ptr_noswap(
+      c10::DataPtr(storage.mutable_data(), c10::Device(c10::DeviceType::CPU)));
+  alias->set_nbytes(storage.nbytes());
+  take_geometry(impl, t);
+}
 
 at::Tensor host_view(const at::Tensor& t, bool resizable) {
   if (!t.defined()) return t;
   TORCH_INTERNAL_ASSERT(t.device().type() == c10::DeviceType::PrivateUse1,
                         "host_view expects a neuron tensor, got one on ", t.device());
   thread_local HostViewPool pool;
-  at::Tensor view = pool.acquire();
-  c10::TensorImpl* impl = view.unsafeGetTensorImpl();
-  // A non-owning storage over the same bytes: the neuron tensor keeps the memory alive for as
-  // long as the kernel using the view runs.
   const c10::Storage& storage = t.storage();
-  c10::StorageImpl* alias = impl->storage().unsafeGetStorageImpl();
-  alias->set_data_ptr_noswap(
-      c10::DataPtr(storage.mutable_data(), c10::Device(c10::DeviceType::CPU)));
-  alias->set_nbytes(storage.nbytes());
-  if (resizable) alias->set_allocator(&g_hbm_as_host);  // (a resizable storage needs one)
-  alias->set_resizable(resizable);
-  impl->set_storage_and_dtype(impl->storage(), t.dtype());
-  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  impl->_set_conj(t.is_conj());
-  impl->_set_neg(t.is_neg());
+  at::Tensor view;
+  if (storage.data() != nullptr) {
+    if (auto shared = pool.storage_in_view(storage.data(), storage.nbytes())) {
+      view = HostViewPool::sharing(std::move(shared));
+    }
+  }
+  c10::StorageImpl* alias;
+  if (view.defined()) {
+    // A second view of a storage in view: the same host storage, so the CPU code sees the alias.
+    alias = view.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl();
+    take_geometry(view.unsafeGetTensorImpl(), t);
+  } else {
+    view = pool.acquire();
+    alias = view.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl();
+    alias->set_resizable(false);
+    point_at(view, t);
+  }
+  if (resizable) {
+    alias->set_allocator(&g_hbm_as_host);  // (a resizable storage needs one)
+    alias->set_resizable(true);
+  }
   return view;
 }
 
@@ -151,6 +241,15 @@ std::vector<at::Tensor> host_views(at::TensorList tensors) {
   return views;
 }
 
+at::Tensor CallHostViews::view(const at::Tensor& t, bool resizable) {
+  if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) return t;
+  for (const auto& e : entries_) {
+    if (e.original.is_same(t)) return e.view;
+  }
+  entries_.push_back({t, host_view(t, resizable), resizable});
+  return entries_.back().view;
+}
+
 void adopt_host_view(const at::Tensor& view, const at::Tensor& original) {
   c10::StorageImpl* view_storage = view.storage().unsafeGetStorageImpl();
   c10::StorageImpl* storage = original.storage().unsafeGetStorageImpl();
@@ -160,6 +259,10 @@ void adopt_host_view(const at::Tensor& view, const at::Tensor& original) {
     grown.unsafe_set_device(original.device());
     storage->set_nbytes(view_storage->nbytes());
     storage->set_data_ptr_noswap(std::move(grown));
+    // The view, and any view sharing its storage, goes on looking at the block without owning
+    // it (adopting a second view of that storage is then a no-op).
+    view_storage->set_data_ptr_noswap(
+        c10::DataPtr(storage->mutable_data(), c10::Device(c10::DeviceType::CPU)));
   }
   if (view.sizes() != original.sizes() || view.strides() != original.strides() ||
       view.storage_offset() != original.storage_offset()) {
@@ -175,22 +278,16 @@ HostAllocationsInHbm::HostAllocationsInHbm(c10::DeviceIndex device) : previous_(
 
 HostAllocationsInHbm::~HostAllocationsInHbm() { t_hbm_device = previous_; }
 
+bool owns_hbm_block(const c10::StorageImpl& host_storage) {
+  return host_storage.data_ptr().get_deleter() == caching_allocator().raw_deleter();
+}
+
 at::Tensor move_to_hbm(const at::Tensor& t, c10::Device device) {
   if (!t.defined()) return t;
-  if (owns_hbm_block(t)) {
-    // Already in HBM: hand the block over to a neuron storage, no copy.
-    c10::StorageImpl* host_storage = t.storage().unsafeGetStorageImpl();
-    const size_t nbytes = host_storage->nbytes();
-    c10::DataPtr block = host_storage->set_data_ptr(c10::DataPtr());
-    block.unsafe_set_device(device);
-    c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, std::move(block),
-                         &caching_allocator(), /*resizable=*/true);
-    at::Tensor moved = at::detail::make_tensor<c10::TensorImpl>(
-        std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), t.dtype());
-    moved.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-    moved.unsafeGetTensorImpl()->_set_conj(t.is_conj());
-    moved.unsafeGetTensorImpl()->_set_neg(t.is_neg());
-    return moved;
+  c10::StorageImpl& host_storage = *t.storage().unsafeGetStorageImpl();
+  if (t.storage().use_count() == 1 && owns_hbm_block(host_storage)) {
+    // Already in HBM, and this tensor alone holds the block: hand it over, no copy.
+    return tensor_over(take_hbm_block(host_storage, device), c10::DispatchKey::PrivateUse1, t);
   }
   at::Tensor moved = at::empty_strided(t.sizes(), t.strides(), t.options().device(device));
   if (t.is_non_overlapping_and_dense()) {
@@ -199,6 +296,55 @@ at::Tensor move_to_hbm(const at::Tensor& t, c10::Device device) {
     host_view(moved).copy_(t);
   }
   return moved;
+}
+
+HostResults::HostResults(c10::Device device,
+                         std::vector<std::pair<const void*, c10::Storage>> inputs)
+    : device_(device), inputs_(std::move(inputs)) {
+  std::sort(inputs_.begin(), inputs_.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+}
+
+bool HostResults::aliases_input(const at::Tensor& host) const {
+  return input_storage(host.storage().data()) != nullptr;
+}
+
+void HostResults::count_user(const at::Tensor& host) {
+  users_[host.storage().unsafeGetStorageImpl()].insert(host.unsafeGetTensorImpl());
+}
+
+at::Tensor HostResults::to_neuron(const at::Tensor& t) {
+  c10::StorageImpl* host = t.storage().unsafeGetStorageImpl();
+  if (const c10::Storage* aliased = input_storage(host->data())) {
+    return tensor_over(*aliased, c10::DispatchKey::PrivateUse1, t);
+  }
+  auto done = adopted_.find(host);
+  if (done == adopted_.end()) {
+    // Only the results hold this HBM block: take it; otherwise copy the storage whole.
+    const bool free_to_take =
+        owns_hbm_block(*host) && t.storage().use_count() == users_[host].size();
+    c10::Storage storage = free_to_take ? take_hbm_block(*host, device_)
+                                        : copy_storage(*host, &caching_allocator());
+    done = adopted_.emplace(host, std::move(storage)).first;
+  }
+  return tensor_over(done->second, c10::DispatchKey::PrivateUse1, t);
+}
+
+at::Tensor HostResults::to_cpu(const at::Tensor& t) {
+  c10::StorageImpl* host = t.storage().unsafeGetStorageImpl();
+  if (!owns_hbm_block(*host) || input_storage(host->data()) != nullptr) return t;
+  auto done = host_copies_.find(host);
+  if (done == host_copies_.end()) {
+    done = host_copies_.emplace(host, copy_storage(*host, c10::GetCPUAllocator())).first;
+  }
+  return tensor_over(done->second, c10::DispatchKey::CPU, t);
+}
+
+const c10::Storage* HostResults::input_storage(const void* data) const {
+  if (data == nullptr) return nullptr;
+  auto it = std::lower_bound(inputs_.begin(), inputs_.end(), data,
+                             [](const auto& entry, const void* d) { return entry.first < d; });
+  return it != inputs_.end() && it->first == data ? &it->second : nullptr;
 }
 
 }  // namespace torch_neuronx

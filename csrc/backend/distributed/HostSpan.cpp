@@ -11,6 +11,8 @@
 #include <fstream>
 #include <mutex>
 
+#include "backend/distributed/Staging.h"
+#include "backend/distributed/StoreRendezvous.h"
 #include "runtime/Env.h"
 #include "runtime/Error.h"
 
@@ -40,11 +42,7 @@ std::string link_target(const char* path) {
   return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : std::string("?");
 }
 
-// A flat byte view of a contiguous tensor: Gloo moves bytes of any element type this way.
-at::Tensor bytes_of(const at::Tensor& t) { return t.reshape({-1}).view(at::kByte); }
-
 char* bytes_ptr(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
-size_t nbytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
 
 // Element types and reductions Gloo's allreduce implements with the transport's semantics; the
 // others (16-bit and unsigned integers, bool) go through an all-gather of the hosts' partial
@@ -107,6 +105,48 @@ std::string host_display_name() {
 int HostLayout::local_index(int r) const {
   const auto& ranks = ranks_of[host_of[r]];
   return static_cast<int>(std::find(ranks.begin(), ranks.end(), r) - ranks.begin());
+}
+
+HostLayout HostLayout::discover(c10d::Store& store, int rank, int size,
+                                std::chrono::milliseconds timeout) {
+  const std::string me = host_identity();
+  const std::string shown = host_display_name();
+  store.set("nrtsim/host/" + std::to_string(rank), std::vector<uint8_t>(me.begin(), me.end()));
+  store.set("nrtsim/hostname/" + std::to_string(rank),
+            std::vector<uint8_t>(shown.begin(), shown.end()));
+  std::vector<std::string> keys;
+  std::vector<int> from;
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) continue;
+    keys.push_back("nrtsim/host/" + std::to_string(r));
+    from.push_back(r);
+  }
+  rendezvous_wait(store, keys, from, rank, timeout, rank == 0 && size >= 8);
+  HostLayout layout;
+  layout.rank = rank;
+  std::vector<std::string> ids;
+  for (int r = 0; r < size; ++r) {
+    std::string id = me;
+    if (r != rank) {
+      const auto other = store.get("nrtsim/host/" + std::to_string(r));
+      id.assign(other.begin(), other.end());
+    }
+    auto known = std::find(ids.begin(), ids.end(), id);
+    if (known == ids.end()) {
+      ids.push_back(id);
+      layout.ranks_of.emplace_back();
+      const auto name = rendezvous_get(store, "nrtsim/hostname/" + std::to_string(r), rank, r,
+                                       timeout);
+      layout.names.emplace_back(name.begin(), name.end());
+      known = ids.end() - 1;
+    }
+    const int host = static_cast<int>(known - ids.begin());
+    layout.host_of.push_back(host);
+    layout.ranks_of[host].push_back(r);
+  }
+  layout.host = layout.host_of[rank];
+  layout.local_rank = layout.local_index(rank);
+  return layout;
 }
 
 void set_gloo_factory(GlooFactory factory) {
@@ -246,7 +286,7 @@ void HostSpan::allreduce_leaders(tp::Verb verb, at::Tensor& x, tp::DType dtype, 
   }
   // Every leader gets every host's partial and combines them in host order: the same bits on
   // every host, for element types Gloo does not reduce.
-  std::vector<at::Tensor> in{bytes_of(x)};
+  std::vector<at::Tensor> in{host_bytes(x)};
   std::vector<std::vector<at::Tensor>> parts(1);
   for (int h = 0; h < layout_.hosts(); ++h) parts[0].push_back(at::empty_like(in[0]));
   wait(leaders().allgather(parts, in, c10d::AllgatherOptions{}), tp::verb_name(verb));
@@ -294,7 +334,7 @@ void HostSpan::broadcast(at::Tensor& x, int root) {
     if (layout_.leader()) agree(tp::Verb::kBroadcast, static_cast<int64_t>(x.scalar_type()), x.numel(), root);
     if (bytes == 0) return;
     if (layout_.leader()) {
-      std::vector<at::Tensor> tensors{bytes_of(x)};
+      std::vector<at::Tensor> tensors{host_bytes(x)};
       c10d::BroadcastOptions options;
       options.rootRank = root_host;
       options.timeout = timeout_;
@@ -379,6 +419,98 @@ void HostSpan::barrier() {
     }
     if (layout_.local_size() > 1) local_.barrier();
   });
+}
+
+void HostSpan::exchange(Exchange& x) {
+  // The parts as one buffer in group rank order: the whole tensor they are pieces of, or a
+  // temporary one (copied back into the list for outputs).
+  auto flat_parts = [&](std::vector<at::Tensor>& list, const at::Tensor& whole) {
+    if (whole.defined()) return host_bytes(whole);
+    if (list.empty()) return at::Tensor();
+    std::vector<at::Tensor> bytes;
+    for (auto& p : list) bytes.push_back(host_bytes(p));
+    return at::cat(bytes);
+  };
+  auto unflatten = [&](std::vector<at::Tensor>& list, const at::Tensor& whole, at::Tensor& flat) {
+    if (whole.defined()) return;
+    int64_t at = 0;
+    for (auto& p : list) {
+      const int64_t n = static_cast<int64_t>(nbytes(p));
+      host_bytes(p).copy_(flat.narrow(0, at, n));
+      at += n;
+    }
+  };
+  switch (x.verb) {
+    case tp::Verb::kBarrier: return barrier();
+    case tp::Verb::kBroadcast: {
+      at::Tensor h = host(x.one);
+      return broadcast(h, x.root);
+    }
+    case tp::Verb::kAllreduce: {
+      at::Tensor h = host(x.one);
+      return allreduce(h, x.dtype, x.op);
+    }
+    case tp::Verb::kReduce: {
+      at::Tensor h = host(x.one);
+      return reduce(h, x.dtype, x.op, x.root);
+    }
+    case tp::Verb::kAllgather: {
+      at::Tensor flat = x.whole.defined()
+                            ? host_bytes(x.whole)
+                            : at::empty({static_cast<int64_t>(nbytes(x.one) * layout_.host_of.size())}, at::kByte);
+      allgather(host_bytes(x.one), flat);
+      return unflatten(x.parts, x.whole, flat);
+    }
+    case tp::Verb::kReduceScatter: {
+      at::Tensor h = host(x.one);
+      at::Tensor in = x.whole.defined() ? host(x.whole).reshape({-1}) : [&] {
+        std::vector<at::Tensor> flat;
+        for (auto& p : x.parts) flat.push_back(host(p).reshape({-1}));
+        return at::cat(flat);
+      }();
+      return reduce_scatter(in, h, x.dtype, x.op);
+    }
+    case tp::Verb::kGather:
+    case tp::Verb::kScatter: {
+      // A flat Gloo group over all ranks, moving bytes (any element type).
+      std::vector<at::Tensor> mine{host_bytes(x.one)};
+      std::vector<std::vector<at::Tensor>> others;
+      if (!x.parts.empty()) {
+        others.emplace_back();
+        for (auto& p : x.parts) others[0].push_back(host_bytes(p));
+      }
+      if (x.verb == tp::Verb::kGather) {
+        c10d::GatherOptions options;
+        options.rootRank = x.root;
+        options.timeout = timeout_;
+        return wait(flat().gather(others, mine, options), "gather");
+      }
+      c10d::ScatterOptions options;
+      options.rootRank = x.root;
+      options.timeout = timeout_;
+      return wait(flat().scatter(mine, others, options), "scatter");
+    }
+    case tp::Verb::kAlltoall: {
+      at::Tensor in = flat_parts(x.sends, x.sends_whole);
+      at::Tensor out = x.whole.defined() ? host_bytes(x.whole) : [&] {
+        size_t total = 0;
+        for (auto& p : x.parts) total += nbytes(p);
+        return at::empty({static_cast<int64_t>(total)}, at::kByte);
+      }();
+      std::vector<int64_t> send_splits, recv_splits;
+      for (auto& s : x.sends) send_splits.push_back(static_cast<int64_t>(nbytes(s)));
+      for (auto& r : x.parts) recv_splits.push_back(static_cast<int64_t>(nbytes(r)));
+      if (!in.defined()) in = at::empty({0}, at::kByte);
+      c10d::AllToAllOptions options;
+      options.timeout = timeout_;
+      wait(flat().alltoall_base(out, in, recv_splits, send_splits, options),
+                  "all_to_all");
+      return unflatten(x.parts, x.whole, out);
+    }
+    case tp::Verb::kSend:
+    case tp::Verb::kRecv: break;
+  }
+  span_error(std::string("internal: ") + tp::verb_name(x.verb) + " is not a collective");
 }
 
 }  // namespace torch_neuronx::distributed

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/distributed/Exchange.h"
 #include "runtime/transport/CollectiveTransport.h"
 #include "runtime/transport/Verb.h"
 
@@ -48,6 +49,12 @@ struct HostLayout {
   bool leader() const { return local_rank == 0; }
   bool local(int r) const { return host_of[r] == host; }
   int local_index(int r) const;  // r's index among its host's ranks
+
+  // Collective over the group: every rank publishes its host identity in `store` and reads
+  // everyone's (the group's timeout bounds the wait; group rank 0 of 8 or more ranks reports
+  // progress).
+  static HostLayout discover(c10d::Store& store, int rank, int size,
+                             std::chrono::milliseconds timeout);
 };
 
 // Builds a Gloo process group (store, rank, size, timeout); installed by the Python layer.
@@ -80,6 +87,10 @@ class HostSpan {
   void reduce_scatter(const at::Tensor& in, at::Tensor& out, nrtsim::transport::DType dtype,
                       nrtsim::transport::ReduceOp op);
   void barrier();
+
+  // Runs one exchange of a c10d call (Exchange.h) across the hosts: the hierarchical verbs
+  // above, and gather, scatter and all-to-all on the flat Gloo group.
+  void exchange(Exchange& x);
 
   // The flat Gloo group over all ranks (gather, scatter, all-to-all, send/recv between hosts).
   // Throws if the group failed or was aborted.

@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "backend/core/KernelLaunch.h"
+#include "backend/distributed/StoreRendezvous.h"
 #include "backend/distributed/Works.h"
 #include "runtime/Env.h"
 
@@ -78,70 +79,6 @@ nrtsim::Work link_work(const tp::LinkBytes& link) {
     work.timeline_ns = ns;
   }
   return work;
-}
-
-// Values the other ranks publish while creating the same group: waits for `keys` (key i from
-// group rank from_ranks[i]). The wait has the group's timeout, not the store's own (a TCPStore's
-// default is far longer): a rank that never creates this group, or creates it under other keys,
-// must become an error naming it, never a hang. A store that fails otherwise (its host exited)
-// is said at once, as such. With `progress`, how many ranks have come is printed every 10 s:
-// a large job's ranks take a while to start (32 interpreters importing torch on a few cores).
-void rendezvous_wait(c10d::Store& store, const std::vector<std::string>& keys,
-                     const std::vector<int>& from_ranks, int rank,
-                     std::chrono::milliseconds timeout, bool progress) {
-  using clock = std::chrono::steady_clock;
-  const auto start = clock::now();
-  const auto missing = [&] {
-    std::vector<int> late;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (!store.check({keys[i]})) late.push_back(from_ranks[i]);
-    }
-    return late;
-  };
-  const auto ranks_text = [](const std::vector<int>& ranks) {
-    std::string s;
-    for (size_t i = 0; i < ranks.size() && i < 16; ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-    if (ranks.size() > 16) s += ", ...";
-    return s;
-  };
-  while (true) {
-    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start);
-    const auto slice = std::min(timeout - waited, std::chrono::milliseconds(progress ? 10'000 : timeout.count()));
-    try {
-      store.wait(keys, std::max(slice, std::chrono::milliseconds(1)));
-      return;
-    } catch (const c10::DistStoreError&) {
-      // A wait that timed out: the store is fine, some rank is late.
-    } catch (const std::exception& e) {
-      dist_error("neuron process group: rank " + std::to_string(rank) +
-                 " lost the c10d Store while the group was being created (" + e.what() +
-                 "): the rank that hosts it (rank 0 of the job, at MASTER_ADDR) has exited or is "
-                 "unreachable; every member must create the group before that rank exits");
-    }
-    const std::vector<int> late = missing();
-    if (late.empty()) return;
-    const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start);
-    if (now >= timeout) {
-      dist_error("neuron process group: rank " + std::to_string(rank) + " waited " +
-                 std::to_string(timeout.count()) + " ms for " +
-                 (late.size() == 1 ? "rank " : "ranks ") + ranks_text(late) +
-                 " of the new group to join it: every rank of a group must create it (the same "
-                 "new_group / split_group calls, in the same order, on every member)");
-    }
-    if (progress) {
-      std::fprintf(stderr,
-                   "neuron process group: %zu of %zu ranks have joined after %lld s, waiting for "
-                   "rank(s) %s\n",
-                   keys.size() + 1 - late.size(), keys.size() + 1,
-                   static_cast<long long>(now.count() / 1000), ranks_text(late).c_str());
-    }
-  }
-}
-
-std::vector<uint8_t> rendezvous_get(c10d::Store& store, const std::string& key, int rank,
-                                    int from_rank, std::chrono::milliseconds timeout) {
-  rendezvous_wait(store, {key}, {from_rank}, rank, timeout, false);
-  return store.get(key);
 }
 
 size_t env_bytes(const char* variable, size_t fallback) {
@@ -214,46 +151,9 @@ ProcessGroupNeuron::ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& st
   topts.slot_bytes = env_bytes("NRTSIM_COLLECTIVE_SLOT_BYTES", topts.slot_bytes);
   topts.channel_bytes = env_bytes("NRTSIM_P2P_RING_BYTES", topts.channel_bytes);
   store_->setTimeout(options_->timeout);
-  // Which rank is on which host (see HostSpan.h for what counts as one). The shared-memory
+  // Which rank is on which host (HostSpan.h says what counts as one). The shared-memory
   // transport connects the ranks of one host; a group on several hosts adds the Gloo leg.
-  const std::string me = host_identity();
-  const std::string shown = host_display_name();
-  store_->set("nrtsim/host/" + std::to_string(rank), std::vector<uint8_t>(me.begin(), me.end()));
-  store_->set("nrtsim/hostname/" + std::to_string(rank),
-              std::vector<uint8_t>(shown.begin(), shown.end()));
-  std::vector<std::string> keys;
-  std::vector<int> from;
-  for (int r = 0; r < size; ++r) {
-    if (r == rank) continue;
-    keys.push_back("nrtsim/host/" + std::to_string(r));
-    from.push_back(r);
-  }
-  // Group rank 0 of a large group reports how many have come while it waits.
-  rendezvous_wait(*store_, keys, from, rank, options_->timeout, rank == 0 && size >= 8);
-  HostLayout layout;
-  layout.rank = rank;
-  std::vector<std::string> ids;
-  for (int r = 0; r < size; ++r) {
-    std::string id = me;
-    if (r != rank) {
-      const auto other = store_->get("nrtsim/host/" + std::to_string(r));
-      id.assign(other.begin(), other.end());
-    }
-    auto known = std::find(ids.begin(), ids.end(), id);
-    if (known == ids.end()) {
-      ids.push_back(id);
-      layout.ranks_of.emplace_back();
-      const auto name = rendezvous_get(*store_, "nrtsim/hostname/" + std::to_string(r), rank, r,
-                                       options_->timeout);
-      layout.names.emplace_back(name.begin(), name.end());
-      known = ids.end() - 1;
-    }
-    const int host = static_cast<int>(known - ids.begin());
-    layout.host_of.push_back(host);
-    layout.ranks_of[host].push_back(r);
-  }
-  layout.host = layout.host_of[rank];
-  layout.local_rank = layout.local_index(rank);
+  HostLayout layout = HostLayout::discover(*store_, rank, size, options_->timeout);
   const int local_rank = layout.local_rank;
   const int local_size = layout.local_size();
   const std::string key = "nrtsim/segment/" + std::to_string(layout.host);
@@ -385,14 +285,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::execute(const CallSpec& spec,
     link.sent += b.sent;
     link.received += b.received;
     link.efa += b.efa;
+    link.buffer += b.buffer;  // a coalesced call moves its buffers as one
+    link.passes = std::max(link.passes, b.passes);
     link.algorithm = b.algorithm;
+    link.ranks = b.ranks;
+    link.hosts = b.hosts;
   }
   // Transport errors are translated inside the body: launch_on would make them RuntimeErrors.
   auto body = [&] {
     transport_call([&] {
       for (Exchange& x : call.exchanges) {
         if (span_) {
-          exchange_across_hosts(x);
+          span_->exchange(x);
         } else {
           exchange_on_host(x, t);
         }
@@ -454,158 +358,43 @@ void ProcessGroupNeuron::exchange_on_host(Exchange& x, tp::CollectiveTransport& 
              " is not a collective");
 }
 
-void ProcessGroupNeuron::exchange_across_hosts(Exchange& x) {
-  // The parts as one buffer in group rank order: the whole tensor they are pieces of, or a
-  // temporary one (copied back into the list for outputs).
-  auto flat_parts = [&](std::vector<at::Tensor>& list, const at::Tensor& whole) {
-    if (whole.defined()) return host_bytes(whole);
-    if (list.empty()) return at::Tensor();
-    std::vector<at::Tensor> bytes;
-    for (auto& p : list) bytes.push_back(host_bytes(p));
-    return at::cat(bytes);
-  };
-  auto unflatten = [&](std::vector<at::Tensor>& list, const at::Tensor& whole, at::Tensor& flat) {
-    if (whole.defined()) return;
-    int64_t at = 0;
-    for (auto& p : list) {
-      const int64_t n = static_cast<int64_t>(nbytes(p));
-      host_bytes(p).copy_(flat.narrow(0, at, n));
-      at += n;
-    }
-  };
-  switch (x.verb) {
-    case Verb::kBarrier: return span_->barrier();
-    case Verb::kBroadcast: {
-      at::Tensor h = host(x.one);
-      return span_->broadcast(h, x.root);
-    }
-    case Verb::kAllreduce: {
-      at::Tensor h = host(x.one);
-      return span_->allreduce(h, x.dtype, x.op);
-    }
-    case Verb::kReduce: {
-      at::Tensor h = host(x.one);
-      return span_->reduce(h, x.dtype, x.op, x.root);
-    }
-    case Verb::kAllgather: {
-      at::Tensor flat = x.whole.defined()
-                            ? host_bytes(x.whole)
-                            : at::empty({static_cast<int64_t>(nbytes(x.one) * size_)}, at::kByte);
-      span_->allgather(host_bytes(x.one), flat);
-      return unflatten(x.parts, x.whole, flat);
-    }
-    case Verb::kReduceScatter: {
-      at::Tensor h = host(x.one);
-      at::Tensor in = x.whole.defined() ? host(x.whole).reshape({-1}) : [&] {
-        std::vector<at::Tensor> flat;
-        for (auto& p : x.parts) flat.push_back(host(p).reshape({-1}));
-        return at::cat(flat);
-      }();
-      return span_->reduce_scatter(in, h, x.dtype, x.op);
-    }
-    case Verb::kGather:
-    case Verb::kScatter: {
-      // A flat Gloo group over all ranks, moving bytes (any element type).
-      std::vector<at::Tensor> mine{host_bytes(x.one)};
-      std::vector<std::vector<at::Tensor>> others;
-      if (!x.parts.empty()) {
-        others.emplace_back();
-        for (auto& p : x.parts) others[0].push_back(host_bytes(p));
-      }
-      if (x.verb == Verb::kGather) {
-        c10d::GatherOptions options;
-        options.rootRank = x.root;
-        options.timeout = options_->timeout;
-        return span_->wait(span_->flat().gather(others, mine, options), "gather");
-      }
-      c10d::ScatterOptions options;
-      options.rootRank = x.root;
-      options.timeout = options_->timeout;
-      return span_->wait(span_->flat().scatter(mine, others, options), "scatter");
-    }
-    case Verb::kAlltoall: {
-      at::Tensor in = flat_parts(x.sends, x.sends_whole);
-      at::Tensor out = x.whole.defined() ? host_bytes(x.whole) : [&] {
-        size_t total = 0;
-        for (auto& p : x.parts) total += nbytes(p);
-        return at::empty({static_cast<int64_t>(total)}, at::kByte);
-      }();
-      std::vector<int64_t> send_splits, recv_splits;
-      for (auto& s : x.sends) send_splits.push_back(static_cast<int64_t>(nbytes(s)));
-      for (auto& r : x.parts) recv_splits.push_back(static_cast<int64_t>(nbytes(r)));
-      if (!in.defined()) in = at::empty({0}, at::kByte);
-      c10d::AllToAllOptions options;
-      options.timeout = options_->timeout;
-      span_->wait(span_->flat().alltoall_base(out, in, recv_splits, send_splits, options),
-                  "all_to_all");
-      return unflatten(x.parts, x.whole, out);
-    }
-    case Verb::kSend:
-    case Verb::kRecv: break;
-  }
-  dist_error(std::string("neuron process group: internal: ") + tp::verb_name(x.verb) +
-             " is not a collective");
-}
-
-// All-gather and gather: this rank's input, every rank's part of the output (on the root only,
-// for gather), given as a list or as one tensor.
-Exchange ProcessGroupNeuron::gathering(const CallSpec& spec, Call& call, const at::Tensor& in,
-                                       std::vector<at::Tensor>* outs, const at::Tensor* whole_out,
-                                       int root) {
+// The verbs that take one part per rank: all-gather and gather (`one` is this rank's input, the
+// parts are the output's) and their mirror images, scatter and reduce-scatter (`one` is this
+// rank's output, the parts are the input's). The parts come as a list or as one tensor's
+// consecutive pieces (`whole`), on the root only for gather and scatter.
+Exchange ProcessGroupNeuron::parted(const CallSpec& spec, Call& call, const at::Tensor& one,
+                                    std::vector<at::Tensor>* list, const at::Tensor* whole,
+                                    int root, const c10d::ReduceOp* reduce) {
   const char* op = spec.record + 6;  // without "c10d::"
+  const bool gathers = spec.verb == Verb::kAllgather || spec.verb == Verb::kGather;
+  const auto stage_part = [&](const at::Tensor& t) {
+    return gathers ? call.output(t, op) : call.input(t, op);
+  };
   Exchange x;
   x.verb = spec.verb;
   x.root = root;
-  x.one = call.input(in, op);
-  const bool receives = spec.verb == Verb::kAllgather || rank_ == root;
-  if (!receives) return x;
-  if (whole_out != nullptr) {
-    if (whole_out->numel() != in.numel() * size_ || whole_out->scalar_type() != in.scalar_type()) {
-      dist_error(std::string("neuron process group: ") + op + " needs an output of group size (" +
-                 std::to_string(size_) + ") x " + describe(in) + ", got " + describe(*whole_out));
-    }
-    x.whole = call.output(*whole_out, op);
-    x.parts = pieces(x.whole, size_);
-    return x;
-  }
-  check_count(outs->size(), size_, op, "an output list");
-  for (auto& o : *outs) {
-    check_like(o, in, op, "output tensors");
-    x.parts.push_back(call.output(o, op));
-  }
-  return x;
-}
-
-// Scatter and reduce-scatter, the mirror of gathering: this rank's output, every rank's part of
-// the input (on the root only, for scatter), given as a list or as one tensor.
-Exchange ProcessGroupNeuron::scattering(const CallSpec& spec, Call& call, const at::Tensor& out,
-                                        std::vector<at::Tensor>* ins, const at::Tensor* whole_in,
-                                        int root, const c10d::ReduceOp* reduce) {
-  const char* op = spec.record + 6;
-  Exchange x;
-  x.verb = spec.verb;
-  x.root = root;
-  x.one = call.output(out, op);
+  x.one = gathers ? call.input(one, op) : call.output(one, op);
   if (reduce != nullptr) {
     x.dtype = dtype_of(x.one, op);
     x.op = reduce_op_of(*reduce, x.one, op);
     x.reduce = reduce;
   }
-  const bool sends = spec.verb == Verb::kReduceScatter || rank_ == root;
-  if (!sends) return x;
-  if (whole_in != nullptr) {
-    if (whole_in->numel() != out.numel() * size_ || whole_in->scalar_type() != out.scalar_type()) {
-      dist_error(std::string("neuron process group: ") + op + " needs an input of group size (" +
-                 std::to_string(size_) + ") x " + describe(out) + ", got " + describe(*whole_in));
+  const bool has_parts = !verb_info(spec.verb).rooted || rank_ == root;
+  if (!has_parts) return x;
+  if (whole != nullptr) {
+    if (whole->numel() != one.numel() * size_ || whole->scalar_type() != one.scalar_type()) {
+      dist_error(std::string("neuron process group: ") + op + " needs an " +
+                 (gathers ? "output" : "input") + " of group size (" + std::to_string(size_) +
+                 ") x " + describe(one) + ", got " + describe(*whole));
     }
-    x.whole = call.input(*whole_in, op);
+    x.whole = stage_part(*whole);
     x.parts = pieces(x.whole, size_);
     return x;
   }
-  check_count(ins->size(), size_, op, "an input list");
-  for (auto& i : *ins) {
-    check_like(i, out, op, "input tensors");
-    x.parts.push_back(call.input(i, op));
+  check_count(list->size(), size_, op, gathers ? "an output list" : "an input list");
+  for (auto& t : *list) {
+    check_like(t, one, op, gathers ? "output tensors" : "input tensors");
+    x.parts.push_back(stage_part(t));
   }
   return x;
 }
@@ -680,7 +469,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(
   TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1,
               "neuron process group: allgather takes one input and one output list per rank");
   Call call;
-  call.exchanges.push_back(gathering(kAllgather, call, inputs[0], &outputs[0], nullptr, -1));
+  call.exchanges.push_back(parted(kAllgather, call, inputs[0], &outputs[0], nullptr, -1, nullptr));
   call.results = outputs[0];
   return execute(kAllgather, call);
 }
@@ -688,7 +477,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions&) {
   Call call;
-  call.exchanges.push_back(gathering(kAllgatherIntoTensor, call, input, nullptr, &output, -1));
+  call.exchanges.push_back(parted(kAllgatherIntoTensor, call, input, nullptr, &output, -1, nullptr));
   call.results = {output};
   return execute(kAllgatherIntoTensor, call);
 }
@@ -701,7 +490,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_coalesced(
   Call call;
   for (size_t i = 0; i < inputs.size(); ++i) {
     call.exchanges.push_back(
-        gathering(kAllgatherCoalesced, call, inputs[i], &outputs[i], nullptr, -1));
+        parted(kAllgatherCoalesced, call, inputs[i], &outputs[i], nullptr, -1, nullptr));
     call.results.insert(call.results.end(), outputs[i].begin(), outputs[i].end());
   }
   return execute(kAllgatherCoalesced, call);
@@ -715,7 +504,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_into_tensor_coalesc
   Call call;
   for (size_t i = 0; i < inputs.size(); ++i) {
     call.exchanges.push_back(
-        gathering(kAllgatherIntoTensorCoalesced, call, inputs[i], nullptr, &outputs[i], -1));
+        parted(kAllgatherIntoTensorCoalesced, call, inputs[i], nullptr, &outputs[i], -1, nullptr));
   }
   call.results = outputs;
   return execute(kAllgatherIntoTensorCoalesced, call);
@@ -732,8 +521,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(
                 "neuron process group: gather takes, on the root, one output list");
   }
   Call call;
-  call.exchanges.push_back(gathering(kGather, call, inputs[0],
-                                     rank_ == root ? &outputs[0] : nullptr, nullptr, root));
+  call.exchanges.push_back(parted(kGather, call, inputs[0],
+                                     rank_ == root ? &outputs[0] : nullptr, nullptr, root, nullptr));
   if (rank_ == root) call.results = outputs[0];
   return execute(kGather, call);
 }
@@ -748,7 +537,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(
     TORCH_CHECK(inputs.size() == 1, "neuron process group: scatter takes, on the root, one input list");
   }
   Call call;
-  call.exchanges.push_back(scattering(kScatter, call, outputs[0],
+  call.exchanges.push_back(parted(kScatter, call, outputs[0],
                                       rank_ == root ? &inputs[0] : nullptr, nullptr, root,
                                       nullptr));
   call.results = outputs;
@@ -771,15 +560,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(
     for (int64_t d = 0; d < dim; ++d) outer *= in.size(d);
     if (dim < 0 || outer == 1) {
       // Along dimension 0 (or a flat input): the rank parts are consecutive pieces.
-      call.exchanges.push_back(scattering(kReduceScatter, call, out, nullptr, &in, -1,
+      call.exchanges.push_back(parted(kReduceScatter, call, out, nullptr, &in, -1,
                                           &opts.reduceOp));
     } else {
       std::vector<at::Tensor> chunks = in.chunk(size_, dim);
-      call.exchanges.push_back(scattering(kReduceScatter, call, out, &chunks, nullptr, -1,
+      call.exchanges.push_back(parted(kReduceScatter, call, out, &chunks, nullptr, -1,
                                           &opts.reduceOp));
     }
   } else {
-    call.exchanges.push_back(scattering(kReduceScatter, call, outputs[0], &inputs[0], nullptr, -1,
+    call.exchanges.push_back(parted(kReduceScatter, call, outputs[0], &inputs[0], nullptr, -1,
                                         &opts.reduceOp));
   }
   call.results = outputs;
@@ -790,7 +579,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   Call call;
   call.exchanges.push_back(
-      scattering(kReduceScatterTensor, call, output, nullptr, &input, -1, &opts.reduceOp));
+      parted(kReduceScatterTensor, call, output, nullptr, &input, -1, &opts.reduceOp));
   call.results = {output};
   return execute(kReduceScatterTensor, call);
 }
@@ -802,7 +591,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesc
               "neuron process group: reduce_scatter_tensor_coalesced needs one output per input");
   Call call;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    call.exchanges.push_back(scattering(kReduceScatterTensorCoalesced, call, outputs[i], nullptr,
+    call.exchanges.push_back(parted(kReduceScatterTensorCoalesced, call, outputs[i], nullptr,
                                         &inputs[i], -1, &opts.reduceOp));
   }
   call.results = outputs;

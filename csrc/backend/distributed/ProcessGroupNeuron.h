@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/distributed/Exchange.h"
 #include "backend/distributed/HostSpan.h"
 #include "backend/distributed/Staging.h"
 #include "runtime/transport/CollectiveTransport.h"
@@ -130,24 +131,7 @@ class ProcessGroupNeuron : public c10d::Backend {
     tp::Verb verb;
   };
 
-  // What one verb moves, in staged (contiguous) tensors. `one`: the buffer of allreduce, reduce
-  // and broadcast; this rank's input of allgather and gather; its output of scatter and
-  // reduce_scatter. `parts`: one per group rank, the other side (allgather and gather outputs,
-  // scatter and reduce_scatter inputs, all-to-all receives), empty on ranks without it (a
-  // gather's or scatter's non-roots). `whole`: the parts as one contiguous tensor, when they
-  // are its consecutive pieces. All-to-all's sends are `sends` / `sends_whole`.
-  struct Exchange {
-    tp::Verb verb = tp::Verb::kBarrier;
-    int root = -1;
-    tp::DType dtype = tp::DType::kOpaque1;
-    tp::ReduceOp op = tp::ReduceOp::kSum;
-    const c10d::ReduceOp* reduce = nullptr;  // AVG / PREMUL_SUM are finished after the sum
-    at::Tensor one;
-    std::vector<at::Tensor> parts;
-    at::Tensor whole;
-    std::vector<at::Tensor> sends;
-    at::Tensor sends_whole;
-  };
+  using Exchange = distributed::Exchange;
 
  private:
   // The staging of one call: inputs, outputs (copied back after the call), the Work's result.
@@ -165,16 +149,14 @@ class ProcessGroupNeuron : public c10d::Backend {
   // back, the Work.
   c10::intrusive_ptr<c10d::Work> execute(const CallSpec& spec, Call& call);
   void exchange_on_host(Exchange& x, tp::CollectiveTransport& t);
-  void exchange_across_hosts(Exchange& x);
   void check_root(int64_t root, const char* op) const;
   tp::GroupPlace place() const;
 
-  // Exchanges of the verbs that take parts from one tensor, or from a list.
-  Exchange gathering(const CallSpec& spec, Call& call, const at::Tensor& in,
-                     std::vector<at::Tensor>* outs, const at::Tensor* whole_out, int root);
-  Exchange scattering(const CallSpec& spec, Call& call, const at::Tensor& out,
-                      std::vector<at::Tensor>* ins, const at::Tensor* whole_in, int root,
-                      const c10d::ReduceOp* reduce);
+  // The exchange of a verb that takes one part per rank (all-gather, gather, scatter,
+  // reduce-scatter), from a list of parts or one tensor's consecutive pieces.
+  Exchange parted(const CallSpec& spec, Call& call, const at::Tensor& one,
+                  std::vector<at::Tensor>* list, const at::Tensor* whole, int root,
+                  const c10d::ReduceOp* reduce);
 
   c10::intrusive_ptr<c10d::Work> collect(c10::intrusive_ptr<c10d::Work> work);
   // `peer` -1 with `any_source`: a receive from whichever rank sends `tag` first.

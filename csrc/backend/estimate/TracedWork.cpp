@@ -6,7 +6,7 @@
 #include "backend/core/BoxedArgs.h"
 #include "backend/core/Cost.h"
 #include "backend/core/FlopModels.h"
-#include "backend/core/HostMathKernel.h"
+#include "backend/core/BoxedHostMath.h"
 
 namespace torch_neuronx::estimate {
 

@@ -1,6 +1,6 @@
 // The bridge from an ATen op seen by a trace (fake or meta tensors: shapes, no data) to the work
 // a NeuronCore launch of it would record: the same FLOP models (FlopModels.h), the same cost
-// builder (Cost.h) and the same op families (HostMathKernel.h) the eager kernels use, so an op's
+// builder (Cost.h) and the same op families (BoxedHostMath.h) the eager kernels use, so an op's
 // work has one definition whether it runs or is only traced.
 #pragma once
 

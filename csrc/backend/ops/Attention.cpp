@@ -1,11 +1,22 @@
-// scaled_dot_product_attention through PyTorch's "overrideable" fused-attention backend.
+// scaled_dot_product_attention through PyTorch's "overrideable" fused-attention backend: the one
+// fused attention of eager kernels and compiled programs.
 //
 // The backend choice (the op _fused_sdp_choice and the dispatch stub SDPA itself consults) takes
 // the overrideable backend wherever the CPU would take its flash attention (grouped-query heads
 // included), so SDPA runs as one fused kernel forward and one backward, computed by ATen's CPU
-// flash attention on the device buffers. Everything else takes the math backend, which decomposes
-// into native ops. The fused backward also computes the gradient of a float mask, which ATen's CPU
-// flash kernel does not.
+// flash attention. Everything else takes the math backend, which decomposes into native ops. The
+// fused backward also computes the gradient of a float mask, which ATen's CPU flash kernel does
+// not.
+//
+// The computation is written once, on host tensors (attention_on_host,
+// attention_backward_on_host), and serves two registrations: the neuron kernels, which run it on
+// host views of the device buffers inside one launch each, and the CPU kernels of the same ops,
+// which compiled programs (CPU code over host views) call. ATen gives the overrideable ops no CPU
+// kernel of its own (their default raises) and no CPU code path selects the overrideable backend,
+// so the CPU kernels serve only programs; they return their outputs in the layouts of the ops'
+// meta kernels, which Inductor planned the program's buffers with (and checks). Where a program
+// uses none of the outputs only this module computes, torch_neuronx/dynamo/attention.py rewrites
+// the op into ATen's own CPU flash-attention ops, which Inductor's C++ wrapper calls natively.
 #include <ATen/Context.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/SDPBackend.h>
@@ -17,6 +28,8 @@
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward_native.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_native.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/empty_strided.h>
 #include <ATen/ops/isinf.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/ones.h>
@@ -25,9 +38,12 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
+#include <numeric>
+#include <vector>
 
 #include "backend/core/FlopModels.h"
 #include "backend/core/HostView.h"
@@ -105,42 +121,33 @@ int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Ten
               "sdpa_kernel().");
 }
 
-std::optional<at::Tensor> mask_view(const std::optional<at::Tensor>& mask) {
-  if (!mask.has_value() || !mask->defined()) return std::nullopt;
-  return mask->device().is_cpu() ? *mask : host_view(*mask);
+// --- the computation, on host tensors ----------------------------------------------------------
+
+// Whether `attn_bias` is a mask: traced graphs pass an empty tensor for "no mask".
+bool has_mask(const std::optional<at::Tensor>& attn_bias) {
+  return attn_bias.has_value() && attn_bias->defined() && attn_bias->numel() > 0;
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt, at::Tensor,
-           at::Tensor, at::Tensor>
-fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                const std::optional<at::Tensor>& attn_bias, double dropout_p, bool is_causal,
-                bool return_debug_mask, std::optional<double> scale) {
-  TORCH_CHECK(dropout_p == 0.0,
-              "neuron fused attention does not apply dropout (dropout_p=", dropout_p,
-              "); scaled_dot_product_attention routes dropout to the math backend, so call it "
-              "rather than _scaled_dot_product_fused_attention_overrideable");
-  at::Tensor out, logsumexp;
-  Kernel kernel("aten::_scaled_dot_product_fused_attention_overrideable", q.device(),
-                Engine::kTensor);
-  kernel.reads(q).reads(k).reads(v).reads(attn_bias).ops(flops::attention(q, k));
-  kernel.run([&] {
-    auto [o, lse] = at::native::_scaled_dot_product_flash_attention_cpu(
-        host_view(q), host_view(k), host_view(v), 0.0, is_causal, mask_view(attn_bias), scale);
-    out = kernel.result(o);
-    logsumexp = kernel.result(lse);
-  });
-  const auto opts = q.options();
-  at::Tensor empty = at::empty({0}, opts);
-  return {out,   logsumexp, empty, empty, c10::SymInt(q.size(2)), c10::SymInt(k.size(2)),
-          at::empty({0}, opts.dtype(at::kLong)), at::empty({0}, opts.dtype(at::kLong)), empty};
+void check_no_dropout(double dropout_p, const char* where) {
+  TORCH_CHECK(dropout_p == 0.0, "neuron fused attention", where, " does not apply dropout "
+              "(dropout_p=", dropout_p, "); scaled_dot_product_attention routes dropout to the math "
+              "backend, so call it rather than _scaled_dot_product_fused_attention_overrideable");
 }
 
-// The gradient of an additive float mask, on host views. The mask enters the scores
-// S = scale * Q K^T + M unscaled, so dL/dM = dL/dS = P * (dP - rowsum(P * dP)) with
-// P = exp(S - logsumexp) (the forward's logsumexp, so P is the forward's softmax) and dP = dO V^T,
-// summed over the dims along which M was broadcast. Computed in float32 (float64 for double
-// inputs) and rounded once to the mask's dtype; rows that the forward masked out entirely
-// (logsumexp = -inf) get a zero gradient.
+// (output, logsumexp): ATen's CPU flash attention, with its own threading over (batch, head,
+// query block).
+std::tuple<at::Tensor, at::Tensor> attention_on_host(const at::Tensor& q, const at::Tensor& k,
+                                                     const at::Tensor& v,
+                                                     const std::optional<at::Tensor>& mask,
+                                                     bool is_causal, std::optional<double> scale) {
+  return at::native::_scaled_dot_product_flash_attention_cpu(q, k, v, 0.0, is_causal, mask, scale);
+}
+
+// The gradient of an additive float mask. The mask enters the scores S = scale * Q K^T + M
+// unscaled, so dL/dM = dL/dS = P * (dP - rowsum(P * dP)) with P = exp(S - logsumexp) (the
+// forward's logsumexp, so P is the forward's softmax) and dP = dO V^T, summed over the dims along
+// which M was broadcast. Computed in float32 (float64 for double inputs) and rounded once to the
+// mask's dtype; rows that the forward masked out entirely (logsumexp = -inf) get a zero gradient.
 at::Tensor mask_gradient(const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
                          const at::Tensor& v, const at::Tensor& mask, const at::Tensor& logsumexp,
                          bool is_causal, std::optional<double> scale) {
@@ -170,16 +177,63 @@ at::Tensor mask_gradient(const at::Tensor& grad_out, const at::Tensor& q, const 
   return at::sum_to(grad_scores, mask.sizes()).to(mask.scalar_type());
 }
 
+void check_mask_gradient(const at::Tensor& mask) {
+  TORCH_CHECK(at::isFloatingType(mask.scalar_type()),
+              "neuron fused attention: a gradient was requested for an attn_mask of dtype ",
+              mask.scalar_type(), "; only a float mask (added to the scores) has one");
+}
+
+// (grad query, grad key, grad value, grad mask): ATen's CPU flash backward, and the mask's
+// gradient when `want_mask_grad` (else undefined).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward_on_host(
+    const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor& out, const at::Tensor& logsumexp, const std::optional<at::Tensor>& mask,
+    bool is_causal, std::optional<double> scale, bool want_mask_grad) {
+  auto [dq, dk, dv] = at::native::_scaled_dot_product_flash_attention_cpu_backward(
+      grad_out, q, k, v, out, logsumexp, 0.0, is_causal, mask, scale);
+  at::Tensor dmask;
+  if (want_mask_grad) dmask = mask_gradient(grad_out, q, k, v, *mask, logsumexp, is_causal, scale);
+  return {dq, dk, dv, dmask};
+}
+
+// --- the neuron kernels ---------------------------------------------------------------------------
+
+std::optional<at::Tensor> mask_view(const std::optional<at::Tensor>& mask) {
+  if (!has_mask(mask)) return std::nullopt;
+  return mask->device().is_cpu() ? *mask : host_view(*mask);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt, at::Tensor,
+           at::Tensor, at::Tensor>
+fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                const std::optional<at::Tensor>& attn_bias, double dropout_p, bool is_causal,
+                bool return_debug_mask, std::optional<double> scale) {
+  check_no_dropout(dropout_p, "");
+  at::Tensor out, logsumexp;
+  Kernel kernel("aten::_scaled_dot_product_fused_attention_overrideable", q.device(),
+                Engine::kTensor);
+  kernel.reads(q).reads(k).reads(v).reads(attn_bias).ops(flops::attention(q, k));
+  kernel.run([&] {
+    auto [o, lse] = attention_on_host(host_view(q), host_view(k), host_view(v),
+                                      mask_view(attn_bias), is_causal, scale);
+    out = kernel.result(o);
+    logsumexp = kernel.result(lse);
+  });
+  const auto opts = q.options();
+  at::Tensor empty = at::empty({0}, opts);
+  return {out,   logsumexp, empty, empty, c10::SymInt(q.size(2)), c10::SymInt(k.size(2)),
+          at::empty({0}, opts.dtype(at::kLong)), at::empty({0}, opts.dtype(at::kLong)), empty};
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_attention_backward(
     const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const at::Tensor& attn_bias, std::array<bool, 4> grad_input_mask, const at::Tensor& out,
     const at::Tensor& logsumexp, const at::Tensor&, const at::Tensor&, int64_t, int64_t,
     double dropout_p, bool is_causal, const at::Tensor&, const at::Tensor&,
     std::optional<double> scale) {
-  const bool want_mask_grad = grad_input_mask[3] && attn_bias.defined();
-  TORCH_CHECK(!want_mask_grad || at::isFloatingType(attn_bias.scalar_type()),
-              "neuron fused attention: a gradient was requested for an attn_mask of dtype ",
-              attn_bias.scalar_type(), "; only a float mask (added to the scores) has one");
+  check_no_dropout(dropout_p, "");
+  const bool want_mask_grad = grad_input_mask[3] && has_mask(attn_bias);
+  if (want_mask_grad) check_mask_gradient(attn_bias);
   at::Tensor gq, gk, gv, gmask;
   Kernel kernel("aten::_scaled_dot_product_fused_attention_overrideable_backward", q.device(),
                 Engine::kTensor);
@@ -187,24 +241,83 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_attention_backw
   // The logsumexp is float32 whatever the inputs' dtype: its bytes count, but it must not make
   // the matmuls count at the float32 rate (a bf16 backward would be modelled 4x too slow).
   kernel.cost().read_bytes(bytes_in_memory(logsumexp));
-  if (attn_bias.defined()) kernel.reads(attn_bias);
+  if (has_mask(attn_bias)) kernel.reads(attn_bias);
   kernel.ops(flops::attention_backward(q, k, want_mask_grad));
   kernel.run([&] {
-    const std::optional<at::Tensor> mask =
-        attn_bias.defined() ? mask_view(attn_bias) : std::nullopt;
-    auto [dq, dk, dv] = at::native::_scaled_dot_product_flash_attention_cpu_backward(
+    auto [dq, dk, dv, dmask] = attention_backward_on_host(
         host_view(grad_out), host_view(q), host_view(k), host_view(v), host_view(out),
-        host_view(logsumexp), dropout_p, is_causal, mask, scale);
+        host_view(logsumexp), mask_view(attn_bias), is_causal, scale, want_mask_grad);
     gq = kernel.result(dq);
     gk = kernel.result(dk);
     gv = kernel.result(dv);
-    if (want_mask_grad) {
-      gmask = kernel.result(mask_gradient(host_view(grad_out), host_view(q), host_view(k),
-                                          host_view(v), *mask, host_view(logsumexp), is_causal,
-                                          scale));
-    }
+    if (want_mask_grad) gmask = kernel.result(dmask);
   });
   return {gq, gk, gv, gmask};
+}
+
+// --- the CPU kernels compiled programs call -------------------------------------------------------
+
+// `result` laid out as a meta kernel lays out a tensor like `like` (torch.empty_like(like), or,
+// when the sizes differ, `like`'s dimension order): as is when it already is, else copied.
+at::Tensor in_layout_of(const at::Tensor& result, const at::Tensor& like) {
+  if (result.sizes() == like.sizes()) {
+    if (result.strides() == like.strides()) return result;
+    at::Tensor laid_out = at::empty_like(like);
+    if (laid_out.strides() == result.strides()) return result;
+    laid_out.copy_(result);
+    return laid_out;
+  }
+  const int64_t dims = like.dim();
+  std::vector<int64_t> order(dims);
+  std::iota(order.begin(), order.end(), 0);
+  // Outermost (largest stride) first; ties keep the dimension order.
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return like.stride(a) > like.stride(b); });
+  std::vector<int64_t> strides(dims);
+  int64_t step = 1;
+  for (int64_t i = dims - 1; i >= 0; --i) {
+    strides[order[i]] = step;
+    step *= result.size(order[i]);
+  }
+  if (result.strides() == c10::IntArrayRef(strides)) return result;
+  at::Tensor laid_out = at::empty_strided(result.sizes(), strides, result.options());
+  laid_out.copy_(result);
+  return laid_out;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt, at::Tensor,
+           at::Tensor, at::Tensor>
+fused_attention_program(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                        const std::optional<at::Tensor>& attn_bias, double dropout_p,
+                        bool is_causal, bool return_debug_mask, std::optional<double> scale) {
+  check_no_dropout(dropout_p, " (compiled program)");
+  auto [out, logsumexp] = attention_on_host(
+      q, k, v, has_mask(attn_bias) ? attn_bias : std::nullopt, is_causal, scale);
+  // The meta kernel's layouts: the output in query's dimension order, a contiguous logsumexp
+  // (the CPU kernel's is (B, L, H) transposed); no cumulative lengths or debug mask, 0-dim
+  // philox seed and offset (no dropout).
+  const auto longs = q.options().dtype(at::kLong);
+  return {in_layout_of(out, q),       logsumexp.contiguous(),    at::Tensor(),
+          at::Tensor(),               c10::SymInt(q.size(2)),    c10::SymInt(k.size(2)),
+          at::zeros({}, longs),       at::zeros({}, longs),      at::Tensor()};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_attention_backward_program(
+    const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor& attn_bias, std::array<bool, 4> grad_input_mask, const at::Tensor& out,
+    const at::Tensor& logsumexp, const at::Tensor&, const at::Tensor&, int64_t, int64_t,
+    double dropout_p, bool is_causal, const at::Tensor&, const at::Tensor&,
+    std::optional<double> scale) {
+  check_no_dropout(dropout_p, " (compiled program)");
+  const std::optional<at::Tensor> mask =
+      has_mask(attn_bias) ? std::optional<at::Tensor>(attn_bias) : std::nullopt;
+  const bool want_mask_grad = grad_input_mask[3] && mask.has_value();
+  if (want_mask_grad) check_mask_gradient(attn_bias);
+  auto [dq, dk, dv, dmask] = attention_backward_on_host(grad_out, q, k, v, out, logsumexp, mask,
+                                                        is_causal, scale, want_mask_grad);
+  // The meta kernel's layouts: each gradient laid out as its input.
+  return {in_layout_of(dq, q), in_layout_of(dk, k), in_layout_of(dv, v),
+          want_mask_grad ? in_layout_of(dmask, attn_bias) : dmask};
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -214,6 +327,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_scaled_dot_product_fused_attention_overrideable", TORCH_FN(fused_attention));
   m.impl("_scaled_dot_product_fused_attention_overrideable_backward",
          TORCH_FN(fused_attention_backward));
+}
+
+TORCH_LIBRARY_IMPL(aten, CPU, m) {
+  m.impl("_scaled_dot_product_fused_attention_overrideable", TORCH_FN(fused_attention_program));
+  m.impl("_scaled_dot_product_fused_attention_overrideable_backward",
+         TORCH_FN(fused_attention_backward_program));
 }
 
 }  // namespace

@@ -93,6 +93,11 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
                 "_copy_from_and_resize: cannot resize a non-contiguous tensor of shape ",
                 dst.sizes(), " to ", self.sizes());
     dst.resize_(self.sizes());
+    // The CPU result's layout, as an out= the CPU kernel resized gets it: TensorIterator gives a
+    // resized output its inputs' memory order (a permuted input makes a permuted out=).
+    if (!self.is_contiguous() && self.is_non_overlapping_and_dense()) {
+      dst.as_strided_(self.sizes(), self.strides(), dst.storage_offset());
+    }
   }
   return copy_from(self, dst, false);
 }

@@ -11,9 +11,9 @@
 
 #include <ATen/native/BinaryOps.h>
 
+#include "backend/core/BoxedHostMath.h"
 #include "backend/core/HbmTensorIterator.h"
-#include "backend/core/HostMath.h"
-#include "backend/core/HostMathKernel.h"
+#include "backend/core/UnboxedHostMath.h"
 
 namespace torch_neuronx {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <torch/library.h>
 
-#include "backend/core/HostMathKernel.h"
+#include "backend/core/BoxedHostMath.h"
 
 namespace torch_neuronx {
 

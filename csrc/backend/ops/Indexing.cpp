@@ -5,7 +5,7 @@
 #include <ATen/ops/histc.h>
 #include <torch/library.h>
 
-#include "backend/core/HostMathKernel.h"
+#include "backend/core/BoxedHostMath.h"
 #include "backend/core/KernelLaunch.h"
 
 namespace torch_neuronx {

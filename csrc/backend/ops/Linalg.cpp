@@ -5,7 +5,7 @@
 // buffers is the kernel. On a NeuronCore these are matrix products: the Tensor engine.
 #include <torch/library.h>
 
-#include "backend/core/HostMathKernel.h"
+#include "backend/core/BoxedHostMath.h"
 
 namespace torch_neuronx {
 namespace {

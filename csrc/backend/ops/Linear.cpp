@@ -3,7 +3,7 @@
 // are composites that reach these.
 #include <torch/library.h>
 
-#include "backend/core/HostMathKernel.h"
+#include "backend/core/BoxedHostMath.h"
 
 namespace torch_neuronx {
 namespace {
@@ -15,6 +15,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
       "mm", "bmm", "addmm", "baddbmm", "addbmm", "addmv", "dot", "vdot", "addr",
       "_addmm_activation",
   });
+  // addr_ is a composite calling addr.out(self, ..., out=self), and the CPU's addr.out tells the
+  // in-place call (no broadcasting of self: a 0-d self is refused) from an explicit out= by the
+  // two arguments being one C++ reference. Through the boxed kernel above they are two, and a
+  // 0-d self was broadcast and resized instead of refused; run on the host whole, addr_ keeps it.
+  register_host_math_overloads(m, kMatmul, {"addr_"});
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // smooth-l1, BCE with logits, KL divergence. Elementwise work plus a reduction: Vector engine.
 #include <torch/library.h>
 
-#include "backend/core/HostMathKernel.h"
+#include "backend/core/BoxedHostMath.h"
 
 namespace torch_neuronx {
 namespace {

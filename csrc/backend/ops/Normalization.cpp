@@ -3,7 +3,7 @@
 // accounted to the Vector engine.
 #include <torch/library.h>
 
-#include "backend/core/HostMathKernel.h"
+#include "backend/core/BoxedHostMath.h"
 
 namespace torch_neuronx {
 namespace {

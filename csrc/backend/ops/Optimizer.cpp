@@ -4,7 +4,7 @@
 // the rest, and the calls those kernels do not serve, run as host math.
 #include <torch/library.h>
 
-#include "backend/core/HostMathKernel.h"
+#include "backend/core/BoxedHostMath.h"
 #include "backend/ops/ForeachKernels.h"
 
 namespace torch_neuronx {

@@ -5,8 +5,8 @@
 #include <ATen/ops/sum_cpu_dispatch.h>
 #include <torch/library.h>
 
-#include "backend/core/HostMath.h"
-#include "backend/core/HostMathKernel.h"
+#include "backend/core/BoxedHostMath.h"
+#include "backend/core/UnboxedHostMath.h"
 
 namespace torch_neuronx {
 namespace {
@@ -63,6 +63,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
       "_cummin_helper", "nansum", "count_nonzero",
   });
   register_host_math_ops(m, kSort, {"sort", "topk", "kthvalue", "median", "nanmedian", "mode"});
+  // mode's out= form is a composite on every backend, and refuses devices other than the CPU,
+  // CUDA and XPU: run it as the CPU runs it.
+  register_host_math_overloads(m, kSort, {"mode.values"});
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 // diffusion VAEs use around their convolutions. Windowed reads and reductions: Vector engine.
 #include <torch/library.h>
 
-#include "backend/core/HostMathKernel.h"
+#include "backend/core/BoxedHostMath.h"
 
 namespace torch_neuronx {
 namespace {

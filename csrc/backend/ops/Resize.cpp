@@ -1,10 +1,15 @@
-// resize_ and the set_ family: ops that change which bytes a tensor covers. Growing a storage goes
+// resize_ and the set_ family: ops that change which bytes a tensor covers, and is_set_to, which
+// asks whether two tensors cover the same ones. Growing a storage goes
 // through the hooks' resizePrivateUse1Bytes (a new HBM block, old contents copied).
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/ResizeCommon.h>
+#include <ATen/native/TensorFactories.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
+
+#include "backend/core/EmptyTensor.h"
 
 namespace torch_neuronx {
 namespace {
@@ -16,21 +21,31 @@ void ensure_storage_bytes(const at::Tensor& self, size_t needed) {
   at::native::resize_bytes_nocuda(storage, c10::SymInt(static_cast<int64_t>(needed)));
 }
 
+// As the CPU's resize_: new sizes are laid out contiguously unless they equal the old ones; an
+// explicit memory format then restrides them (channels-last included, see Factory.cpp); storage
+// only grows; in deterministic mode the bytes it grew by are filled (EmptyTensor.h).
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
                           std::optional<c10::MemoryFormat> memory_format) {
-  const auto format = memory_format.value_or(c10::MemoryFormat::Contiguous);
-  TORCH_CHECK(format == c10::MemoryFormat::Contiguous || format == c10::MemoryFormat::Preserve,
-              "Neuron tensors only support contiguous or preserve memory format, got ", format,
-              " in resize_");
   for (const auto s : size) {
-    TORCH_CHECK(s >= 0, "resize_: negative dimension ", s, " in size ", size);
+    TORCH_CHECK(s >= 0, "Trying to create tensor with negative dimension ", s, ": ", size,
+                " (resize_ on ", self.device(), ")");
   }
   auto* impl = self.unsafeGetTensorImpl();
-  if (self.sizes() == size && !memory_format.has_value()) return self;
-  impl->set_sizes_contiguous(size);
+  const int64_t old_storage_nbytes =
+      impl->unsafe_storage() ? static_cast<int64_t>(impl->unsafe_storage().nbytes()) : 0;
+  if (self.sizes() != size) impl->set_sizes_contiguous(size);
+  if (memory_format.has_value()) {
+    TORCH_CHECK(*memory_format != c10::MemoryFormat::Preserve, "Unsupported memory format",
+                *memory_format);
+    impl->empty_tensor_restride(*memory_format);
+  }
   if (impl->numel() > 0) {
-    ensure_storage_bytes(self, at::detail::computeStorageNbytesContiguous(
-                                   size, self.itemsize(), self.storage_offset()));
+    ensure_storage_bytes(self, at::detail::computeStorageNbytes(
+                                   self.sizes(), self.strides(), self.itemsize(),
+                                   self.storage_offset()));
+  }
+  if (C10_UNLIKELY(fill_uninitialized_memory())) {
+    at::native::fill_resize_deterministic_(self, old_storage_nbytes);
   }
   return self;
 }
@@ -69,8 +84,17 @@ at::Tensor& set_empty(at::Tensor& self) {
   return set_storage_offset(self, std::move(empty), 0, {0}, {});
 }
 
+// Whether `self` covers exactly the bytes `source` covers, read off the tensors: through the CPU
+// fallback it compared host copies, never the same storage, and always answered false.
+bool is_set_to(const at::Tensor& self, const at::Tensor& source) {
+  return self.storage().is_alias_of(source.storage()) &&
+         self.storage_offset() == source.storage_offset() && self.sizes() == source.sizes() &&
+         self.strides() == source.strides();
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("resize_", TORCH_FN(resize_));
+  m.impl("is_set_to", TORCH_FN(is_set_to));
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage_offset));
   m.impl("set_.source_Storage", TORCH_FN(set_storage));
   m.impl("set_.source_Tensor", TORCH_FN(set_tensor));

@@ -13,7 +13,7 @@
 #include "backend/core/CachingAllocator.h"
 #include "backend/core/Generator.h"
 #include "backend/core/HostAllocator.h"
-#include "backend/core/HostMathKernel.h"
+#include "backend/core/BoxedHostMath.h"
 #include "backend/core/NeuronRuntime.h"
 #include "backend/core/NeuronStream.h"
 #include "backend/core/OpTracking.h"

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <vector>
 
+#include "runtime/Env.h"
 #include "runtime/Error.h"
 #include "runtime/IniFile.h"
 
@@ -104,7 +105,7 @@ void set_default_dma_model_path(const std::string& path) {
 const DmaSpec& dma_spec(const std::string& neuroncore) {
   std::lock_guard<std::mutex> lock(g_mutex);
   std::string path = g_path;
-  if (const char* env = std::getenv("NRTSIM_DMA_MODEL"); env != nullptr && *env != '\0') path = env;
+  if (auto env = env::get("NRTSIM_DMA_MODEL")) path = *env;
   if (path.empty()) {
     throw Error(ErrorCode::kConfiguration,
                 "NKI DMA model: no data file set (the nki package sets nki/data/dma.ini at "

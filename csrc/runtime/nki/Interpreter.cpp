@@ -520,10 +520,12 @@ void run_extended(const Storage& mem, const Program& p, size_t i) {
       const int64_t parts = parts_of(in.a);
       const int64_t per = parts ? static_cast<int64_t>(x.size()) / parts : 0;  // values
       const int64_t packs = per / 4;
-      std::vector<float> packed_out(static_cast<size_t>(parts * packs));
+      std::vector<int64_t> words(static_cast<size_t>(parts * packs));  // exact 32-bit packs
       const int64_t scale_parts = parts_of(in.d);
       const int64_t scale_cols = scale_parts ? in.d.numel() / scale_parts : 0;
-      std::vector<float> scales = load(mem, in.d);  // keeps partitions the groups do not use
+      // Scale bytes (uint8 or float8_e8m0fnu: the biased exponent either way); partitions the
+      // groups do not use keep theirs.
+      std::vector<uint8_t> scales = load_raw(mem, in.d);
       for (int64_t b = 0; b < parts / 8; ++b) {
         for (int64_t j = 0; j < packs; ++j) {
           float amax = 0;
@@ -545,31 +547,20 @@ void run_extended(const Storage& mem, const Program& p, size_t i) {
               const float v = x[static_cast<size_t>((b * 8 + r) * per + j * 4 + t)] / scale;
               word |= mx_value_encode(packed, v) << (8 * t);
             }
-            packed_out[static_cast<size_t>((b * 8 + r) * packs + j)] = static_cast<float>(word);
+            words[static_cast<size_t>((b * 8 + r) * packs + j)] = word;
           }
           const int64_t sp = (b / 4) * 32 + b % 4;
           if (sp >= scale_parts || j >= scale_cols) {
             throw Error(ErrorCode::kInvalidArgument, "quantize_mx: the scale tile is too small");
           }
-          scales[static_cast<size_t>(sp * scale_cols + j)] = std::ldexp(1.0f, e);
+          scales[static_cast<size_t>(sp * scale_cols + j)] = static_cast<uint8_t>(e + 127);
         }
       }
       // The packs are bit patterns: store them as integers of the pack's width.
-      std::vector<int64_t> words(packed_out.begin(), packed_out.end());
       View raw = in.dst;
       raw.dtype = static_cast<int32_t>(DType::kUInt32);
       store_ints(mem, raw, words);
-      if (mem.of(in.d) == DType::kUInt8) {
-        std::vector<int64_t> bytes(scales.size());
-        for (size_t k = 0; k < scales.size(); ++k) {
-          int ex = 0;
-          std::frexp(scales[k], &ex);
-          bytes[k] = std::isnan(scales[k]) ? 255 : std::clamp(ex - 1 + 127, 0, 254);
-        }
-        store_ints(mem, in.d, bytes);
-      } else {
-        scatter(mem, in.d, scales.data());
-      }
+      store_raw(mem, in.d, scales.data());
       break;
     }
     case Opcode::kMatmulMx: {

@@ -40,17 +40,25 @@ void Lockstep::begin(Verb verb, DType dtype, uint64_t count, int64_t root, uint6
 void Lockstep::sync() {
   const uint64_t target = ++epoch_;
   GroupHeader& h = group_.header();
-  group_.mine().arrived.store(target, std::memory_order_release);
-  h.doorbell.fetch_add(1, std::memory_order_acq_rel);
-  futex_wake(h.doorbell);
   const int n = size();
+  const auto all_arrived = [&] {
+    for (int r = 0; r < n; ++r) {
+      if (group_.control(r).arrived.load(std::memory_order_seq_cst) < target) return false;
+    }
+    return true;
+  };
+  // Only the last to arrive rings: earlier arrivals would wake the sleepers for nothing, and with
+  // more ranks than cores each needless wake-up takes a core from a rank still on its way. (The
+  // store and the look at the others are sequentially consistent, so of two ranks arriving last
+  // together at least one sees everyone; a sleeper that read the doorbell before it changed does
+  // not sleep: its futex wait finds another value.)
+  group_.mine().arrived.store(target, std::memory_order_seq_cst);
+  if (all_arrived()) {
+    h.doorbell.fetch_add(1, std::memory_order_acq_rel);
+    futex_wake(h.doorbell);
+  }
   health_.wait_for(
-      [&] {
-        for (int r = 0; r < n; ++r) {
-          if (group_.control(r).arrived.load(std::memory_order_acquire) < target) return false;
-        }
-        return true;
-      },
+      all_arrived,
       [&] {
         std::vector<int> late;
         for (int r = 0; r < n; ++r) {

@@ -50,11 +50,9 @@ void read_environment(TransportOptions& o) {
   // NRTSIM_COLLECTIVE_SINGLE_COPY names the single-copy path (mapped device memory): 0 turns it
   // off; 1 and auto leave it on.
   if (const auto v = env::get("NRTSIM_COLLECTIVE_SINGLE_COPY")) {
-    if (*v != "auto" && env::parse_int("NRTSIM_COLLECTIVE_SINGLE_COPY", *v) == 0) o.mapped = false;
+    if (env::parse_auto_switch("NRTSIM_COLLECTIVE_SINGLE_COPY", *v) == false) o.mapped = false;
   }
-  if (const auto v = env::get("NRTSIM_COLLECTIVE_MAPPED_BYTES")) {
-    o.mapped_min_bytes = env::parse_bytes("NRTSIM_COLLECTIVE_MAPPED_BYTES", *v);
-  }
+  if (const auto v = env::bytes_value("NRTSIM_COLLECTIVE_MAPPED_BYTES")) o.mapped_min_bytes = *v;
 }
 
 // Opens every peer's device memory file, read-only; publishes what came of it.

@@ -53,6 +53,12 @@ LinkBytes link_bytes(const VerbCall& call, const GroupPlace& place) {
   const bool is_root = call.root == place.rank;
   LinkBytes b;
   b.algorithm = verb_info(call.verb).algorithm;
+  b.hosts = static_cast<uint32_t>(h);
+  b.ranks = static_cast<uint32_t>(l);
+  b.passes = call.verb == Verb::kAllreduce ? 2 : call.verb == Verb::kBarrier ? 0 : 1;
+  const bool parted = call.verb == Verb::kAllgather || call.verb == Verb::kReduceScatter ||
+                      call.verb == Verb::kGather || call.verb == Verb::kScatter;
+  b.buffer = parted ? s * n : s;
   switch (call.verb) {
     case Verb::kBarrier: break;
     case Verb::kAllreduce:
@@ -105,6 +111,8 @@ LinkBytes link_bytes(const VerbCall& call, const GroupPlace& place) {
         }
       }
       b.efa = std::max(far_sent, far_received);
+      b.buffer = 0;
+      for (const uint64_t out : call.send_to) b.buffer += out;
       break;
     }
     case Verb::kSend:
@@ -114,6 +122,8 @@ LinkBytes link_bytes(const VerbCall& call, const GroupPlace& place) {
       b.sent = near && out ? s : 0;
       b.received = near && !out ? s : 0;
       b.efa = near ? 0 : s;
+      b.point_to_point = true;
+      b.ranks = near ? 2 : 1;  // the two ends on this host, or one end here
       break;
     }
   }

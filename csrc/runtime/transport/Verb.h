@@ -74,6 +74,14 @@ struct LinkBytes {
   uint64_t received = 0;
   uint64_t efa = 0;
   LinkAlgorithm algorithm = LinkAlgorithm::kNone;
+  // For the link model's choice of algorithm and its steps: the collective's whole buffer, the
+  // passes it makes (an all-reduce is a reduce-scatter and an all-gather: 2), the ranks that share
+  // the host's links (2 for a message to a rank on this host, 1 to another host) and the hosts.
+  uint64_t buffer = 0;
+  uint32_t passes = 0;
+  uint32_t ranks = 1;
+  uint32_t hosts = 1;
+  bool point_to_point = false;
 };
 LinkBytes link_bytes(const VerbCall& call, const GroupPlace& place);
 

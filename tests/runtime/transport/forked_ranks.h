@@ -100,6 +100,14 @@ inline TransportOptions small_options() {
   return o;
 }
 
+// run() with the test's own segment prefix and, unless given, small_options().
+inline std::vector<int> run_ranks(int size,
+                                  const std::function<bool(int, CollectiveTransport&)>& body,
+                                  const TransportOptions& o = small_options(),
+                                  const std::function<void(int)>& setup = {}) {
+  return run("nrtsim-test", size, body, o, setup);
+}
+
 // Buffers in this process's device memory file, where HbmAllocator puts large device tensors
 // (what peers map); private memory when the file is off.
 template <class T>

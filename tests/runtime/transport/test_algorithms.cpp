@@ -23,15 +23,10 @@
 
 using namespace nrtsim::transport;
 using forked_ranks::InHbm;
+using forked_ranks::run_ranks;
 using forked_ranks::small_options;
 
 namespace {
-
-std::vector<int> run_ranks(int size, const std::function<bool(int, CollectiveTransport&)>& body,
-                           TransportOptions o = small_options(),
-                           const std::function<void(int)>& setup = {}) {
-  return forked_ranks::run("nrtsim-test", size, body, o, setup);
-}
 
 float value(int rank, size_t i) { return static_cast<float>((rank + 1) * 0.5 + (i % 97) * 0.25); }
 

@@ -20,6 +20,7 @@
 
 using namespace nrtsim::transport;
 using forked_ranks::InHbm;
+using forked_ranks::run_ranks;
 using forked_ranks::small_options;
 
 namespace {
@@ -28,12 +29,6 @@ TransportOptions mapped_options() {
   auto o = small_options();
   o.mapped_min_bytes = 0;
   return o;
-}
-
-std::vector<int> run_ranks(int size, const std::function<bool(int, CollectiveTransport&)>& body,
-                           TransportOptions o = small_options(),
-                           const std::function<void(int)>& setup = {}) {
-  return forked_ranks::run("nrtsim-test", size, body, o, setup);
 }
 
 // Rank 2 dies 5 ms into `calls` allreduces of `data`: the others are reading its buffer (their

@@ -20,17 +20,8 @@
 
 using namespace nrtsim::transport;
 using forked_ranks::InHbm;
+using forked_ranks::run_ranks;
 using forked_ranks::small_options;
-
-namespace {
-
-std::vector<int> run_ranks(int size, const std::function<bool(int, CollectiveTransport&)>& body,
-                           TransportOptions o = small_options(),
-                           const std::function<void(int)>& setup = {}) {
-  return forked_ranks::run("nrtsim-test", size, body, o, setup);
-}
-
-}  // namespace
 
 TEST(PointToPoint, SendRecvLargerThanTheRingBothWays) {
   const auto codes = run_ranks(2, [](int rank, CollectiveTransport& t) {

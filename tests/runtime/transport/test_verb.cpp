@@ -65,6 +65,13 @@ TEST(Verb, RingVerbsMoveTheBusShareOnOneHost) {
   const LinkBytes rs = link_bytes(call(Verb::kReduceScatter, 250), one_host(3, 4));
   EXPECT_EQ(rs.sent, 750u);
   EXPECT_EQ(link_bytes(call(Verb::kBarrier, 0), one_host(0, 4)).algorithm, LinkAlgorithm::kNone);
+  // What the link model picks its algorithm by: the whole buffer, the passes, who shares links.
+  EXPECT_EQ(ar.passes, 2u);
+  EXPECT_EQ(ar.buffer, 1000u);
+  EXPECT_EQ(ag.passes, 1u);
+  EXPECT_EQ(ag.buffer, 1000u);  // the all-gather's whole output
+  EXPECT_EQ(ag.ranks, 4u);
+  EXPECT_EQ(ag.hosts, 1u);
 }
 
 TEST(Verb, RootedVerbsMoveTheRootsSide) {
@@ -103,6 +110,9 @@ TEST(Verb, AcrossHostsTheInterHostLegIsSharedByTheHostsCores) {
   EXPECT_EQ(link_bytes(call(Verb::kSend, 8, 2), two_hosts(0)).sent, 8u);
   EXPECT_EQ(link_bytes(call(Verb::kSend, 8, 1), two_hosts(0)).efa, 8u);
   EXPECT_EQ(link_bytes(call(Verb::kRecv, 8, -1), two_hosts(0)).received, 8u);  // any source
+  EXPECT_TRUE(link_bytes(call(Verb::kSend, 8, 1), two_hosts(0)).point_to_point);
+  EXPECT_EQ(link_bytes(call(Verb::kSend, 8, 1), two_hosts(0)).ranks, 1u);
+  EXPECT_EQ(ar.hosts, 2u);
 }
 
 TEST(Verb, AlltoallCountsWhatGoesToAndComesFromOthers) {

@@ -1,8 +1,9 @@
-#include "backend/core/HostMathKernel.h"
+#include "backend/core/BoxedHostMath.h"
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -18,17 +19,11 @@ namespace torch_neuronx {
 
 namespace {
 
-// One neuron tensor argument and the host view standing in for it.
-struct Swapped {
-  at::Tensor original;
-  at::Tensor view;
-  bool writable;
-};
-
 class HostMathKernel final : public c10::OperatorKernel {
  public:
-  HostMathKernel(const OpFamily& family, const std::string& name)
-      : family_(family), name_(nrtsim::intern(name)) {}
+  HostMathKernel(const OpFamily& family, const std::string& name,
+                 LaunchKind kind = LaunchKind::kKernel)
+      : family_(family), name_(nrtsim::intern(name)), kind_(kind) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     const c10::FunctionSchema& schema = op.schema();
@@ -39,16 +34,24 @@ class HostMathKernel final : public c10::OperatorKernel {
     const c10::Device device = found.value_or(c10::Device(c10::DeviceType::PrivateUse1));
     substitute_generators(schema, *stack, first, device);
 
-    Kernel kernel(name_, device, family_.engine);
-    std::vector<Swapped> swapped;
+    Kernel kernel(name_, device, family_.engine, kind_);
+    // A tensor passed twice (an in-place op's self as its own out=) gets one host view
+    // (CallHostViews), writable if either use writes.
+    std::vector<const c10::TensorImpl*> written;
+    for (size_t i = 0; i < arguments.size(); ++i) {
+      const auto* alias = arguments[i].alias_info();
+      if (alias == nullptr || !alias->isWrite()) continue;
+      const c10::IValue& value = (*stack)[first + i];
+      if (value.isTensor()) written.push_back(value.toTensor().unsafeGetTensorImpl());
+    }
+    CallHostViews views;
     auto swap = [&](const at::Tensor& t, bool writable, bool out_argument) -> at::Tensor {
-      if (!t.defined()) return t;
       // Every tensor the CPU code reads counts, CPU scalars included; an out= argument's old
       // contents are not read.
-      if (!out_argument) kernel.reads(t);
-      if (!is_neuron(t)) return t;
-      swapped.push_back({t, host_view(t, writable), writable});
-      return swapped.back().view;
+      if (t.defined() && !out_argument) kernel.reads(t);
+      writable = writable || std::find(written.begin(), written.end(),
+                                       t.unsafeGetTensorImpl()) != written.end();
+      return views.view(t, writable);
     };
     for (size_t i = 0; i < arguments.size(); ++i) {
       c10::IValue& value = (*stack)[first + i];
@@ -74,8 +77,8 @@ class HostMathKernel final : public c10::OperatorKernel {
 
     kernel.run([&] {
       op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
-      for (const auto& s : swapped) {
-        if (s.writable) {
+      for (const auto& s : views.entries()) {
+        if (s.resizable) {
           adopt_host_view(s.view, s.original);
           kernel.writes(s.original);
         }
@@ -83,10 +86,10 @@ class HostMathKernel final : public c10::OperatorKernel {
       for (size_t i = first; i < stack->size(); ++i) {
         c10::IValue& result = (*stack)[i];
         if (result.isTensor()) {
-          result = to_neuron(kernel, result.toTensor(), swapped);
+          result = to_neuron(kernel, result.toTensor(), views);
         } else if (result.isTensorList()) {
           c10::List<at::Tensor> moved;
-          for (const auto& t : result.toTensorVector()) moved.push_back(to_neuron(kernel, t, swapped));
+          for (const auto& t : result.toTensorVector()) moved.push_back(to_neuron(kernel, t, views));
           result = moved;
         }
       }
@@ -96,13 +99,12 @@ class HostMathKernel final : public c10::OperatorKernel {
  private:
   // A result of the CPU kernel, as the neuron tensor it stands for.
   // A fresh result counts as written; a returned argument was counted as its argument.
-  static at::Tensor to_neuron(Kernel& kernel, const at::Tensor& t,
-                              const std::vector<Swapped>& swapped) {
+  static at::Tensor to_neuron(Kernel& kernel, const at::Tensor& t, const CallHostViews& views) {
     if (!t.defined() || is_neuron(t)) return t;
-    for (const auto& s : swapped) {
+    for (const auto& s : views.entries()) {
       if (t.is_same(s.view)) return s.original;
     }
-    for (const auto& s : swapped) {
+    for (const auto& s : views.entries()) {
       // An alias of an argument the schema did not announce: alias the neuron tensor likewise.
       if (t.storage().data() != nullptr && t.storage().data() == s.view.storage().data()) {
         return s.original.as_strided(t.sizes(), t.strides(), t.storage_offset());
@@ -116,13 +118,12 @@ class HostMathKernel final : public c10::OperatorKernel {
 
   OpFamily family_;
   const char* name_;  // interned
+  LaunchKind kind_;
 };
 
-// No argument is written. The functional form of a structured op gets a kernel of its own: the
-// generic wrapper PyTorch would use instead allocates its output through empty.memory_format with
-// the format the inputs suggest, channels-last for channels-last-strided inputs, which neuron
-// rejects when a program asks for it (TorchNeuron's rule). Run on the host, the CPU kernel picks
-// the output strides as on the CPU and the result moves to HBM with them.
+// No argument is written. The functional form of a structured op gets a kernel of its own: run on
+// the host, the CPU kernel picks the output strides as on the CPU and the result moves to HBM
+// with them, without the second dispatch of PyTorch's generic wrapper.
 bool is_functional(const c10::FunctionSchema& schema) {
   for (const auto& a : schema.arguments()) {
     if (a.alias_info() != nullptr && a.alias_info()->isWrite()) return false;
@@ -154,8 +155,8 @@ std::unordered_map<std::string, OpFamily>& families_by_op() {
 }  // namespace
 
 void run_host_math(const OpFamily& family, const c10::OperatorHandle& op,
-                   torch::jit::Stack* stack) {
-  HostMathKernel(family, op_name(op.operator_name()))(op, c10::DispatchKeySet(), stack);
+                   torch::jit::Stack* stack, LaunchKind kind) {
+  HostMathKernel(family, op_name(op.operator_name()), kind)(op, c10::DispatchKeySet(), stack);
 }
 
 const OpFamily* find_op_family(const std::string& op) {

@@ -25,10 +25,6 @@ struct HostMathOp {
   OpsPer ops_per = OpsPer::kOutputElement;
 };
 
-inline at::Tensor view_of_input(const at::Tensor& t) {
-  return t.device().type() == c10::DeviceType::PrivateUse1 ? host_view(t) : t;
-}
-
 namespace detail {
 template <class... Inputs>
 uint64_t input_elements(const Inputs&... inputs) {
@@ -37,7 +33,8 @@ uint64_t input_elements(const Inputs&... inputs) {
 }  // namespace detail
 
 // The out= form: `compute(out_view, input_views...)` runs the CPU kernel; `out` may be resized by
-// it.
+// it. An input that is `out` itself (an in-place op's self) is passed as out's view
+// (CallHostViews).
 template <class Compute, class... Inputs>
 at::Tensor& host_math_out(const HostMathOp& what, at::Tensor& out, Compute&& compute,
                           const Inputs&... inputs) {
@@ -45,8 +42,9 @@ at::Tensor& host_math_out(const HostMathOp& what, at::Tensor& out, Compute&& com
   Kernel kernel(what.op, out.device(), what.engine);
   (kernel.reads(inputs), ...);
   kernel.run([&] {
-    at::Tensor out_view = host_view(out, /*resizable=*/true);
-    compute(out_view, view_of_input(inputs)...);
+    CallHostViews views;
+    at::Tensor out_view = views.view(out, /*resizable=*/true);
+    compute(out_view, views.view(inputs)...);
     adopt_host_view(out_view, out);
     kernel.writes(out).ops(what.ops_per == HostMathOp::OpsPer::kInputElement
                                ? detail::input_elements(inputs...)
@@ -65,7 +63,8 @@ at::Tensor host_math(const HostMathOp& what, c10::Device device, Compute&& compu
   (kernel.reads(inputs), ...);
   at::Tensor result;
   kernel.run([&] {
-    result = kernel.result(compute(view_of_input(inputs)...));
+    CallHostViews views;
+    result = kernel.result(compute(views.view(inputs)...));
     kernel.ops(what.ops_per == HostMathOp::OpsPer::kInputElement
                    ? detail::input_elements(inputs...)
                    : flops::elementwise(result));

@@ -53,14 +53,15 @@ import warnings
 
 from torch.compiler._cache import CacheArtifact, CacheArtifactFactory, CacheArtifactManager
 
+from torch_neuronx import _env
 from torch_neuronx.dynamo import metrics
 
 DIR_ENV = "TORCH_NEURONX_NEFF_CACHE_DIR"
 LOCAL_DIR_ENV = "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"  # where the lock files go (TorchNeuron's)
 DISABLE_ENVS = ("TORCH_NEURONX_DISABLE_NEFF_CACHE", "TORCH_NEURONX_NEFF_DISABLE_CACHE")
 LOCK_TIMEOUT_ENV = "TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT"
-# Long enough for a large graph's compile in another process; a user with bigger graphs raises it.
-DEFAULT_LOCK_TIMEOUT_S = 600.0
+# The default (torch_neuronx/_env.py) is long enough for a large graph's compile in another
+# process; a user with bigger graphs raises it.
 
 _MAGIC = b"TNXNEFF\x01"
 _FORMAT = 1
@@ -68,34 +69,23 @@ _SUFFIX = ".neff"
 _GRAPH_SUFFIX = ".graph"
 
 
-def _truthy(value: str) -> bool:
-    return value.strip().lower() in ("1", "true", "yes", "on")
-
-
 def enabled() -> bool:
-    return not any(_truthy(os.environ.get(name, "0")) for name in DISABLE_ENVS)
+    return not any(_env.switch(name) for name in DISABLE_ENVS)
 
 
 def cache_dir() -> pathlib.Path:
     """``TORCH_NEURONX_NEFF_CACHE_DIR``, else ``$XDG_CACHE_HOME/torch_neuronx/neff``, else
     ``~/.cache/torch_neuronx/neff``."""
-    explicit = os.environ.get(DIR_ENV)
+    explicit = _env.path(DIR_ENV)
     if explicit:
-        return pathlib.Path(explicit).expanduser().resolve()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        return pathlib.Path(explicit).resolve()
+    base = _env.foreign("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return pathlib.Path(base, "torch_neuronx", "neff").resolve()
 
 
 def lock_timeout() -> float:
-    raw = os.environ.get(LOCK_TIMEOUT_ENV)
-    if raw is None or not raw.strip():
-        return DEFAULT_LOCK_TIMEOUT_S
-    try:
-        return float(raw)
-    except ValueError:
-        raise ValueError(
-            f"{LOCK_TIMEOUT_ENV}={raw!r} is not a number of seconds; set it to e.g. 600, or unset "
-            f"it for the default ({DEFAULT_LOCK_TIMEOUT_S:g} s).") from None
+    """Seconds a process waits for the lock of an entry another process is compiling."""
+    return _env.seconds(LOCK_TIMEOUT_ENV)
 
 
 
@@ -109,7 +99,7 @@ def compiler_version() -> str:
 
     digest = hashlib.sha256()
     here = pathlib.Path(__file__).parent
-    for name in ("backend.py", "neff_cache.py", "graph_cost.py", "attention.py", "random_ops.py",
+    for name in ("backend.py", "program_cache.py", "graph_cost.py", "attention.py", "random_ops.py",
                  "inductor_fixes.py"):
         digest.update((here / name).read_bytes())
     return f"torch {torch.__version__}, torch_neuronx {torch_neuronx.__version__}, " \
@@ -125,8 +115,8 @@ def entry_path(key: str) -> pathlib.Path:
 
 
 def _lock_path(key: str) -> pathlib.Path:
-    local = os.environ.get(LOCAL_DIR_ENV)
-    base = pathlib.Path(local).expanduser().resolve() / "locks" if local else cache_dir() / key[:2]
+    local = _env.path(LOCAL_DIR_ENV)
+    base = pathlib.Path(local).resolve() / "locks" if local else cache_dir() / key[:2]
     return base / (key + _SUFFIX + ".lock")
 
 

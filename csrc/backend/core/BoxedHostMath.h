@@ -17,6 +17,7 @@
 
 #include "backend/core/FlopModels.h"
 #include "runtime/Engine.h"
+#include "runtime/LaunchRecord.h"
 
 namespace torch_neuronx {
 
@@ -41,9 +42,10 @@ void register_host_math_overloads(torch::Library& library, const OpFamily& famil
                                   std::initializer_list<const char*> overloads);
 
 // Runs one call of `op` as `family`'s host-math kernel does: the general case behind a dedicated
-// kernel that serves only some calls of its op itself (the foreach kernels).
+// kernel that serves only some calls of its op itself (the foreach kernels), and the CPU
+// fallback's way with arguments that share memory (CpuFallback.cpp), as a launch of `kind`.
 void run_host_math(const OpFamily& family, const c10::OperatorHandle& op,
-                   torch::jit::Stack* stack);
+                   torch::jit::Stack* stack, nrtsim::LaunchKind kind = nrtsim::LaunchKind::kKernel);
 
 // The family whose list names the overload `op` ("aten::mm", "aten::add.Tensor"), or nullptr.
 // The estimate (csrc/backend/estimate) derives a traced op's work from it, so that an op's work

@@ -14,7 +14,7 @@ read from the registrations in the source itself, the way its dispatcher sees th
   (native in name only: they run on the CPU, so they are listed as fallbacks).
 
 A name without an overload (``aten::relu``) is the default overload, as ``Library.impl`` reads
-it. Usage: ``python -m torch_neuronx.portability.build_coverage SRC_ROOT COMMIT DATE > out.json``
+it. Usage: ``python tools/build_torchneuron_coverage.py SRC_ROOT COMMIT DATE > out.json``
 where SRC_ROOT holds the ``torch_neuronx`` package of the TorchNeuron tree (a checkout).
 """
 
@@ -142,7 +142,7 @@ def document(data: dict, commit: str, date: str) -> dict:
                 "torch_neuronx/python_ops/cpu_fallback_registrations.py (linalg ops registered "
                 "as explicit CPU fallbacks)",
             ],
-            "generator": "python -m torch_neuronx.portability.build_coverage SRC_ROOT COMMIT "
+            "generator": "python tools/build_torchneuron_coverage.py SRC_ROOT COMMIT "
                          "DATE > torch_neuronx/data/torchneuron_2_33_coverage.json",
             "why_not_the_release_table": "The per-API table TorchNeuron publishes for each "
                 "release (docs/torch_api_compatibility.md in aws-neuron/torch-neuronx, linked "
@@ -181,7 +181,7 @@ def document(data: dict, commit: str, date: str) -> dict:
 
 def main(argv) -> None:
     if len(argv) != 4:
-        raise SystemExit(f"usage: python -m torch_neuronx.portability.build_coverage "
+        raise SystemExit(f"usage: python tools/build_torchneuron_coverage.py "
                          f"SRC_ROOT COMMIT DATE (got {argv[1:]})")
     root, commit, date = pathlib.Path(argv[1]), argv[2], argv[3]
     print(json.dumps(document(collect(root), commit, date), indent=1))

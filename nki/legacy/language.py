@@ -1,0 +1,244 @@
+"""``neuronxcc.nki.language`` (the legacy NKI API, NKI 0.1 and the Neuron SDK up to 2.27) on
+this project's NKI 0.6 implementation.
+
+What differs from ``nki.language``: index grids (``nl.arange``, ``nl.mgrid``) as indices;
+``mask=`` on loads, stores and operations; block dimensions before the partition dim
+(``nl.par_dim``); string buffer names; ``num_programs(axes=None)``. Each use is recorded for the
+kernel's migration report (nki.legacy.report) with its NKI 0.6 spelling.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+
+from nki import _core, _ops
+from nki import isa as _isa
+from nki import language as _nl
+from nki.language import (  # noqa: F401  (the same in both APIs)
+    MemoryRegion, NkiTensor, affine_range, bfloat16, bool_, device_print, ds, float8_e4m3,
+    float8_e4m3fn, float8_e5m2, float16, float32, hbm, int8, int16, int32, no_reorder,
+    private_hbm, program_id, program_ndim, psum, sbuf, sequential_range, shared_hbm,
+    static_range, tfloat32, tile_size, uint8, uint16, uint32,
+)
+from nki._core import Tensor, error
+from nki.legacy import report
+from nki.legacy.grids import arange, masked, mgrid  # noqa: F401
+
+_MASK = ("mask=", "clip the slices instead: t[p0:min(P, p0 + 128), f0:min(F, f0 + 512)] "
+         "(NKI 0.2 removed mask=)")
+
+
+def _mask(mask):
+    if mask is not None:
+        report.use(*_MASK)
+    return mask
+
+
+# ---------------------------------------------------------------------------------------------
+# block dimensions
+
+
+class par_dim(int):
+    """``nl.par_dim(n)``: marks the partition dim of a shape; dims before it are block dims."""
+
+    def __new__(cls, n):
+        return int.__new__(cls, n)
+
+
+class BlockTensor:
+    """An on-chip tensor with block dims before its partition dim (``(B, par_dim(P), F)``): a
+    grid of independent [P, F...] tiles, each allocated when first used, as NKI's allocator
+    treats block dims (NKI 0.6 spells it as a Python list of tiles)."""
+
+    def __init__(self, blocks, tile_shape, dtype, buffer, fill=None):
+        self.blocks = tuple(blocks)
+        self.tile_shape = tuple(tile_shape)
+        self.dtype = _core.as_dtype(dtype)
+        self.buffer = buffer
+        self.fill = fill
+        self.tiles = {}
+
+    @property
+    def shape(self):
+        return self.blocks + self.tile_shape
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def _tile(self, index):
+        if len(index) != len(self.blocks) or not builtins.all(_core._is_int(i) for i in index):
+            raise error("index the block dims of a par_dim tensor with integers (a loop "
+                        "variable)")
+        index = tuple(int(i) for i in index)
+        for i, n in zip(index, self.blocks):
+            if not 0 <= i < n:
+                raise error(f"block index {index} is out of range for blocks {self.blocks}")
+        t = self.tiles.get(index)
+        if t is None:
+            t = _nl.ndarray(self.tile_shape, self.dtype, buffer=self.buffer)
+            if self.fill is not None:
+                _isa.memset(dst=t, value=self.fill)
+            self.tiles[index] = t
+        return t
+
+    def _split(self, key):
+        key = key if isinstance(key, tuple) else (key,)
+        nb = len(self.blocks)
+        return self._tile(key[:nb]), key[nb:]
+
+    def __getitem__(self, key):
+        tile, rest = self._split(key)
+        return tile[rest] if rest else tile
+
+    def __setitem__(self, key, value):
+        tile, rest = self._split(key)
+        tile[rest if rest else ...] = value
+
+
+def _alloc(shape, dtype, buffer, name, fill):
+    if isinstance(buffer, str):
+        report.use(f"buffer='{buffer}'", f"buffer=nl.{buffer} (NKI 0.3 dropped string buffer "
+                   "names)")
+        buffer = getattr(_nl, buffer)
+    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    pdims = [i for i, s in enumerate(shape) if isinstance(s, par_dim)]
+    if pdims and pdims[0] > 0:
+        report.use("nl.par_dim block dims", "a Python list of [P, F] tiles, or the block dims "
+                   "folded into the free dims ([P, B, F]); see AWS's block-dimension migration "
+                   "guide")
+        return BlockTensor(shape[:pdims[0]], shape[pdims[0]:], dtype, buffer or sbuf, fill)
+    if pdims:
+        report.use("nl.par_dim", "drop nl.par_dim: dim 0 is always the partition dim")
+    t = _nl.ndarray(tuple(int(s) for s in shape), dtype, buffer=buffer or sbuf, name=name)
+    if fill is not None:
+        _isa.memset(dst=t, value=fill)
+    return t
+
+
+def ndarray(shape, dtype, buffer=None, name="", **kwargs):
+    return _alloc(shape, dtype, buffer, name, None)
+
+
+def zeros(shape, dtype, buffer=None, name="", **kwargs):
+    return _alloc(shape, dtype, buffer, name, 0)
+
+
+def ones(shape, dtype, buffer=None, name="", **kwargs):
+    return _alloc(shape, dtype, buffer, name, 1)
+
+
+def full(shape, fill_value, dtype, buffer=None, name="", **kwargs):
+    return _alloc(shape, dtype, buffer, name, fill_value)
+
+
+def zeros_like(a, dtype=None, buffer=None, name="", **kwargs):
+    return zeros(a.shape, dtype or a.dtype, buffer or a.buffer, name)
+
+
+def empty_like(a, dtype=None, buffer=None, name="", **kwargs):
+    return ndarray(a.shape, dtype or a.dtype, buffer or a.buffer, name)
+
+
+def ones_like(a, dtype=None, buffer=None, name="", **kwargs):
+    return ones(a.shape, dtype or a.dtype, buffer or a.buffer, name)
+
+
+def full_like(a, fill_value, dtype=None, buffer=None, name="", **kwargs):
+    return full(a.shape, fill_value, dtype or a.dtype, buffer or a.buffer, name)
+
+
+# ---------------------------------------------------------------------------------------------
+# loads, stores and operations with masks
+
+
+def _keep_axes(out, like):
+    grid = getattr(like, "_grid_axes", None)
+    if grid is not None and isinstance(out, Tensor) and len(grid) == out.ndim:
+        out._grid_axes = grid
+    return out
+
+
+def load(src, mask=None, dtype=None, **kwargs):
+    """A fresh SBUF tile holding src (an HBM view, possibly indexed by grids)."""
+    src = masked(src, _mask(mask))
+    return _keep_axes(_nl.load(src, dtype=dtype), src)
+
+
+def store(dst, value, mask=None, **kwargs):
+    mask = _mask(mask)
+    dst, value = masked(dst, mask), masked(value, mask)
+    if isinstance(value, Tensor) and value.shape != dst.shape and value.numel() == dst.numel():
+        value = value.reshape(dst.shape) if value.is_contiguous() else value
+    _nl.store(dst, value)
+
+
+def load_transpose2d(src, mask=None, dtype=None, **kwargs):
+    return _nl.load_transpose2d(masked(src, _mask(mask)), dtype=dtype)
+
+
+class LegacyOp:
+    """An nl operation that also takes ``mask=`` (and is still an ``op=`` for nisa calls)."""
+
+    def __init__(self, op):
+        self._op = op
+        self.name, self.alu, self.act = op.name, op.alu, op.act
+
+    def __call__(self, *args, mask=None, **kwargs):
+        mask = _mask(mask)
+        args = [masked(a, mask) for a in args]
+        out = self._op(*args, **kwargs)
+        return _keep_axes(out, next((a for a in args if isinstance(a, Tensor)), None))
+
+    def __repr__(self):
+        return repr(self._op)
+
+
+for _op in _ops.ALL:
+    globals()[_op.name] = LegacyOp(_op)
+
+
+def _with_mask(fn):
+    def wrapped(*args, mask=None, **kwargs):
+        mask = _mask(mask)
+        args = [masked(a, mask) for a in args]
+        kwargs = {k: masked(v, mask) for k, v in kwargs.items()}
+        return fn(*args, **kwargs)
+
+    wrapped.__name__ = fn.__name__
+    wrapped.__doc__ = fn.__doc__
+    return wrapped
+
+
+copy = _with_mask(_nl.copy)
+copy.act = copy.alu = 0  # op=nl.copy (the identity activation)
+invert = _with_mask(_nl.invert)
+mean = _with_mask(_nl.mean)
+var = _with_mask(_nl.var)
+where = _with_mask(_nl.where)
+matmul = _with_mask(_nl.matmul)
+transpose = _with_mask(_nl.transpose)
+softmax = _with_mask(_nl.softmax)
+rms_norm = _with_mask(_nl.rms_norm)
+broadcast_to = _with_mask(_nl.broadcast_to)
+expand_dims = _nl.expand_dims
+shared_constant = _nl.shared_constant
+shared_identity_matrix = _nl.shared_identity_matrix
+
+
+def num_programs(axes=None):
+    """The launch grid's size along `axes`; legacy None (all dims) is their product."""
+    if axes is None:
+        return math.prod(_core.current_tracer().grid)
+    return _nl.num_programs(axes)
+
+
+def spmd_dim(*args, **kwargs):
+    raise error("nl.spmd_dim (a launch grid over several NeuronCores) is not supported; launch "
+                "kernel[grid] and split work with nl.program_id")
+
+
+def loop_reduce(x, op, loop_indices, mask=None, dtype=None):
+    raise error("nl.loop_reduce is not supported: accumulate explicitly (acc[...] = "
+                "nl.add(acc, x)), as NKI 0.6 requires")

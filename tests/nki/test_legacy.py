@@ -1,0 +1,177 @@
+"""Kernels written for the legacy neuronxcc.nki API run with its semantics (index grids, masks,
+block dims, value-returning instructions, the baremetal / simulate_kernel / benchmark harness)
+and print a migration report naming each legacy construct at its file:line with the NKI 0.6
+spelling. The kernels are this project's own, in the legacy API's style."""
+
+import inspect
+
+import numpy as np
+import pytest
+
+import neuronxcc.nki as nki
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+
+HERE = __file__
+U32 = np.finfo(np.float32).eps / 2
+
+
+def _line(fn, text):
+    fn = getattr(fn, "fn", fn)
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, line in enumerate(lines) if text in line)
+
+
+@nki.jit
+def masked_add(a, b):
+    """A 129 x 513 add in 128 x 512 tiles: masks keep the edge tiles in bounds."""
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(2):
+        for j in nl.affine_range(2):
+            i_p, i_f = nl.mgrid[0:128, 0:512]
+            keep = (i_p + 128 * i < a.shape[0]) & (i_f + 512 * j < a.shape[1])
+            x = nl.load(a[i_p + 128 * i, i_f + 512 * j], mask=keep)
+            y = nl.load(b[i_p + 128 * i, i_f + 512 * j], mask=keep)
+            z = nl.add(x, y, mask=keep)
+            nl.store(out[i_p + 128 * i, i_f + 512 * j], value=z, mask=keep)
+    return out
+
+
+def test_index_grids_and_masks(capsys):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((129, 513), dtype=np.float32)
+    b = rng.standard_normal((129, 513), dtype=np.float32)
+    np.testing.assert_array_equal(nki.baremetal(masked_add)(a, b), a + b)
+    err = capsys.readouterr().err
+    assert "NKI migration report for kernel 'masked_add'" in err
+    assert f"{HERE}:{_line(masked_add, 'nl.mgrid[0:128')}: nl.mgrid -> integer slices" in err
+    assert f"{HERE}:{_line(masked_add, 'x = nl.load')}: mask= -> clip the slices" in err
+    assert "nki.baremetal -> call the @nki.jit kernel on NumPy arrays" in err
+
+
+@nki.jit
+def blocked_matmul(lhsT, rhs):
+    """Hoisted loads into block-dim (par_dim) tiles; PSUM accumulation with +=."""
+    K, M = lhsT.shape
+    _, N = rhs.shape
+    result = nl.ndarray((M, N), nl.float32, buffer=nl.shared_hbm)
+    i_l = nl.mgrid[0:128, 0:128]
+    i_r = nl.mgrid[0:128, 0:512]
+    i_o = nl.mgrid[0:128, 0:512]
+    for m in nl.affine_range(M // 128):
+        lhs_tiles = nl.ndarray((K // 128, nl.par_dim(128), 128), dtype=lhsT.dtype, buffer=nl.sbuf)
+        for k in nl.affine_range(K // 128):
+            lhs_tiles[k, i_l.p, i_l.x] = nl.load(lhsT[k * 128 + i_l.p, m * 128 + i_l.x])
+        for n in nl.affine_range(N // 512):
+            rhs_tiles = nl.ndarray((K // 128, nl.par_dim(128), 512), dtype=rhs.dtype, buffer=nl.sbuf)
+            for k in nl.affine_range(K // 128):
+                rhs_tiles[k, i_r.p, i_r.x] = nl.load(rhs[k * 128 + i_r.p, n * 512 + i_r.x])
+            acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
+            for k in nl.affine_range(K // 128):
+                acc += nl.matmul(lhs_tiles[k, i_l.p, i_l.x], rhs_tiles[k, i_r.p, i_r.x],
+                                 transpose_x=True)
+            res = nl.copy(acc, dtype=result.dtype)
+            nl.store(result[m * 128 + i_o.p, n * 512 + i_o.x], value=res)
+    return result
+
+
+def test_block_dims_and_psum_accumulation(capsys):
+    rng = np.random.default_rng(1)
+    lhsT = rng.standard_normal((256, 256), dtype=np.float32)
+    rhs = rng.standard_normal((256, 512), dtype=np.float32)
+    out = nki.simulate_kernel(blocked_matmul, lhsT, rhs)
+    ref = lhsT.astype(np.float64).T @ rhs.astype(np.float64)
+    bound = 257 * U32 * (np.abs(lhsT).T.astype(np.float64) @ np.abs(rhs))
+    assert np.all(np.abs(out - ref) <= bound)
+    report = blocked_matmul.migration_report()
+    constructs = {c for _, _, c, _ in report}
+    assert {"nl.par_dim block dims", "nl.mgrid", "nki.simulate_kernel", "neuronxcc.nki"} <= constructs
+    # The loads write the block tiles directly (no copy through a fresh tile).
+    spec = blocked_matmul.specialize((lhsT, rhs), {})
+    assert spec.timeline()["instructions"]["vector"] == 2 + 2  # 2 PSUM zeroings + 2 PSUM copies
+
+
+@nki.jit
+def softmax_isa(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    neg_max = nisa.tensor_reduce(np.maximum, t, axis=(1,), negate=True, keepdims=True)
+    s = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+    e = nisa.activation(op=nl.exp, data=t, bias=neg_max, reduce_op=np.add, reduce_res=s)
+    r = nisa.reciprocal(s)
+    y = nisa.tensor_scalar(e, np.multiply, r, dtype=x.dtype)
+    nl.store(out, y)
+    return out
+
+
+def test_value_returning_instructions_with_numpy_ops(capsys):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((128, 64), dtype=np.float32)
+    out = nki.simulate_kernel(softmax_isa, x)
+    e = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
+    ref = e / e.sum(1, keepdims=True)
+    assert np.all(np.abs(out - ref) <= 80 * U32 * ref)
+    err = capsys.readouterr().err
+    line = _line(softmax_isa, "nisa.reciprocal")
+    assert (f"{HERE}:{line}: nisa.reciprocal(...) returning its result -> "
+            "nisa.reciprocal(dst=<nl.ndarray(...)>, ...)") in err
+
+
+@nki.jit
+def norm_and_causal(x):
+    stats_out = nl.ndarray((128, 2), nl.float32, buffer=nl.shared_hbm)
+    masked_out = nl.ndarray((128, 128), nl.float32, buffer=nl.shared_hbm)
+    iota_out = nl.ndarray((128, 128), nl.int32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    st = nisa.bn_stats(t, dtype=nl.float32)
+    mv = nisa.bn_aggr(st)
+    nl.store(stats_out, mv)
+    i_q = nl.arange(128)[:, None]
+    i_k = nl.arange(128)[None, :]
+    causal = nisa.affine_select(pred=(i_q - i_k >= 0), on_true_tile=t, on_false_value=-9984.0)
+    nl.store(masked_out, causal)
+    nl.store(iota_out, nisa.iota(i_k * 2 + i_q, dtype=nl.int32))
+    return stats_out, masked_out, iota_out
+
+
+def test_statistics_affine_select_and_iota():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((128, 128), dtype=np.float32)
+    stats, causal, iota = nki.simulate_kernel(norm_and_causal, x)
+    x64 = x.astype(np.float64)
+    assert np.all(np.abs(stats[:, 0] - x64.mean(1)) <= 200 * U32 * np.abs(x64).mean(1))
+    assert np.all(np.abs(stats[:, 1] - x64.var(1)) <= 400 * U32 * (x64 ** 2).mean(1))
+    q, k = np.indices((128, 128))
+    np.testing.assert_array_equal(causal, np.where(q >= k, x, np.float32(-9984.0)))
+    np.testing.assert_array_equal(iota, 2 * k + q)
+
+
+@nki.jit(mode="simulation")
+def write_into_output(a, out):
+    """The oldest style: the kernel writes an output argument and returns nothing."""
+    i_p, i_f = nl.mgrid[0:128, 0:64]
+    nl.store(out[i_p, i_f], value=nl.multiply(nl.load(a[i_p, i_f]), 2.0))
+
+
+def test_output_arguments_and_benchmark():
+    a = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+    out = np.zeros_like(a)
+    bench = nki.benchmark(warmup=2, iters=5)(write_into_output)
+    assert bench(a, out) is None
+    np.testing.assert_array_equal(out, 2 * a)
+    us = bench.benchmark_result.nc_latency.get_latency_percentile(50)
+    assert us == pytest.approx(bench.last_run.makespan_ns / 1e3)
+    constructs = {c for _, _, c, _ in bench.migration_report()}
+    assert "nki.jit(mode='simulation')" in constructs and "nki.benchmark" in constructs
+
+
+def test_legacy_errors_name_the_gap():
+    @nki.jit
+    def two_axis_mask(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        i_p, i_f = nl.mgrid[0:128, 0:128]
+        nl.store(out[i_p, i_f], value=nl.load(a[i_p, i_f]), mask=(i_p - i_f >= 0))
+        return out
+
+    with pytest.raises(nki.NkiError, match="mask= over several grid axes"):
+        nki.simulate_kernel(two_axis_mask, np.zeros((128, 128), np.float32))
