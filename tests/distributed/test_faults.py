@@ -35,6 +35,11 @@ def test_sigkilled_rank_fails_the_survivors_fast_and_leaves_no_segment():
 def test_hung_rank_times_out_on_every_survivor():
     procs = start_ranks("faults.py", 3, ["hang"], env={"FAULT_TIMEOUT_S": "3"})
     survivors = wait_ranks(procs[:2], timeout=60)
+    # The hung rank still maps the group's segment: an anonymous memory file of rank 0's, never a
+    # file in /dev/shm, so that no way of ending the job can leave one behind.
+    maps = open(f"/proc/{procs[2].pid}/maps").read()
+    assert f"/memfd:nrtsim-c10d-{procs[0].pid}-" in maps, maps
+    assert "/dev/shm/" not in maps, maps
     procs[2].kill()
     procs[2].communicate()
     for r in survivors:

@@ -65,9 +65,12 @@ def test_matmul_tile_occupancy():
 
 def test_compute_bound_matmul_follows_the_engine_model_roofline():
     # One rank, one big bf16 matmul step: the projected step is the FLOPs over the Tensor engine
-    # peak of the data file (2 FLOP x MACs/cycle x clock x LNC) plus one program launch.
+    # peak of the data file (2 FLOP x MACs/cycle x clock x LNC) times the sustained fraction the
+    # estimate's data file states, plus one program launch.
     cores = _ini("neuron_cores.ini")["Trainium2"]
-    peak_per_ns = 2 * float(cores["tensor_macs_per_cycle"]) * float(cores["tensor_clock_ghz"]) * 2
+    sustained = float(_ini("estimate.ini")["efficiency.trainium"]["tensor"])
+    peak_per_ns = (2 * float(cores["tensor_macs_per_cycle"]) * float(cores["tensor_clock_ghz"]) * 2
+                   * sustained)
     launch_ns = float(cores["kernel_launch_ns"])
     cfg = dict(model_type="llama", hidden_size=4096, intermediate_size=4096, num_hidden_layers=1,
                num_attention_heads=32, num_key_value_heads=32, vocab_size=128,

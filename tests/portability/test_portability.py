@@ -133,6 +133,37 @@ def test_strict_env_var_raises_at_the_end_of_the_block(monkeypatch):
     assert [f.category for f in check.warnings] == ["float64"]
 
 
+def test_channels_last_tensors_are_noted(monkeypatch):
+    # A channels-last CPU tensor copied over, and an op preserving that format, make
+    # channels-last neuron tensors without a memory_format argument: TorchNeuron makes them
+    # contiguous (or refuses them), so each is noted where it is made. Views, in-place ops,
+    # contiguous results and the CPU side are not; strict mode does not fail on a note.
+    monkeypatch.delenv("TORCH_NEURONX_PORTABILITY_STRICT", raising=False)
+    with torch_neuronx.portability_report(strict=True) as check:
+        cpu = torch.randn(2, 3, 4, 4).contiguous(memory_format=torch.channels_last)
+        x = cpu.to("neuron")
+        copied = _this_line() - 1
+        y = x * 2
+        preserved = _this_line() - 1
+        x.add_(1)
+        x.permute(0, 2, 3, 1)
+        torch.ones(2, 3, 4, 4, device="neuron") + 1
+        torch.ones(2, 1, 4, 4).contiguous(memory_format=torch.channels_last).to("neuron")
+        vol = torch.randn(1, 2, 3, 3, 3).contiguous(memory_format=torch.channels_last_3d)
+        vol.to("neuron")
+        copied_3d = _this_line() - 1
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    notes = [f for f in check.report.findings if f.category == "channels_last_tensor"]
+    assert sorted(f.line for f in notes) == [copied, preserved, copied_3d]
+    assert all(f.severity == "info" and os.path.samefile(f.file, __file__) for f in notes)
+    assert check.report.warnings == []
+    assert "contiguous" in notes[0].message and notes[0].fix
+    # An explicit request is the warning alone, not a note as well.
+    with torch_neuronx.portability_report() as check:
+        torch.zeros(1, 2, 3, 3, device="neuron").contiguous(memory_format=torch.channels_last)
+    assert [f.category for f in check.report.findings] == ["channels_last"]
+
+
 def test_ignore_accepts_named_findings(monkeypatch):
     def body():
         x = torch.ones(4).to("neuron")

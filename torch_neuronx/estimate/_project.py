@@ -196,6 +196,19 @@ class Context:
                 raise LayoutError(f"batch={w.batch} does not split over adp={layout.adp} attention "
                                   f"groups; use a batch that is a multiple of {layout.adp}")
 
+    def draft_tp(self, layout: Layout) -> int:
+        """The draft model's tensor parallelism: the target's attention tp, or the largest
+        degree below it that divides the draft's heads (the rest of the ranks run replicas of
+        it, as fused speculation keeps the draft on the target's ranks)."""
+        tp = layout.tp // layout.adp
+        text = self.draft.get_text_config()
+        heads = getattr(text, "num_attention_heads", None) or 1
+        kv = getattr(text, "num_key_value_heads", None) or heads
+        for d in range(tp, 0, -1):
+            if tp % d == 0 and heads % d == 0 and (kv % d == 0 or d % kv == 0):
+                return d
+        return 1
+
     def shape(self, layout: Layout, phase: str, *, draft: bool = False) -> Shape:
         w = self.workload
         if phase == "train":
@@ -207,6 +220,8 @@ class Context:
         q = 1
         if phase == "decode" and w.speculation is not None and not draft:
             q = w.speculation.tokens + 1
+        if draft:
+            attention_tp = self.draft_tp(layout)
         return Shape(phase, tp=attention_tp, ep=ep,
                      expert_tp=layout.tp // ep if not draft else attention_tp,
                      expert_rows_scale=(layout.adp / ep) if not draft else 1.0,
@@ -284,7 +299,7 @@ class Context:
             k = w.speculation.tokens
             dl = self.draft_info["layers"]
             extra = [(d.outside, float(k), False), (d.period, k * dl / d.layers_per_period, True)]
-            dfacts = self._stage_facts(d, Layout(tp=layout.tp // layout.adp), dl, dshape)
+            dfacts = self._stage_facts(d, Layout(tp=dshape.tp), dl, dshape)
             facts["draft_params_per_rank"] = dfacts["params_per_rank"]
             facts["draft_kv_cache_bytes_per_rank"] = dfacts["kv_cache_bytes_per_rank"]
         trace = t.stage_trace(layers, extra=extra) if t.period is not None else t.outside
@@ -297,7 +312,8 @@ class Context:
             weight_scale=(1.0 / (torch.finfo(self.dtype).bits // 8)) if w.weights != "bf16" else 1.0,
             kv_scale=0.5 if w.kv_cache == "fp8" and elem16(self.dtype) else 1.0,
             async_host=w.async_host, speculation=spec.tokens if spec else 0,
-            acceptance=spec.acceptance if spec else 0.0, fused_speculation=spec.fused if spec else True)
+            acceptance=spec.acceptance if spec else 0.0, fused_speculation=spec.fused if spec else True,
+            draft_tp=self.draft_tp(layout) if spec else 1)
         lay = layout.as_dict()
         projection = _C._estimate_project(trace, facts, lay, workload, instance, self.data_path,
                                           self.engine_path)

@@ -263,7 +263,11 @@ def write_search_png(results: dict, workload, path: str) -> str:
         if not pts:
             continue
         line = ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=12, alpha=0.5, label=name)
-        for label, r, marker in (("fastest", found.fastest(), "^"), ("cheapest", found.cheapest(), "*")):
+        fastest, cheapest = found.fastest(), found.cheapest()
+        marks = [("fastest", fastest, "^"), ("cheapest", cheapest, "*")]
+        if fastest is cheapest:
+            marks = [("fastest and cheapest", fastest, "*")]
+        for label, r, marker in marks:
             if r is not None and _cost(r) is not None:
                 ax.scatter([_latency(r) * 1e3], [_cost(r)], s=140, marker=marker,
                            color=line.get_facecolor()[0], edgecolor="black")

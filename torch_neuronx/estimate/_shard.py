@@ -110,16 +110,12 @@ def decoder_layers(model):
     return best
 
 
-def _divisors_near(n: int, target: int) -> list[int]:
-    return sorted((d for d in range(1, n + 1) if n % d == 0), key=lambda d: (abs(d - target), -d))
-
-
 def _nearest(value: int, degree: int, also: int | None = None) -> int:
-    """The degree nearest to `degree` that divides `value` (and `also`)."""
-    for d in _divisors_near(value, degree):
-        if also is None or also % d == 0:
-            return d
-    return 1
+    """The degree that divides `value` (and `also`) nearest below `degree` (a smaller split is
+    the one more likely to fit the same instance), else the smallest above it."""
+    fits = [d for d in range(1, value + 1) if value % d == 0 and (also is None or also % d == 0)]
+    below = [d for d in fits if d <= degree]
+    return max(below) if below else min(fits, default=1)
 
 
 def _replace(module: torch.nn.Module, name: str, shape, *, param: bool = True) -> None:

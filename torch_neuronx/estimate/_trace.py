@@ -67,6 +67,8 @@ def _wrapped_numbers(func, args) -> tuple:
 
 
 def _storage_key(t: torch.Tensor):
+    # Unique only while the storage lives: whoever keys by it keeps the storage alive (a freed
+    # storage's address is reused by the next one).
     try:
         return t.untyped_storage()._cdata
     except Exception:
@@ -86,7 +88,7 @@ class _Recorder(TorchDispatchMode):
         self.sources = Counter()
         self.unmodelled = Counter()
         self.weights = weights           # storage keys of the model's parameters
-        self.attention = set()           # storage keys of the attention core's outputs
+        self.attention = {}              # storage key -> storage, of the attention core's outputs
         # Elements of a full-width activation of one micro-batch (tokens x hidden): what every
         # tensor-parallel rank holds whole unless sequence parallelism splits it. 0: not tracked.
         self.full_width = 0
@@ -128,7 +130,7 @@ class _Recorder(TorchDispatchMode):
         source = self.trace.record(func, _wrapped_numbers(func, args), dict(kwargs), outputs,
                                    self.phase, weight_bytes, whole)
         if _ATTENTION_CORE.match(base):
-            self.attention.update(_storage_key(t) for t in outputs)
+            self.attention.update((_storage_key(t), t.untyped_storage()) for t in outputs)
         self.sources[source] += 1
         if source == "default":
             self.unmodelled[name] += 1
@@ -307,9 +309,12 @@ def _trace(config, shape: Shape, draft: bool) -> dict:
         config._experts_implementation = "grouped_mm"
     with FakeTensorMode(allow_non_fake_inputs=True):
         model = _build(config, dtype)
+        # A draft model's collectives run over its own tensor-parallel group.
+        on_collective = recorder.collective if not draft else (
+            lambda kind, group, t, where: recorder.collective(kind, "d" + group, t, where))
         report = _shard.shard_model(
             model, tp=shape.tp, ep=shape.ep, expert_tp=shape.expert_tp,
-            on_collective=recorder.collective, expert_rows_scale=shape.expert_rows_scale)
+            on_collective=on_collective, expert_rows_scale=shape.expert_rows_scale)
         params = sum(p.numel() for p in model.parameters())
         recorder.weights = frozenset(_storage_key(p) for p in model.parameters())
         _shard._NoRecord.active = recorder
@@ -326,8 +331,9 @@ def _trace(config, shape: Shape, draft: bool) -> dict:
                 def pack(t):
                     k = _storage_key(t)
                     if k not in recorder.weights and k not in saved:
-                        saved[k] = (t.untyped_storage().nbytes(),
-                                    t.untyped_storage().nbytes() == recorder.full_width * t.element_size())
+                        storage = t.untyped_storage()
+                        saved[k] = (storage.nbytes(),
+                                    storage.nbytes() == recorder.full_width * t.element_size(), storage)
                     return t
 
                 with recorder:
@@ -352,9 +358,9 @@ def _trace(config, shape: Shape, draft: bool) -> dict:
                 + f" ({str(error).splitlines()[0]}); use another degree") from error
         finally:
             _shard._NoRecord.active = None
-    activation = float(sum(v for v, _ in saved.values()))
-    attention = float(sum(v for k, (v, _) in saved.items() if k in recorder.attention))
-    whole = float(sum(v for v, w in saved.values() if w))
+    activation = float(sum(v for v, _, _ in saved.values()))
+    attention = float(sum(v for k, (v, _, _) in saved.items() if k in recorder.attention))
+    whole = float(sum(v for v, w, _ in saved.values() if w))
     return dict(trace=trace, params=float(params), activation_bytes=activation,
                 attention_activation_bytes=attention, whole_activation_bytes=whole,
                 kv_cache_bytes=kv_cache_bytes,

@@ -79,6 +79,17 @@ CHANNELS_LAST = (
     "convolutions take contiguous NCHW tensors there.",
 )
 
+CHANNELS_LAST_TENSOR = (
+    "a neuron tensor with channels-last strides that no memory_format argument asked for (a "
+    "channels-last CPU tensor copied onto the device, or an op preserving its input's format): "
+    "TorchNeuron keeps only contiguous and preserve formats, makes a tensor contiguous when it "
+    "copies it onto the device, and gives contiguous results for preserve_format, so there the "
+    "tensor is contiguous or, where an op needs the layout, refused. Values agree; strides, "
+    "is_contiguous(memory_format=...) and .view() on it differ.",
+    "make the tensor contiguous before it reaches the device (.contiguous() on the CPU, "
+    "model.to(memory_format=torch.contiguous_format)) and do not rely on its strides there.",
+)
+
 
 def dynamic_shapes(op: str, shapes: int) -> tuple:
     return (

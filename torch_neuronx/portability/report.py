@@ -20,6 +20,7 @@ CATEGORIES = (
     "graph_break",
     "async_weight_loading",
     "int64",
+    "channels_last_tensor",
 )
 
 TITLES = {
@@ -34,6 +35,7 @@ TITLES = {
     "graph_break": "graph breaks",
     "async_weight_loading": "transformers asynchronous weight loading (hangs on TorchNeuron)",
     "int64": "int64 tensors (computed as int32 on TorchNeuron; values fit)",
+    "channels_last_tensor": "channels-last strided tensors (contiguous or refused on TorchNeuron)",
 }
 
 

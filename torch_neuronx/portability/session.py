@@ -72,6 +72,14 @@ def ignore_rules(rules=None) -> tuple:
     return tuple(parsed)
 
 
+def _channels_last_strided(tensor) -> bool:
+    """Strides of channels_last (4-D) or channels_last_3d (5-D) that are not also contiguous
+    (a size-1 channel or spatial extent makes both hold: nothing would differ then)."""
+    if tensor.dim() not in (4, 5) or tensor.is_contiguous():
+        return False
+    return tensor.is_contiguous(memory_format=_CHANNELS_LAST[tensor.dim() - 4])
+
+
 def _tensors(value, into: list) -> None:
     if isinstance(value, torch.Tensor):
         into.append(value)
@@ -301,6 +309,15 @@ class Session:
         details = {"op": name}
         if backward:
             details["backward_of"] = backward
+
+        if not func.is_view and kwargs.get("memory_format") not in _CHANNELS_LAST:
+            made = [t for t in neuron_out if not any(t is i for i in inputs)]
+            if any(_channels_last_strided(t) for t in made):
+                # A new tensor with channels-last strides that nobody asked for by name: a
+                # channels-last CPU tensor copied over, or an op preserving its input's format.
+                # TorchNeuron keeps only contiguous tensors there (see fixes.CHANNELS_LAST_TENSOR).
+                self.add("channels_last_tensor", INFO, "channels-last strides", where(),
+                         fixes.CHANNELS_LAST_TENSOR, **details)
 
         if name.startswith("aten::") and coverage.classify(name) == coverage.CPU_FALLBACK:
             finding = self.add("cpu_fallback", WARNING, name, where(),

@@ -274,6 +274,7 @@ py::dict project_trace(const OpTrace& trace, const py::dict& facts_d, const py::
     workload.speculation = get<int>(workload_d, "speculation", 0);
     workload.acceptance = get<double>(workload_d, "acceptance", 0);
     workload.fused_speculation = get<bool>(workload_d, "fused_speculation", true);
+    workload.draft_tp = get<int>(workload_d, "draft_tp", 1);
     return to_dict(project(trace.ops(), facts, layout, workload, data.instance(instance), data, chips));
   } catch (const nrtsim::Error& e) {
     throw py::value_error(e.what());

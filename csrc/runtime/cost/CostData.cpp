@@ -64,6 +64,8 @@ Efficiency read_efficiency(const Reader& r) {
   e.instruction_overhead_cycles = r.number_or("instruction_overhead_cycles", 0);
   e.host_step_us = r.number_or("host_step_us", 0);
   e.host_step_source = r.text_or("host_step_source", "");
+  e.tp_backward_overlap = r.number_or("tp_backward_overlap", 1) > 0;
+  r.text_or("tp_backward_overlap_source", "");
   e.tensor_source = r.text_or("tensor_source", "");
   e.hbm_source = r.text_or("hbm_source", "");
   e.link_source = r.text_or("link_source", "");

@@ -28,6 +28,9 @@ struct Efficiency {
   // runtime or scheduling) leaves the device idle this long per step: sampling read back,
   // scheduling, the next step's inputs, the launch. 0: none modelled.
   double host_step_us = 0;
+  // Whether the backward's tensor-parallel collectives (input gradients) run beside the
+  // weight-gradient matmuls (Megatron-LM's asynchronous TP all-reduce) or block like the forward's.
+  bool tp_backward_overlap = true;
   std::string tensor_source, hbm_source, link_source, op_latency_source, host_step_source;
 };
 

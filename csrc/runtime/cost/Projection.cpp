@@ -52,8 +52,10 @@ void check_layout(const Layout& l, const Workload& w) {
 
 // The group a traced collective runs over: its size and the distance between its members in the
 // rank order (tp fastest).
-std::pair<int, int> group_of(const std::string& group, const Layout& l, bool training) {
+std::pair<int, int> group_of(const std::string& group, const Layout& l, const Workload& w) {
+  const bool training = w.training();
   if (group == "tp") return {l.tp / l.adp, 1};
+  if (group == "dtp") return {w.draft_tp, 1};
   if (group == "etp") return {training ? l.tp : l.tp / l.ep, 1};
   if (group == "ep") {
     return training ? std::make_pair(l.ep, l.tp * l.cp * l.pp) : std::make_pair(l.ep, l.tp / l.ep);
@@ -130,13 +132,6 @@ Projection project(const std::vector<TracedOp>& ops, const ModelFacts& facts, co
       op = &widened;
     }
     auto busy = rank.busy_ns(*op, workload.fp8, workload.weight_scale);
-    const int attention_tp = layout.tp / layout.adp;
-    if (op->sequence_parallel && attention_tp > 1 && workload.phase != Phase::kDecode) {
-      // Tensor-parallel training and prefill run sequence parallelism (as Megatron-LM, NxD and
-      // NxD Inference's context encoding do): each rank holds 1/tp of the tokens of what the
-      // tp ranks would otherwise all hold whole.
-      for (double& b : busy) b /= attention_tp;
-    }
     const bool elementwise_or_move =
         (op->kind == LaunchKind::kKernel && op->work.main_engine() != Engine::kTensor) ||
         op->kind == LaunchKind::kCopyDeviceToDevice;
@@ -146,6 +141,13 @@ Projection project(const std::vector<TracedOp>& ops, const ModelFacts& facts, co
       // matmul), not once per op that touches it. Charge such an op its output only.
       busy[index_of(Engine::kDma)] = static_cast<double>(op->work.bytes_written()) /
                                      (rank.hbm_bytes_per_ns() * eff.hbm);
+    }
+    const int attention_tp = layout.tp / layout.adp;
+    if (op->sequence_parallel && attention_tp > 1 && workload.phase != Phase::kDecode) {
+      // Tensor-parallel training and prefill run sequence parallelism (as Megatron-LM, NxD and
+      // NxD Inference's context encoding do): each rank holds 1/tp of the tokens of what the
+      // tp ranks would otherwise all hold whole.
+      for (double& b : busy) b /= attention_tp;
     }
     const double longest = *std::max_element(busy.begin(), busy.end());
     // Eager: every op is a launch. Compiled: each Tensor-engine op waits for its first input
@@ -215,7 +217,7 @@ Projection project(const std::vector<TracedOp>& ops, const ModelFacts& facts, co
   {
     std::map<std::tuple<std::string, std::string, int, double>, std::pair<double, size_t>> rows;
     for (const TracedOp* c : traced_collectives) {
-      const auto [size, stride] = group_of(c->group, layout, training);
+      const auto [size, stride] = group_of(c->group, layout, workload);
       if (size <= 1) continue;
       const std::string name = c->group + " " + collective_kind_name(c->collective);
       const auto key = std::make_tuple(name, c->phase, static_cast<int>(c->collective), c->collective_bytes);
@@ -244,8 +246,12 @@ Projection project(const std::vector<TracedOp>& ops, const ModelFacts& facts, co
                                  : workload.phase == Phase::kPrefill ? "prefill" : "decode";
   const double plan_forward_ns = phase_collective_ns[main_phase];
   // dX and dW matmuls have equal FLOPs: half the backward's matmul time is weight gradients.
+  // Where the platform does not overlap them (Neuron's compiler does not yet: compute-comm-
+  // overlap guide, "Fine-grained CC"), the input-gradient collectives block as the forward's do.
   const double plan_backward_ns =
-      backward_blocking_ns + std::max(0.0, backward_overlappable_ns - 0.5 * backward_matmul_ns);
+      backward_blocking_ns +
+      (eff.tp_backward_overlap ? std::max(0.0, backward_overlappable_ns - 0.5 * backward_matmul_ns)
+                               : backward_overlappable_ns);
   const size_t plan_rows = p.collectives.size();
   if (training && plan_forward_ns > 0) {
     // The rows' exposed time per step: their forward share of the exposed forward, backward

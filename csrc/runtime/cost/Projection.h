@@ -113,6 +113,7 @@ struct Workload {
   int speculation = 0;
   double acceptance = 0;
   bool fused_speculation = true;
+  int draft_tp = 1;  // the draft model's tensor-parallel group (its collectives' group "dtp")
 
   bool training() const { return phase == Phase::kTrain; }
 };

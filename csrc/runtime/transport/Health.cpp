@@ -78,7 +78,7 @@ void Health::raise_if_aborted(const char* what) {
   }
   fail(std::string(what) + " on rank " + std::to_string(group_.rank()) +
        " failed: the group was aborted by rank " + std::to_string(h.abort_rank) + ": " +
-       h.abort_reason);
+       h.abort_reason + " (an aborted group takes no more calls: destroy it and create a new one)");
 }
 
 void Health::check(const char* what, std::chrono::steady_clock::time_point start,
@@ -97,7 +97,10 @@ void Health::check(const char* what, std::chrono::steady_clock::time_point start
       if (std::find(again.begin(), again.end(), r) == again.end()) continue;
       const std::string reason = "rank " + std::to_string(r) + " (pid " +
                                  std::to_string(pid_of(r)) +
-                                 ") exited while the group still needed it during " + what;
+                                 ") exited while the group still needed it during " + what +
+                                 " (its own output says why; a rank that has finished must still "
+                                 "call every collective its group calls, up to "
+                                 "destroy_process_group)";
       abort(reason);
       fail(std::string(what) + " on rank " + std::to_string(group_.rank()) + " failed: " + reason);
     }
@@ -106,7 +109,9 @@ void Health::check(const char* what, std::chrono::steady_clock::time_point start
     abort_and_fail(std::string(what) + " timed out after " + std::to_string(timeout_.count()) +
                    " ms on rank " + std::to_string(group_.rank()) + " waiting for rank(s) " +
                    rank_list(awaited ? awaited() : std::vector<int>{}) +
-                   " (a peer is hung, or the ranks called collectives in different orders)");
+                   " (a peer is hung, or the ranks called collectives in different orders; if "
+                   "the peer is only slow, give the group a longer timeout: "
+                   "init_process_group(timeout=...) or new_group(timeout=...))");
   }
 }
 

@@ -139,7 +139,8 @@ const char* Lockstep::map_entry(int peer, const uint64_t* entry) {
     health_.abort_and_fail("rank " + std::to_string(rank()) + " could not map " +
                            std::to_string(entry[2]) + " bytes of rank " + std::to_string(peer) +
                            "'s device memory during " + what() + " (" + std::strerror(errno) +
-                           ")");
+                           "; NRTSIM_COLLECTIVE_SINGLE_COPY=0 keeps the group to the "
+                           "shared-memory slots)");
   }
   return base + entry[3];
 }

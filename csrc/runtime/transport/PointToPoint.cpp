@@ -250,7 +250,8 @@ void PointToPoint::wait_any_source_health(const P2pRequest& request,
   if (std::chrono::steady_clock::now() - start > health_.timeout()) {
     health_.abort_and_fail(which + " timed out after " +
                            std::to_string(health_.timeout().count()) +
-                           " ms (no rank sent a message with that tag)");
+                           " ms (no rank sent a message with that tag; if one is only slow, give "
+                           "the group a longer timeout)");
   }
 }
 
@@ -283,13 +284,15 @@ void PointToPoint::wait(P2pRequest& request) {
       health_.abort_and_fail(std::string(what) + " on rank " + std::to_string(me) +
                              " failed: rank " + std::to_string(peer) + " (pid " +
                              std::to_string(health_.pid_of(peer)) +
-                             ") exited before the message completed");
+                             ") exited before the message completed (its own output says why)");
     }
     if (std::chrono::steady_clock::now() - start > health_.timeout()) {
       health_.abort_and_fail(std::string(what) + " on rank " + std::to_string(me) +
                              " with rank " + std::to_string(peer) + " timed out after " +
                              std::to_string(health_.timeout().count()) +
-                             " ms (the peer is hung or never posted the matching call)");
+                             " ms (the peer is hung or never posted the matching " +
+                             (request.send_ ? "recv" : "send") +
+                             "; if it is only slow, give the group a longer timeout)");
     }
     futex_wait(word, seen, 2'000'000);
   }

@@ -19,8 +19,9 @@ namespace {
 [[noreturn]] void fail(const std::string& what, const std::string& name, int err) {
   throw Error(ErrorCode::kConfiguration,
               "shared-memory segment " + name + ": " + what + " failed: " + std::strerror(err) +
-                  " (the collective transport needs a writable /dev/shm with room for the "
-                  "group's buffers)");
+                  " (the group's shared memory is an anonymous memory file: the host needs free "
+                  "memory for the group's slots and rings, NRTSIM_COLLECTIVE_SLOT_BYTES and "
+                  "NRTSIM_P2P_RING_BYTES make them smaller, and the ranks must run as one user)");
 }
 
 char* map(int fd, size_t bytes, const std::string& name) {

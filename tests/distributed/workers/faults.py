@@ -1,5 +1,5 @@
 """Fault scenarios. argv[1] names one; every surviving rank must raise a clear DistBackendError
-within the group's timeout (never hang), and print what it saw."""
+within the group's timeout (never hang), naming the problem and what to do, and print what it saw."""
 
 import os
 import signal
@@ -40,20 +40,20 @@ def main():
     if SCENARIO == "sigkill":
         if RANK == WORLD - 1:
             os.kill(os.getpid(), signal.SIGKILL)
-        elapsed = expect_failure(lambda: dist.all_reduce(x), f"rank {WORLD - 1}", "exited")
+        elapsed = expect_failure(lambda: dist.all_reduce(x), f"rank {WORLD - 1}", "exited", "its own output says why")
         assert elapsed < TIMEOUT.total_seconds(), elapsed
     elif SCENARIO == "hang":
         if RANK == WORLD - 1:
             time.sleep(60)  # the test kills this rank once the others have reported
             return
-        elapsed = expect_failure(lambda: dist.all_reduce(x), "timed out")
+        elapsed = expect_failure(lambda: dist.all_reduce(x), "timed out", "give the group a longer timeout")
         assert elapsed < TIMEOUT.total_seconds() + 2, elapsed
     elif SCENARIO == "p2p_dead_peer":
         if RANK == 1:
             os._exit(3)  # dies before sending
         if RANK == 0:
             t = torch.empty(10, device="neuron")
-            expect_failure(lambda: dist.recv(t, src=1), "rank 1", "exited")
+            expect_failure(lambda: dist.recv(t, src=1), "rank 1", "exited", "its own output says why")
     elif SCENARIO == "destroy_and_reinit":
         dist.destroy_process_group()
         dist.init_process_group("neuron", timeout=TIMEOUT)
@@ -77,7 +77,7 @@ def main():
         if RANK == 0:
             backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("neuron"))
             backend._abort_transport()
-        expect_failure(dist.barrier, "aborted by rank 0")
+        expect_failure(dist.barrier, "aborted by rank 0", "destroy it and create a new one")
     else:
         raise SystemExit(f"unknown scenario {SCENARIO}")
     # Survivors end without the collective teardown (peers are gone).

@@ -373,8 +373,8 @@ TEST(Projection, TrainingPipelineBubbleAndHiddenDataParallelism) {
   const Projection p = project(ops, facts, layout, w, trn1, f.data, f.chips);
   const RankModel rank(trn1, f.data, f.chips);
   const double latency = f.data.trainium.op_latency_us * 1e3;
-  const double fwd = 1e12 / rank.peak_bf16_flops_per_ns() + rank.launch_ns(LaunchKind::kProgram) + latency;
-  const double bwd = 2e12 / rank.peak_bf16_flops_per_ns() + rank.launch_ns(LaunchKind::kProgram) + latency;
+  const double fwd = 1e12 / (rank.peak_bf16_flops_per_ns() * f.data.trainium.tensor) + rank.launch_ns(LaunchKind::kProgram) + latency;
+  const double bwd = 2e12 / (rank.peak_bf16_flops_per_ns() * f.data.trainium.tensor) + rank.launch_ns(LaunchKind::kProgram) + latency;
   const double send = collective_ns(CollectiveKind::kSend, 1024.0 * 512 * 2, 2, 1, trn1, f.data, rank);
   EXPECT_NEAR(p.step_ns, (6 + 2 - 1) * (fwd + bwd + 2 * send), 1);
   EXPECT_NEAR(p.pipeline_bubble_ns, fwd + bwd + 2 * send, 1);
@@ -445,6 +445,31 @@ TEST(Projection, BackwardTpCollectivesOverlapWeightGradients) {
   EXPECT_NEAR(q.step_ns, fwd + small / peak + launch + (2 * ar - small / peak / 2), 1);
 }
 
+TEST(Projection, TrainiumBackwardTpCollectivesBlock) {
+  // Neuron's compiler does not overlap TP collectives with compute (compute-comm-overlap guide):
+  // the backward's all-reduces are exposed in full however long the weight-gradient matmuls.
+  const auto& f = files();
+  const InstanceSpec& trn2 = f.data.instance("trn2.48xlarge");
+  ASSERT_FALSE(f.data.trainium.tp_backward_overlap);
+  const RankModel rank(trn2, f.data, f.chips);
+  ModelFacts facts;
+  facts.layers = 1;
+  facts.hidden = 4096;
+  facts.params_per_rank = 1;
+  Layout layout;
+  layout.tp = 8;
+  Workload w;
+  w.tokens_per_microbatch = 8192;
+  const double bytes = 8192.0 * 4096 * 2;
+  const double ar = collective_ns(CollectiveKind::kAllReduce, bytes, 8, 1, trn2, f.data, rank);
+  const std::vector<TracedOp> plain = {matmul(1000, 0, "forward"), matmul(1'000'000'000'000ull, 0, "backward")};
+  std::vector<TracedOp> with = plain;
+  with.push_back(collective(bytes, 2, "forward"));
+  const Projection a = project(plain, facts, layout, w, trn2, f.data, f.chips);
+  const Projection b = project(with, facts, layout, w, trn2, f.data, f.chips);
+  EXPECT_NEAR(b.step_ns - a.step_ns, 4 * ar, 1);
+}
+
 TEST(Projection, ContextParallelAttentionSeesTheWholeSequence) {
   // cp = 2: the traced attention (its half of the queries against its half of the keys) is
   // widened to all the keys; the key/value all-gather hides behind it when it is long enough.
@@ -508,8 +533,8 @@ TEST(Projection, RecomputeRerunsTheForwardAndKeepsLayerInputs) {
   const Projection b = project(ops, facts, ac, w, trn2, f.data, f.chips);
   const RankModel rank(trn2, f.data, f.chips);
   const double latency = f.data.trainium.op_latency_us * 1e3;
-  const double mm_ns = 1e12 / rank.peak_bf16_flops_per_ns() + latency;
-  const double attention_ns = 3e11 / rank.peak_bf16_flops_per_ns() + latency;
+  const double mm_ns = 1e12 / (rank.peak_bf16_flops_per_ns() * f.data.trainium.tensor) + latency;
+  const double attention_ns = 3e11 / (rank.peak_bf16_flops_per_ns() * f.data.trainium.tensor) + latency;
   // Full recompute reruns the layers' forward, not the embedding.
   EXPECT_NEAR(b.step_ns - a.step_ns, mm_ns + attention_ns, 1);
   EXPECT_DOUBLE_EQ(b.useful_flops_per_step, a.useful_flops_per_step);  // recomputation is not useful

@@ -16,8 +16,8 @@ KNOWN = suites.read_known_failures()
 
 def test_known_failures_list_is_well_formed():
     """One line per test, a known class, a reason; at most 30 entries that are not version
-    drift (tests that fail on the CPU too)."""
-    non_drift = [e for e in KNOWN.values() if e.reason_class != "version-drift"]
+    drift (tests that fail on the CPU too, or that the installed torch skips on every device)."""
+    non_drift = [e for e in KNOWN.values() if e.reason_class not in suites.DRIFT_CLASSES]
     assert len(non_drift) <= suites.MAX_NON_DRIFT_ENTRIES, [e.test for e in non_drift]
     for entry in KNOWN.values():
         assert entry.test.split("::")[0] in {s.file for s in suites.FULL}, entry.test
@@ -25,6 +25,20 @@ def test_known_failures_list_is_well_formed():
         if entry.reason_class == "by-design":
             # The TorchNeuron documentation that says the same.
             assert "https://" in entry.reason, entry.test
+        if entry.reason_class == "version-drift-skip":
+            assert suites.opinfo_skips(entry.test), (
+                f"{entry.test}: the installed torch's OpInfo does not skip it on every device")
+
+
+def test_opinfo_skip_lookup():
+    # torch 2.13 skips float16 floor_divide's extremal values under TestBinaryUfuncsDevice, not
+    # float32's, and nothing under TestBinaryUfuncs's other tests for it.
+    base = "test_binary_ufuncs.py::TestBinaryUfuncs::test_reference_numerics_extremal_values_"
+    assert suites.opinfo_skips(base + "floor_divide_DEVICE_float16")
+    assert not suites.opinfo_skips(base + "floor_divide_DEVICE_float32")
+    assert not suites.opinfo_skips(
+        "test_binary_ufuncs.py::TestBinaryUfuncs::test_contig_vs_every_other_floor_divide_DEVICE_float16")
+    assert not suites.opinfo_skips("test_nn.py::TestNNDeviceType::test_x_DEVICE")
 
 
 def test_normalized_ids_match_across_devices():
