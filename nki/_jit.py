@@ -159,9 +159,14 @@ class Specialization:
         self.legacy_uses = tracer.legacy_uses  # constructs of the legacy API (nki.legacy)
         self.spills = [(f"{b.memory.name} {b.shape} {b.dtype} from line {b.location[1]}", moved)
                        for b, moved in tracer.spills]
+        self._timeline = None
 
     def timeline(self):
-        return self.executable.timeline(self.chip)
+        # The modelled timing depends only on the program and the core (set at import), not on
+        # the data: computed once per specialisation, not per call.
+        if self._timeline is None:
+            self._timeline = self.executable.timeline(self.chip)
+        return self._timeline
 
 
 def _np_dtype(dt):
@@ -358,7 +363,7 @@ class JitKernel:
             memory += [(c.ctypes.data, c.nbytes) for c in spec.constants]
         printed = spec.executable.run_host(memory)
         for i in spec.mutated:
-            if inputs[i] is not arrays[i]:
+            if not _same_memory(inputs[i], arrays[i]):
                 if numpy:
                     arrays[i][...] = inputs[i]
                 else:
@@ -380,12 +385,24 @@ class JitKernel:
         memory = [(t.data_ptr(), t.numel() * t.element_size()) for t in inputs + fresh + constants]
         printed, timeline = runner.launch(spec.executable, index, memory)
         for i in spec.mutated:
-            if inputs[i] is not arrays[i]:
+            if not _same_memory(inputs[i], arrays[i]):
                 with torch.no_grad():
                     arrays[i].copy_(inputs[i])
         self.last_run = KernelRun(timeline, printed, spec.spills)
         _print(printed)
         return _outputs(spec, arrays, fresh)
+
+
+def _same_memory(staged, array):
+    """Whether the contiguous copy a kernel ran on is the caller's array itself (then the
+    kernel's writes are already there; ``.detach()`` makes a new tensor object over the same
+    memory)."""
+    if staged is array:
+        return True
+    if isinstance(array, np.ndarray):
+        return False
+    return (staged.data_ptr() == array.data_ptr() and staged.shape == array.shape
+            and staged.stride() == array.stride() and staged.dtype == array.dtype)
 
 
 def _device_of(args, kinds):

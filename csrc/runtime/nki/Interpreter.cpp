@@ -1,9 +1,11 @@
 #include "runtime/nki/Interpreter.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <cstring>
 #include <functional>
 #include <sstream>
@@ -107,23 +109,33 @@ float apply_alu(Alu op, float x, float y) {
   return x;
 }
 
-// x[i] = x[i] op y[i] (or y[i] op x[i] with `reverse`); y_step 0 repeats one scalar. The common
-// operations get loops of their own, without a switch per element, so they vectorise.
+// Calls body(f) with f(a, b) = a op b: the common operations as functors of their own, so the
+// loops in body inline them (no switch per element) and vectorise where they can; apply_alu for
+// the rest. Same values as apply_alu.
+template <class Body>
+void with_alu(Alu op, Body&& body) {
+  switch (op) {
+    case Alu::kAdd: return body([](float a, float b) { return a + b; });
+    case Alu::kSubtract: return body([](float a, float b) { return a - b; });
+    case Alu::kMultiply: return body([](float a, float b) { return a * b; });
+    case Alu::kDivide: return body([](float a, float b) { return a / b; });
+    case Alu::kMax:
+      return body([](float a, float b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); });
+    case Alu::kMin:
+      return body([](float a, float b) { return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b); });
+    default: return body([op](float a, float b) { return apply_alu(op, a, b); });
+  }
+}
+
+// x[i] = x[i] op y[i] (or y[i] op x[i] with `reverse`); y_step 0 repeats one scalar.
 void apply_alu_array(Alu op, float* x, const float* y, int64_t y_step, size_t n, bool reverse) {
-  auto loop = [&](auto f) {
+  if (op == Alu::kBypass) return;
+  with_alu(op, [&](auto f) {
     for (size_t e = 0; e < n; ++e) {
       const float b = y[e * static_cast<size_t>(y_step)];
       x[e] = reverse ? f(b, x[e]) : f(x[e], b);
     }
-  };
-  switch (op) {
-    case Alu::kBypass: return;
-    case Alu::kAdd: loop([](float a, float b) { return a + b; }); return;
-    case Alu::kSubtract: loop([](float a, float b) { return a - b; }); return;
-    case Alu::kMultiply: loop([](float a, float b) { return a * b; }); return;
-    case Alu::kDivide: loop([](float a, float b) { return a / b; }); return;
-    default: loop([op](float a, float b) { return apply_alu(op, a, b); }); return;
-  }
+  });
 }
 
 float reduce_identity(Alu op) {
@@ -218,6 +230,46 @@ std::vector<float> load(const Storage& mem, const View& v) {
   return out;
 }
 
+// Whether `v`'s elements, in view order, are one contiguous stretch of its buffer.
+bool is_dense(const View& v) {
+  int64_t expect = 1;
+  for (int d = v.ndim - 1; d >= 0; --d) {
+    if (v.shape[d] == 1) continue;
+    if (v.stride[d] != expect) return false;
+    expect *= v.shape[d];
+  }
+  return true;
+}
+
+// A read-only operand's elements as FP32 in view order: the buffer's memory itself when the
+// view is one contiguous FP32 stretch (no staging copy), else a converted copy. Instructions
+// compute their results into memory of their own before they write them, so reading an operand
+// in place is safe even where the destination overlaps it.
+class Floats {
+ public:
+  Floats() = default;
+  Floats(const Storage& mem, const View& v) : n_(static_cast<size_t>(v.numel())) {
+    if (mem.of(v) == DType::kFloat32 && is_dense(v)) {
+      p_ = reinterpret_cast<const float*>(mem.base[v.buffer]) + v.offset;
+    } else {
+      own_.resize(n_);
+      gather(mem, v, own_.data());
+      p_ = own_.data();
+    }
+  }
+  const float* data() const { return p_; }
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  const float& operator[](size_t i) const { return p_[i]; }
+  const float* begin() const { return p_; }
+  const float* end() const { return p_ + n_; }
+
+ private:
+  std::vector<float> own_;
+  const float* p_ = nullptr;
+  size_t n_ = 0;
+};
+
 // The bytes of `v`'s elements in view order (a same-dtype copy moves bits, not values).
 std::vector<uint8_t> load_raw(const Storage& mem, const View& v) {
   const auto size = static_cast<int64_t>(dtype_size(mem.of(v)));
@@ -233,6 +285,81 @@ std::vector<uint8_t> load_raw(const Storage& mem, const View& v) {
     o += n * size;
   });
   return out;
+}
+
+// The innermost runs of a view, one at a time (for_each_run as a cursor), so that two views
+// with different run structures can be walked together.
+class RunCursor {
+ public:
+  explicit RunCursor(const View& v) : v_(v) {
+    if (v.ndim == 0) {
+      outer_ = 1;
+      inner_ = 1;
+      stride_ = 1;
+    } else {
+      inner_ = v.shape[v.ndim - 1];
+      stride_ = v.stride[v.ndim - 1];
+      outer_ = inner_ ? 1 : 0;
+      for (int i = 0; i + 1 < v.ndim; ++i) outer_ *= v.shape[i];
+    }
+    start();
+  }
+  bool done() const { return row_ >= outer_; }
+  int64_t offset() const { return off_ + pos_ * stride_; }  // element offset of the next element
+  int64_t stride() const { return stride_; }
+  int64_t left() const { return inner_ - pos_; }  // elements left in this run
+  void advance(int64_t n) {
+    pos_ += n;
+    if (pos_ < inner_) return;
+    pos_ = 0;
+    ++row_;
+    for (int i = v_.ndim - 2; i >= 0; --i) {
+      if (++idx_[i] < v_.shape[i]) break;
+      idx_[i] = 0;
+    }
+    start();
+  }
+
+ private:
+  void start() {
+    off_ = v_.offset;
+    for (int i = 0; i + 1 < v_.ndim; ++i) off_ += idx_[i] * v_.stride[i];
+  }
+  const View& v_;
+  std::array<int64_t, kMaxDims> idx_{};
+  int64_t outer_ = 0, inner_ = 0, stride_ = 1, row_ = 0, pos_ = 0, off_ = 0;
+};
+
+// dst = src, element for element in view order, both of the same dtype: the bytes move directly
+// (no staging copy), contiguous stretches by memcpy. Views that overlap are staged (load_raw).
+bool views_may_overlap(const View& a, const View& b) { return a.buffer == b.buffer; }
+
+void store_raw(const Storage& mem, const View& v, const uint8_t* in);
+std::vector<uint8_t> load_raw(const Storage& mem, const View& v);
+
+void copy_raw(const Storage& mem, const View& src, const View& dst) {
+  if (views_may_overlap(src, dst)) {
+    const std::vector<uint8_t> raw = load_raw(mem, src);
+    store_raw(mem, dst, raw.data());
+    return;
+  }
+  const auto size = static_cast<int64_t>(dtype_size(mem.of(src)));
+  const uint8_t* sbase = mem.base[src.buffer];
+  uint8_t* dbase = mem.base[dst.buffer];
+  RunCursor s(src), d(dst);
+  while (!s.done() && !d.done()) {
+    const int64_t n = std::min(s.left(), d.left());
+    const uint8_t* sp = sbase + s.offset() * size;
+    uint8_t* dp = dbase + d.offset() * size;
+    if (s.stride() == 1 && d.stride() == 1) {
+      std::memcpy(dp, sp, static_cast<size_t>(n * size));
+    } else {
+      const int64_t ss = s.stride() * size, ds = d.stride() * size;
+      for (int64_t i = 0; i < n; ++i) std::memcpy(dp + i * ds, sp + i * ss, static_cast<size_t>(size));
+    }
+    s.advance(n);
+    d.advance(n);
+  }
 }
 
 void store_raw(const Storage& mem, const View& v, const uint8_t* in) {
@@ -355,22 +482,38 @@ void run_extended(const Storage& mem, const Program& p, size_t i) {
   const Instruction& in = p.instructions[i];
   switch (in.op) {
     case Opcode::kScan: {
-      const std::vector<float> x = load(mem, in.a);
-      const std::vector<float> y = load(mem, in.b);
-      std::vector<float> init;
-      if (in.c.valid()) init = load(mem, in.c);
+      const Floats x(mem, in.a);
+      const Floats y(mem, in.b);
+      Floats init;
+      if (in.c.valid()) init = Floats(mem, in.c);
       const int64_t parts = parts_of(in.dst);
       const int64_t per = parts ? static_cast<int64_t>(x.size()) / parts : 0;
       std::vector<float> out(x.size());
-      for (int64_t q = 0; q < parts; ++q) {
-        float st = init.empty() ? static_cast<float>(in.imm2) : init[static_cast<size_t>(q)];
-        for (int64_t k = 0; k < per; ++k) {
-          const auto e = static_cast<size_t>(q * per + k);
-          const float t = in.reverse0 ? apply_alu(in.alu0, st, x[e]) : apply_alu(in.alu0, x[e], st);
-          st = in.reverse1 ? apply_alu(in.alu1, y[e], t) : apply_alu(in.alu1, t, y[e]);
-          out[e] = st;
-        }
-      }
+      // Each partition's scan is a chain of dependent operations; eight partitions advance
+      // together so that their chains overlap in the CPU's pipeline (the same operations in the
+      // same order per partition, so the same values).
+      constexpr int64_t kLanes = 8;
+      with_alu(in.alu0, [&](auto op0) {
+        with_alu(in.alu1, [&](auto op1) {
+          for (int64_t q0 = 0; q0 < parts; q0 += kLanes) {
+            const int64_t lanes = std::min(kLanes, parts - q0);
+            std::array<float, kLanes> st{};
+            for (int64_t l = 0; l < lanes; ++l) {
+              st[static_cast<size_t>(l)] = init.empty() ? static_cast<float>(in.imm2)
+                                                        : init[static_cast<size_t>(q0 + l)];
+            }
+            for (int64_t k = 0; k < per; ++k) {
+              for (int64_t l = 0; l < lanes; ++l) {
+                const auto e = static_cast<size_t>((q0 + l) * per + k);
+                float& acc = st[static_cast<size_t>(l)];
+                const float t = in.reverse0 ? op0(acc, x[e]) : op0(x[e], acc);
+                acc = in.reverse1 ? op1(y[e], t) : op1(t, y[e]);
+                out[e] = acc;
+              }
+            }
+          }
+        });
+      });
       scatter(mem, in.dst, out.data());
       break;
     }
@@ -456,7 +599,7 @@ void run_extended(const Storage& mem, const Program& p, size_t i) {
       break;
     }
     case Opcode::kMax8: {
-      const std::vector<float> x = load(mem, in.a);
+      const Floats x(mem, in.a);
       const int64_t parts = parts_of(in.a);
       const int64_t per = parts ? static_cast<int64_t>(x.size()) / parts : 0;
       std::vector<float> out(static_cast<size_t>(parts * 8));
@@ -471,7 +614,7 @@ void run_extended(const Storage& mem, const Program& p, size_t i) {
     case Opcode::kFindIndex8:
     case Opcode::kMatchReplace8: {
       std::vector<float> x = load(mem, in.a);
-      const std::vector<float> vals = load(mem, in.b);
+      const Floats vals(mem, in.b);
       const int64_t parts = parts_of(in.a);
       const int64_t per = parts ? static_cast<int64_t>(x.size()) / parts : 0;
       const bool replace = in.op == Opcode::kMatchReplace8;
@@ -481,23 +624,40 @@ void run_extended(const Storage& mem, const Program& p, size_t i) {
       std::vector<int64_t> idx(static_cast<size_t>(parts * 8), none);
       for (int64_t q = 0; q < parts; ++q) {
         float* row = x.data() + q * per;
-        std::vector<bool> taken(static_cast<size_t>(per), false);
         // nc_find_index8 pairs duplicate values with matches in ascending order; nc_match_replace8
-        // walks the values from the last to the first.
+        // walks the values from the last to the first. Value j (in that order) takes the first
+        // element equal to it that no earlier value took: one pass over the row gives each
+        // element to the earliest value still open that it equals, which is the same pairing.
+        std::array<float, 8> want{};
+        std::array<bool, 8> open{};
         for (int jj = 0; jj < 8; ++jj) {
-          const int j = replace ? 7 - jj : jj;
-          const float v = vals[static_cast<size_t>(q * 8 + j)];
-          for (int64_t k = 0; k < per; ++k) {
-            if (!taken[k] && row[k] == v) {
-              taken[k] = true;
-              idx[static_cast<size_t>(q * 8 + j)] = k;
-              break;
-            }
+          want[static_cast<size_t>(jj)] = vals[static_cast<size_t>(q * 8 + (replace ? 7 - jj : jj))];
+          open[static_cast<size_t>(jj)] = true;
+        }
+        // The distinct values wanted (often one: the row's maximum broadcast 8 times), so that
+        // most elements cost a compare or two.
+        std::array<float, 8> distinct{};
+        int n_distinct = 0;
+        for (float w : want) {
+          if (std::find(distinct.begin(), distinct.begin() + n_distinct, w) ==
+              distinct.begin() + n_distinct) {
+            distinct[static_cast<size_t>(n_distinct++)] = w;
           }
         }
-        if (replace) {
-          for (int64_t k = 0; k < per; ++k) {
-            if (taken[k]) row[k] = static_cast<float>(in.imm0);
+        int left = 8;
+        for (int64_t k = 0; k < per && left > 0; ++k) {
+          const float v = row[k];
+          bool wanted = false;
+          for (int u = 0; u < n_distinct; ++u) wanted |= distinct[static_cast<size_t>(u)] == v;
+          if (!wanted) continue;
+          for (int jj = 0; jj < 8; ++jj) {
+            if (open[static_cast<size_t>(jj)] && want[static_cast<size_t>(jj)] == v) {
+              open[static_cast<size_t>(jj)] = false;
+              --left;
+              idx[static_cast<size_t>(q * 8 + (replace ? 7 - jj : jj))] = k;
+              if (replace) row[k] = static_cast<float>(in.imm0);
+              break;
+            }
           }
         }
       }
@@ -607,6 +767,41 @@ void run_extended(const Storage& mem, const Program& p, size_t i) {
 
 }  // namespace
 
+// Whether instruction i, the first to use kernel buffer b, writes every byte of b before anything
+// reads it: b appears only as its destination, densely and whole, and the instruction writes its
+// whole destination without reading it. Then poisoning b first would be overwritten unseen.
+bool written_whole_first(const Program& p, size_t i, int32_t b) {
+  const Instruction& in = p.instructions[i];
+  switch (in.op) {
+    case Opcode::kDmaCopy:
+    case Opcode::kTensorCopy:
+    case Opcode::kTensorTensor:
+    case Opcode::kTensorScalar:
+    case Opcode::kActivation:
+    case Opcode::kTensorReduce:
+    case Opcode::kTranspose:
+    case Opcode::kIota:
+    case Opcode::kMemset:
+    case Opcode::kSelect:
+    case Opcode::kScan:
+      break;
+    case Opcode::kMatmul:
+      if (in.accumulate) return false;
+      break;
+    default:
+      return false;
+  }
+  for (const View* v : {&in.a, &in.b, &in.c, &in.d, &in.e, &in.f}) {
+    if (v->valid() && v->buffer == b) return false;
+  }
+  const View& d = in.dst;
+  if (d.buffer != b || d.offset != 0 || !is_dense(d)) return false;
+  const Buffer& buf = p.buffers[static_cast<size_t>(b)];
+  const DType dt = d.dtype >= 0 ? static_cast<DType>(d.dtype) : buf.dtype;
+  return d.numel() * static_cast<int64_t>(dtype_size(dt)) ==
+         buf.elements * static_cast<int64_t>(dtype_size(buf.dtype));
+}
+
 void set_matmul_kernel(MatmulKernel kernel) { g_matmul.store(kernel ? kernel : &loop_matmul); }
 
 Executable::Executable(Program program) : program_(std::move(program)) {
@@ -665,9 +860,11 @@ Executable::Executable(Program program) : program_(std::move(program)) {
   slot_of_.assign(nb, -1);
   poison_before_.assign(p.instructions.size(), {});
   std::vector<std::vector<int32_t>> release_after(p.instructions.size());
+  poison_.assign(nb, 0);
   for (size_t b = 0; b < nb; ++b) {
     if (p.buffers[b].binding >= 0 || first[b] < 0) continue;
     poison_before_[static_cast<size_t>(first[b])].push_back(static_cast<int32_t>(b));
+    poison_[b] = !written_whole_first(p, static_cast<size_t>(first[b]), static_cast<int32_t>(b));
     release_after[static_cast<size_t>(last[b])].push_back(static_cast<int32_t>(b));
   }
   std::multimap<int64_t, int64_t> free_slots;  // bytes -> slot
@@ -697,8 +894,12 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
   Storage mem;
   mem.base.resize(p.buffers.size(), nullptr);
   mem.dtype.resize(p.buffers.size());
-  std::vector<std::vector<uint8_t>> slots(slot_bytes_.size());
-  for (size_t s = 0; s < slots.size(); ++s) slots[s].resize(static_cast<size_t>(slot_bytes_[s]));
+  // Uninitialised: every buffer is poisoned before its first use (poison_before_), so zeroing
+  // the slots first would only cost a pass over them.
+  std::vector<std::unique_ptr<uint8_t[]>> slots(slot_bytes_.size());
+  for (size_t s = 0; s < slots.size(); ++s) {
+    slots[s].reset(new uint8_t[static_cast<size_t>(slot_bytes_[s])]);
+  }
   for (size_t b = 0; b < p.buffers.size(); ++b) {
     const Buffer& buf = p.buffers[b];
     mem.dtype[b] = buf.dtype;
@@ -720,7 +921,7 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
       mem.base[b] = ext.data;
       if (buf.poison) poison(buf.dtype, ext.data, buf.elements);
     } else if (slot_of_[b] >= 0) {
-      mem.base[b] = slots[static_cast<size_t>(slot_of_[b])].data();
+      mem.base[b] = slots[static_cast<size_t>(slot_of_[b])].get();
     }
   }
 
@@ -728,6 +929,7 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
   MatmulKernel matmul = g_matmul.load();
   for (size_t i = 0; i < p.instructions.size(); ++i) {
     for (int32_t b : poison_before_[i]) {
+      if (!poison_[static_cast<size_t>(b)]) continue;
       poison(mem.dtype[static_cast<size_t>(b)], mem.base[static_cast<size_t>(b)],
              p.buffers[static_cast<size_t>(b)].elements);
     }
@@ -736,8 +938,7 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
       case Opcode::kDmaCopy:
       case Opcode::kTensorCopy: {
         if (mem.of(in.a) == mem.of(in.dst)) {
-          const std::vector<uint8_t> raw = load_raw(mem, in.a);
-          store_raw(mem, in.dst, raw.data());
+          copy_raw(mem, in.a, in.dst);
           break;
         }
         std::vector<float> x = load(mem, in.a);
@@ -746,7 +947,7 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
       }
       case Opcode::kTensorTensor: {
         std::vector<float> x = load(mem, in.a);
-        const std::vector<float> y = load(mem, in.b);
+        const Floats y(mem, in.b);
         apply_alu_array(in.alu0, x.data(), y.data(), 1, x.size(), false);
         scatter(mem, in.dst, x.data());
         break;
@@ -801,7 +1002,7 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
         break;
       }
       case Opcode::kTensorReduce: {
-        const std::vector<float> x = load(mem, in.a);
+        const Floats x(mem, in.a);
         // Strides of the result over a's dims: 0 for reduced dims.
         std::array<int64_t, kMaxDims> ostride{};
         int64_t out_n = 1;
@@ -811,14 +1012,32 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
           out_n *= in.a.shape[d];
         }
         std::vector<float> out(static_cast<size_t>(out_n), reduce_identity(in.alu0));
-        std::array<int64_t, kMaxDims> idx{};
-        for (size_t e = 0; e < x.size(); ++e) {
-          int64_t o = 0;
-          for (int d = 0; d < in.a.ndim; ++d) o += idx[d] * ostride[d];
-          out[static_cast<size_t>(o)] = apply_alu(in.alu0, out[static_cast<size_t>(o)], x[e]);
-          for (int d = in.a.ndim - 1; d >= 0; --d) {
-            if (++idx[d] < in.a.shape[d]) break;
-            idx[d] = 0;
+        // Reduced axes that are the trailing ones (the common case): each result folds one
+        // contiguous stretch of x, in the same order as the general walk below.
+        int first_reduced = in.a.ndim;
+        while (first_reduced > 0 && (in.axes & (1u << (first_reduced - 1)))) --first_reduced;
+        const bool trailing = first_reduced < in.a.ndim &&
+                              (in.axes & ((1u << first_reduced) - 1u)) == 0;
+        if (trailing && out_n > 0) {
+          const auto inner = x.size() / static_cast<size_t>(out_n);
+          with_alu(in.alu0, [&](auto f) {
+            for (size_t o = 0; o < out.size(); ++o) {
+              float acc = out[o];
+              const float* row = x.data() + o * inner;
+              for (size_t e = 0; e < inner; ++e) acc = f(acc, row[e]);
+              out[o] = acc;
+            }
+          });
+        } else {
+          std::array<int64_t, kMaxDims> idx{};
+          for (size_t e = 0; e < x.size(); ++e) {
+            int64_t o = 0;
+            for (int d = 0; d < in.a.ndim; ++d) o += idx[d] * ostride[d];
+            out[static_cast<size_t>(o)] = apply_alu(in.alu0, out[static_cast<size_t>(o)], x[e]);
+            for (int d = in.a.ndim - 1; d >= 0; --d) {
+              if (++idx[d] < in.a.shape[d]) break;
+              idx[d] = 0;
+            }
           }
         }
         if (in.negate) {
@@ -835,8 +1054,8 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
         const int64_t k = in.a.shape[0];
         const int64_t m = in.a.free_size();
         const int64_t n = in.b.free_size();
-        const std::vector<float> s = load(mem, in.a);
-        const std::vector<float> mv = load(mem, in.b);
+        const Floats s(mem, in.a);
+        const Floats mv(mem, in.b);
         std::vector<float> out(static_cast<size_t>(m * n), 0.0f);
         if (in.accumulate) gather(mem, in.dst, out.data());
         matmul(m, n, k, s.data(), mv.data(), out.data(), in.accumulate);
@@ -846,7 +1065,7 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
       case Opcode::kTranspose: {
         const int64_t rows = in.a.shape[0];
         const int64_t cols = in.a.free_size();
-        const std::vector<float> x = load(mem, in.a);
+        const Floats x(mem, in.a);
         std::vector<float> t(x.size());
         for (int64_t r = 0; r < rows; ++r) {
           for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = x[r * cols + c];

@@ -44,6 +44,7 @@ class Executable {
   std::vector<int64_t> slot_of_;        // per buffer: its slot in scratch, -1 for external ones
   std::vector<int64_t> slot_bytes_;     // per slot
   std::vector<std::vector<int32_t>> poison_before_;  // per instruction: buffers allocated there
+  std::vector<char> poison_;  // per buffer: poisoned when allocated (not when written whole first)
   int64_t scratch_bytes_ = 0;
 };
 
