@@ -190,6 +190,45 @@ def test_fresh_memory_is_poisoned():
 
 
 @nki.jit
+def reused_storage_kernel(x):
+    first = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    second = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    a = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=x)  # written whole by its first instruction
+    nl.store(first, a)
+    b = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)  # may take a's storage after a's last use
+    half = x.shape[1] // 2
+    nisa.dma_copy(dst=b[:, :half], src=x[:, :half])
+    nl.store(second, b)
+    return first, second
+
+
+def test_only_tiles_written_whole_first_skip_poisoning():
+    # A tile that its first instruction writes whole needs no poison; one written in part still
+    # shows NaN where it was not written, even in storage an earlier tile used.
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    first, second = reused_storage_kernel(x)
+    np.testing.assert_array_equal(first, x)
+    np.testing.assert_array_equal(second[:, :4], x[:, :4])
+    assert np.all(np.isnan(second[:, 4:]))
+
+
+@nki.jit
+def write_argument_kernel(x, out):
+    nl.store(out, nl.multiply(nl.load(x), 2.0))
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_kernel_writes_an_argument_tensor(layout):
+    # The kernel runs on the argument's own memory when it is contiguous, on a contiguous copy
+    # (written back) when it is not.
+    x = torch.arange(32, dtype=torch.float32).reshape(4, 8)
+    out = torch.zeros(4, 8) if layout == "contiguous" else torch.zeros(8, 4).t()
+    write_argument_kernel(x, out)
+    torch.testing.assert_close(out, 2 * x, rtol=0, atol=0)
+
+
+@nki.jit
 def spmd_kernel(x):
     out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
     rows = x.shape[0] // nl.num_programs(0)
