@@ -23,6 +23,7 @@ expressions over the graph inputs' sizes, and a call's work is evaluated for its
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import sympy
@@ -229,19 +230,65 @@ def marking(op, decomposition):
 # A program's work
 
 
+# A functional op whose result the graph copies back into the input it updated (a KV cache's
+# indexed write, a counter's add, functionalized): the program runs it in place (Inductor
+# reinplaces it, as eager runs the in-place op), so it counts as its in-place form and the copy
+# back as nothing.
+
+
+def _inplace_form(op: str, overload: str):
+    """("aten::index_put_", "default") for ("aten::index_put", "default"), or None."""
+    namespace, name = op.split("::")
+    packet = getattr(getattr(torch.ops, namespace), name + "_", None)
+    if packet is None or overload not in packet.overloads():
+        return None
+    return f"{namespace}::{name}_", overload
+
+
+def _updates_in_place(gm) -> tuple:
+    """(names of the functional ops whose result the graph copies back into their own first
+    input, names of those copy_ nodes)."""
+    writes, copies = set(), set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is not torch.ops.aten.copy_.default:
+            continue
+        target, value = node.args[0], node.args[1]
+        if (isinstance(target, torch.fx.Node) and target.op == "placeholder"
+                and isinstance(value, torch.fx.Node) and value.op == "call_function"
+                and isinstance(value.target, torch._ops.OpOverload) and value.args
+                and value.args[0] is target
+                and _inplace_form(value.target._schema.name, value.target._overloadname)):
+            writes.add(value.name)
+            copies.add(node.name)
+    return writes, copies
+
+
+def _in_place(call: "OpCall") -> "OpCall":
+    """`call` (a functional op) as its in-place form, when it has one."""
+    form = _inplace_form(call.op, call.overload)
+    if form is None:
+        return call
+    inplace = copy.copy(call)
+    inplace.op, inplace.overload = form
+    return inplace
+
+
 def _node_calls(gm) -> list:
     """The ops of a graph, in order: marked calls whole (once, where their results are
     computed), every other call_function node as itself."""
     present = {n.name for n in gm.graph.nodes}
+    in_place, copied_back = _updates_in_place(gm)
     calls, seen = [], set()
     for node in gm.graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if node.name in copied_back:
             continue
         marked = node.meta.get("neuron_op")
         if marked is not None and marked.output_names and marked.output_names <= present:
             if id(marked) not in seen:
                 seen.add(id(marked))
-                calls.append(marked)
+                calls.append(_in_place(marked) if marked.output_names <= in_place else marked)
             continue
         val = node.meta.get("val")
 
@@ -249,11 +296,12 @@ def _node_calls(gm) -> list:
             return a.meta.get("val") if isinstance(a, torch.fx.Node) else a
 
         try:
-            calls.append(OpCall(node.target, torch.fx.node.map_aggregate(node.args, val_of),
-                                torch.fx.node.map_aggregate(node.kwargs, val_of),
-                                val if val is not None else ()))
+            call = OpCall(node.target, torch.fx.node.map_aggregate(node.args, val_of),
+                          torch.fx.node.map_aggregate(node.kwargs, val_of),
+                          val if val is not None else ())
         except TypeError:
             continue
+        calls.append(_in_place(call) if node.name in in_place else call)
     return calls
 
 
