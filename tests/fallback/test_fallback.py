@@ -521,7 +521,7 @@ def test_kernel_trace_rows():
     normal = rows["aten::normal_"]
     assert set(normal) == {
         "op", "kind", "engine", "launches", "ops", "flops", "bytes_read", "bytes_written",
-        "bytes", "host_ns", "sim_ns",
+        "bytes", "engine_bytes", "host_ns", "sim_ns",
     }
     assert normal["kind"] == "kernel"
     assert normal["engine"] == "gpsimd"
@@ -529,6 +529,9 @@ def test_kernel_trace_rows():
     # A random fill writes every element and reads nothing; one draw per element on GpSimd.
     assert normal["bytes_written"] == (1000 + 24) * 4 and normal["bytes_read"] == 0
     assert normal["ops"]["gpsimd"] == 1024 and normal["flops"] == 0
+    # Per engine (read, written): all of it on GpSimd.
+    assert normal["engine_bytes"]["gpsimd"] == (0, (1000 + 24) * 4)
+    assert all(sum(normal["engine_bytes"][e]) == 0 for e in normal["engine_bytes"] if e != "gpsimd")
     assert normal["host_ns"] > 0 and normal["sim_ns"] > 0
 
 
