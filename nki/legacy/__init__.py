@@ -30,7 +30,10 @@ class LegacyKernel(JitKernel):
         self._uses = []
         self._harness = []
         src = inspect.getsourcefile(fn) or "<unknown>"
-        line = inspect.getsourcelines(fn)[1] if src != "<unknown>" else 0
+        try:
+            line = inspect.getsourcelines(fn)[1] if src != "<unknown>" else 0
+        except OSError:  # defined where Python keeps no source (stdin, exec)
+            line = fn.__code__.co_firstlineno
         self._decorator = (src, line)
 
     def _make_tracer(self, target, grid):

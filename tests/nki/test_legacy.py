@@ -195,3 +195,16 @@ def test_harness_takes_a_grid_and_host_helpers():
     np.testing.assert_array_equal(out, a)
     assert nl.static_cast(np.array([1.5, 2.25]), np.float16).dtype == np.float16
     assert nl.finfo(nl.float32).min == nl.fp32.min == np.finfo(np.float32).min
+
+
+@nki.jit
+def negated_row_max(a):
+    out = nl.ndarray((a.shape[0], 1), a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nisa.tensor_reduce(np.max, data=nl.load(a), axis=(1,), negate=True))
+    return out
+
+
+def test_numpy_reduction_as_op():
+    a = np.random.default_rng(0).random((128, 64), dtype=np.float32)
+    np.testing.assert_array_equal(nki.simulate_kernel(negated_row_max, a)[:, 0], -a.max(axis=1))
+    assert any(c == "np.max as op=" for _, _, c, _ in negated_row_max.migration_report())
