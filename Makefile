@@ -146,14 +146,33 @@ test-torchtitan: build
 # docs/nki.md ("AWS's NKI library") records the pass counts and the gaps.
 NKI_LIBRARY_SITE := build/nki-library-site
 NKI_LIBRARY_TESTS ?= test/integration
-.PHONY: nki-library
-nki-library: build
-	@test -n "$(NKI_LIBRARY)" && test -d "$(NKI_LIBRARY)/src/nkilib_src" || { \
-	  echo "set NKI_LIBRARY to a checkout of github.com/aws-neuron/nki-library" >&2; exit 2; }
+# The harness's pinned dependencies (ml_dtypes among them), without what the venv already has.
+.PHONY: nki-library-site
+nki-library-site:
 	@test -f $(NKI_LIBRARY_SITE)/.installed || { $(PYTHON) -m pip install -q --target $(NKI_LIBRARY_SITE) \
 	  -r requirements/nki-library.txt && cd $(NKI_LIBRARY_SITE) && \
 	  rm -rf numpy numpy-* numpy.libs torch torch-* pytest pytest-[0-9]* _pytest pluggy pluggy-* py.py \
 	    iniconfig iniconfig-* && touch .installed; }
+
+.PHONY: nki-library
+nki-library: build
+	@test -n "$(NKI_LIBRARY)" && test -d "$(NKI_LIBRARY)/src/nkilib_src" || { \
+	  echo "set NKI_LIBRARY to a checkout of github.com/aws-neuron/nki-library" >&2; exit 2; }
+	@$(MAKE) -s nki-library-site
 	cd $(NKI_LIBRARY) && PYTHONPATH=$(abspath tools/nki_library_shim):$(abspath .):$(abspath $(NKI_LIBRARY))/src:$(abspath $(NKI_LIBRARY_SITE)):$(abspath $(NKI_LIBRARY)) \
 	  $(abspath $(PYTHON)) -m pytest $(NKI_LIBRARY_TESTS) --test-mode simulation -p no:cacheprovider \
 	  -p nki_library_plugin -q -rfE $(PYTEST_ARGS)
+
+# AWS's NKI samples written for the earlier neuronxcc.nki API (github.com/aws-neuron/nki-samples
+# at commit 7af4e4d, the last that holds src/nki_samples/reference; MIT-0): their unit tests'
+# simulation cases run through nki.legacy against their NumPy references, from a checkout you
+# export: git -C <clone> archive 7af4e4d | tar x -C <dir>; make nki-samples NKI_SAMPLES=<dir>.
+# docs/nki.md ("AWS's samples for the earlier API") records what passes.
+.PHONY: nki-samples
+nki-samples: build
+	@test -n "$(NKI_SAMPLES)" && test -d "$(NKI_SAMPLES)/src/nki_samples/reference" || { \
+	  echo "set NKI_SAMPLES to an export of github.com/aws-neuron/nki-samples at 7af4e4d" >&2; exit 2; }
+	@$(MAKE) -s nki-library-site
+	cd $(NKI_SAMPLES) && PYTHONPATH=$(abspath .):$(abspath $(NKI_SAMPLES))/src:$(abspath $(NKI_LIBRARY_SITE)) \
+	  $(abspath $(PYTHON)) -m pytest test/unit --simulation-only -p no:cacheprovider \
+	  --continue-on-collection-errors -q -rfE $(PYTEST_ARGS)

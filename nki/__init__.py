@@ -20,6 +20,9 @@ tensors as one launch on the simulated core, timed per engine (``kernel.last_run
 from nki import collectives, isa, language, typing  # noqa: F401
 from nki._core import NkiError, NkiSpillWarning  # noqa: F401
 from nki._jit import JitKernel, KernelRun, jit, simulate  # noqa: F401
+from nki._shadowing import NkiShadowingWarning, warn_if_shadowed as _warn_if_shadowed  # noqa: F401
+
+_warn_if_shadowed("nki", __path__[0])
 
 __version__ = "0.6.0"
 

@@ -583,7 +583,11 @@ class Tensor(NKIObject):
         return self._derive(self.shape[:a] + (math.prod(self.shape[a:b + 1]),) + self.shape[b + 1:],
                             self.strides[:a] + (st,) + self.strides[b + 1:])
 
-    def reshape(self, *shape):
+    def reshape(self, *shape, **kwargs):
+        if "shape" in kwargs and not shape:  # t.reshape(shape=(...)), as the legacy API spells it
+            shape = (kwargs.pop("shape"),)
+        if kwargs:
+            raise error(f"reshape() got unexpected keyword arguments {sorted(kwargs)}")
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         shape = list(shape)

@@ -159,4 +159,26 @@ def resolve(op):
                 file, line = _core.caller_location()
                 tracer.legacy_uses.append((file, line, f"np.{name} as op=", f"nl.{mapped.name}"))
             return mapped
+    reduction = _numpy_reduction(op)
+    if reduction is not None:
+        # np.max / np.min / np.sum / np.prod as a reduction's op= (the legacy API's kernels pass
+        # them to tensor_reduce): the ALU operation the reduction folds with. Legacy kernels only.
+        tracer = _core.current_tracer(optional=True)
+        if tracer is not None and tracer.legacy_uses is not None:
+            mapped = BY_NAME[reduction]
+            file, line = _core.caller_location()
+            tracer.legacy_uses.append((file, line, f"np.{name} as op=", f"nl.{mapped.name}"))
+            return mapped
     return op
+
+
+def _numpy_reduction(op):
+    try:
+        import numpy as np
+    except ImportError:
+        return None
+    for fn, name in ((np.max, "maximum"), (np.min, "minimum"), (np.sum, "add"),
+                     (np.prod, "multiply")):
+        if op is fn:
+            return name
+    return None

@@ -13,7 +13,7 @@ import inspect
 
 from nki import _core
 from nki._core import NkiError  # noqa: F401
-from nki._jit import JitKernel
+from nki._jit import GridLaunch, JitKernel
 from nki.legacy import isa, language, report  # noqa: F401
 from nki.legacy.grids import grid_index
 
@@ -30,7 +30,10 @@ class LegacyKernel(JitKernel):
         self._uses = []
         self._harness = []
         src = inspect.getsourcefile(fn) or "<unknown>"
-        line = inspect.getsourcelines(fn)[1] if src != "<unknown>" else 0
+        try:
+            line = inspect.getsourcelines(fn)[1] if src != "<unknown>" else 0
+        except OSError:  # defined where Python keeps no source (stdin, exec)
+            line = fn.__code__.co_firstlineno
         self._decorator = (src, line)
 
     def _make_tracer(self, target, grid):
@@ -72,10 +75,13 @@ def trace(func=None, **options):
 
 
 def _harness(name, spelling, kernel):
+    grid = None
+    if isinstance(kernel, GridLaunch):  # nki.baremetal(kernel[2]), simulate_kernel(kernel[2], ...)
+        kernel, grid = kernel.kernel, kernel.grid
     k = jit(kernel)
     file, line = _core.caller_location()
     k._harness.append((file, line, f"nki.{name}", spelling))
-    return k
+    return k if grid is None else GridLaunch(k, grid)
 
 
 def baremetal(kernel=None, **options):
@@ -90,6 +96,8 @@ def baremetal(kernel=None, **options):
 def simulate_kernel(kernel, *args, **kwargs):
     """``nki.simulate_kernel(kernel, *np_arrays)``: runs it on the host interpreter."""
     k = _harness("simulate_kernel", "nki.simulate(kernel)(*args)", kernel)
+    if isinstance(k, GridLaunch):
+        return k.kernel.run(args, kwargs, k.grid, host=True)
     return k.run(args, kwargs, host=True)
 
 

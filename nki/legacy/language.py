@@ -257,3 +257,29 @@ def static_cast(ndarray, dtype):
     except Exception:  # a NumPy dtype the NKI dtypes do not name
         return np.asarray(ndarray).astype(np.dtype(dtype))
     return np.asarray(ndarray).astype(_np_dtype(nki_dtype))
+
+
+def finfo(dtype):
+    """The legacy ``nl.finfo(dtype)``: the floating-point limits of an NKI dtype (``.min``,
+    ``.max``, ``.eps``, ``.tiny``, ``.bits``), as NumPy / ml_dtypes give them."""
+    import numpy as np
+
+    from nki._jit import _np_dtype
+
+    target = _np_dtype(_core.as_dtype(dtype))
+    if target.kind != "f":
+        try:
+            import ml_dtypes
+
+            return ml_dtypes.finfo(target)
+        except (ImportError, ValueError):
+            raise error(f"finfo: {dtype} is not a floating-point dtype") from None
+    return np.finfo(target)
+
+
+class fp32:
+    """The legacy ``nl.fp32`` constants: ``nl.fp32.min`` is float32's lowest finite value (what
+    kernels of the earlier API fill running maxima with)."""
+
+    min = -3.4028234663852886e38
+    max = 3.4028234663852886e38

@@ -175,3 +175,36 @@ def test_legacy_errors_name_the_gap():
 
     with pytest.raises(nki.NkiError, match="mask= over several grid axes"):
         nki.simulate_kernel(two_axis_mask, np.zeros((128, 128), np.float32))
+
+
+@nki.jit
+def halves_kernel(a, out):
+    i = nl.program_id(0)
+    flat = a.reshape(shape=(a.shape[0] * a.shape[1],))  # the legacy keyword spelling
+    t = nl.load(a[i * 128:(i + 1) * 128, :])
+    nl.store(out[i * 128:(i + 1) * 128, :], nl.maximum(t, nl.fp32.min))
+    assert flat.shape == (a.shape[0] * a.shape[1],)
+
+
+def test_harness_takes_a_grid_and_host_helpers():
+    # AWS's nki-samples tests call simulate_kernel(kernel[grid], ...) and make inputs with
+    # nl.static_cast; their kernels use nl.fp32.min, nl.finfo and reshape(shape=...).
+    a = np.arange(256 * 4, dtype=np.float32).reshape(256, 4)
+    out = np.zeros_like(a)
+    nki.simulate_kernel(halves_kernel[2], a, out)
+    np.testing.assert_array_equal(out, a)
+    assert nl.static_cast(np.array([1.5, 2.25]), np.float16).dtype == np.float16
+    assert nl.finfo(nl.float32).min == nl.fp32.min == np.finfo(np.float32).min
+
+
+@nki.jit
+def negated_row_max(a):
+    out = nl.ndarray((a.shape[0], 1), a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nisa.tensor_reduce(np.max, data=nl.load(a), axis=(1,), negate=True))
+    return out
+
+
+def test_numpy_reduction_as_op():
+    a = np.random.default_rng(0).random((128, 64), dtype=np.float32)
+    np.testing.assert_array_equal(nki.simulate_kernel(negated_row_max, a)[:, 0], -a.max(axis=1))
+    assert any(c == "np.max as op=" for _, _, c, _ in negated_row_max.migration_report())

@@ -33,6 +33,7 @@ void loop_matmul(int64_t m, int64_t n, int64_t k, const float* stationary, const
 }
 
 std::atomic<MatmulKernel> g_matmul{&loop_matmul};
+constexpr int64_t kSmallMatmulMacs = 16384;
 
 [[noreturn]] void fail(const Program& p, size_t index, const std::string& what) {
   const Instruction& in = p.instructions[index];
@@ -1058,7 +1059,10 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
         const Floats mv(mem, in.b);
         std::vector<float> out(static_cast<size_t>(m * n), 0.0f);
         if (in.accumulate) gather(mem, in.dst, out.data());
-        matmul(m, n, k, s.data(), mv.data(), out.data(), in.accumulate);
+        // A small product costs less in the loop than the lent GEMM's call (tensor set-up and
+        // dispatch, several microseconds): both accumulate in FP32.
+        const MatmulKernel kernel = m * n * k <= kSmallMatmulMacs ? &loop_matmul : matmul;
+        kernel(m, n, k, s.data(), mv.data(), out.data(), in.accumulate);
         scatter(mem, in.dst, out.data());
         break;
       }
