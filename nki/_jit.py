@@ -170,19 +170,13 @@ class Specialization:
 
 
 def _np_dtype(dt):
-    name = dt.name if dt.name != "bool_" else "bool"
-    if name == "tfloat32":
-        name = "float32"
+    # DType.dtype maps the name (ml_dtypes for bfloat16 / float8); a kernel call can also take
+    # torch tensors, which the message says.
     try:
-        return np.dtype(name)
-    except TypeError:
-        try:
-            import ml_dtypes  # noqa: F401  (registers bfloat16 / float8 with NumPy)
-
-            return np.dtype(name)
-        except (ImportError, TypeError):
-            raise _core.NkiError(f"NumPy has no {dt}: install ml_dtypes for bfloat16 / float8 "
-                                 "arrays, or pass torch tensors") from None
+        return dt.dtype
+    except _core.NkiError:
+        raise _core.NkiError(f"NumPy has no {dt}: install ml_dtypes for bfloat16 / float8 "
+                             "arrays, or pass torch tensors") from None
 
 
 def _torch_dtype(dt):
