@@ -5,13 +5,16 @@
 #include <atomic>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <memory>
 #include <cstring>
 #include <functional>
 #include <sstream>
 
 #include "runtime/Error.h"
+#include "runtime/nki/Alu.h"
 #include "runtime/nki/Numerics.h"
+#include "runtime/nki/TileLoops.h"
 
 namespace nrtsim::nki {
 namespace {
@@ -68,66 +71,6 @@ void for_each_run(const View& v, F&& f) {
   }
 }
 
-float apply_alu(Alu op, float x, float y) {
-  switch (op) {
-    case Alu::kBypass: return x;
-    case Alu::kAdd: return x + y;
-    case Alu::kSubtract: return x - y;
-    case Alu::kMultiply: return x * y;
-    case Alu::kDivide: return x / y;
-    case Alu::kMax: return std::isnan(x) || std::isnan(y) ? NAN : std::max(x, y);
-    case Alu::kMin: return std::isnan(x) || std::isnan(y) ? NAN : std::min(x, y);
-    case Alu::kPow: return std::pow(x, y);
-    case Alu::kMod: return std::fmod(x, y);
-    case Alu::kEqual: return x == y ? 1.0f : 0.0f;
-    case Alu::kNotEqual: return x != y ? 1.0f : 0.0f;
-    case Alu::kGreater: return x > y ? 1.0f : 0.0f;
-    case Alu::kGreaterEqual: return x >= y ? 1.0f : 0.0f;
-    case Alu::kLess: return x < y ? 1.0f : 0.0f;
-    case Alu::kLessEqual: return x <= y ? 1.0f : 0.0f;
-    case Alu::kLogicalAnd: return (x != 0 && y != 0) ? 1.0f : 0.0f;
-    case Alu::kLogicalOr: return (x != 0 || y != 0) ? 1.0f : 0.0f;
-    case Alu::kLogicalXor: return ((x != 0) != (y != 0)) ? 1.0f : 0.0f;
-    case Alu::kBitwiseAnd:
-      return static_cast<float>(static_cast<int64_t>(x) & static_cast<int64_t>(y));
-    case Alu::kBitwiseOr:
-      return static_cast<float>(static_cast<int64_t>(x) | static_cast<int64_t>(y));
-    case Alu::kBitwiseXor:
-      return static_cast<float>(static_cast<int64_t>(x) ^ static_cast<int64_t>(y));
-    case Alu::kAbsMax: return std::max(std::fabs(x), std::fabs(y));
-    case Alu::kAbsMin: return std::min(std::fabs(x), std::fabs(y));
-    case Alu::kShiftLeft:
-      return static_cast<float>(static_cast<uint32_t>(static_cast<int64_t>(x))
-                                << (static_cast<int64_t>(y) & 31));
-    case Alu::kShiftRight:
-      return static_cast<float>(static_cast<uint32_t>(static_cast<int64_t>(x)) >>
-                                (static_cast<int64_t>(y) & 31));
-    case Alu::kFloorMod: {
-      const float r = std::fmod(x, y);
-      return (r != 0 && ((r < 0) != (y < 0))) ? r + y : r;
-    }
-  }
-  return x;
-}
-
-// Calls body(f) with f(a, b) = a op b: the common operations as functors of their own, so the
-// loops in body inline them (no switch per element) and vectorise where they can; apply_alu for
-// the rest. Same values as apply_alu.
-template <class Body>
-void with_alu(Alu op, Body&& body) {
-  switch (op) {
-    case Alu::kAdd: return body([](float a, float b) { return a + b; });
-    case Alu::kSubtract: return body([](float a, float b) { return a - b; });
-    case Alu::kMultiply: return body([](float a, float b) { return a * b; });
-    case Alu::kDivide: return body([](float a, float b) { return a / b; });
-    case Alu::kMax:
-      return body([](float a, float b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); });
-    case Alu::kMin:
-      return body([](float a, float b) { return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b); });
-    default: return body([op](float a, float b) { return apply_alu(op, a, b); });
-  }
-}
-
 // x[i] = x[i] op y[i] (or y[i] op x[i] with `reverse`); y_step 0 repeats one scalar.
 void apply_alu_array(Alu op, float* x, const float* y, int64_t y_step, size_t n, bool reverse) {
   if (op == Alu::kBypass) return;
@@ -137,16 +80,6 @@ void apply_alu_array(Alu op, float* x, const float* y, int64_t y_step, size_t n,
       x[e] = reverse ? f(b, x[e]) : f(x[e], b);
     }
   });
-}
-
-float reduce_identity(Alu op) {
-  switch (op) {
-    case Alu::kMultiply:
-    case Alu::kLogicalAnd: return 1.0f;
-    case Alu::kMax: return -INFINITY;
-    case Alu::kMin: return INFINITY;
-    default: return 0.0f;
-  }
 }
 
 float apply_act(Act f, float x) {
@@ -202,6 +135,9 @@ float apply_act(Act f, float x) {
 struct Storage {
   std::vector<uint8_t*> base;
   std::vector<DType> dtype;
+  // Whether the external buffers' memory ranges are pairwise disjoint (the caller may pass one
+  // array twice): only then do different buffers mean different memory.
+  bool distinct = true;
   DType of(const View& v) const { return v.dtype >= 0 ? static_cast<DType>(v.dtype) : dtype[v.buffer]; }
 };
 
@@ -333,13 +269,15 @@ class RunCursor {
 
 // dst = src, element for element in view order, both of the same dtype: the bytes move directly
 // (no staging copy), contiguous stretches by memcpy. Views that overlap are staged (load_raw).
-bool views_may_overlap(const View& a, const View& b) { return a.buffer == b.buffer; }
+bool views_may_overlap(const Storage& mem, const View& a, const View& b) {
+  return a.buffer == b.buffer || !mem.distinct;
+}
 
 void store_raw(const Storage& mem, const View& v, const uint8_t* in);
 std::vector<uint8_t> load_raw(const Storage& mem, const View& v);
 
 void copy_raw(const Storage& mem, const View& src, const View& dst) {
-  if (views_may_overlap(src, dst)) {
+  if (views_may_overlap(mem, src, dst)) {
     const std::vector<uint8_t> raw = load_raw(mem, src);
     store_raw(mem, dst, raw.data());
     return;
@@ -374,6 +312,225 @@ void store_raw(const Storage& mem, const View& v, const uint8_t* in) {
     }
     in += n * size;
   });
+}
+
+// Elementwise instructions computed chunk by chunk from their operands' memory straight into
+// their destination's: no staging copy of whole tiles, and operands that are contiguous FP32 are
+// read in place. The staged path computes every result before writing any, so an operand may
+// overlap the destination there; here an operand may share the destination's memory only as the
+// very same view (each element is then read before its result is written over it).
+constexpr int64_t kChunk = 2048;
+
+bool same_view(const View& a, const View& b) {
+  if (a.buffer != b.buffer || a.dtype != b.dtype || a.offset != b.offset || a.ndim != b.ndim) {
+    return false;
+  }
+  for (int d = 0; d < a.ndim; ++d) {
+    if (a.shape[d] != b.shape[d] || a.stride[d] != b.stride[d]) return false;
+  }
+  return true;
+}
+
+bool streamable(const Storage& mem, const View& dst, std::initializer_list<const View*> operands) {
+  if (!mem.distinct) return false;
+  for (const View* v : operands) {
+    if (v->valid() && v->buffer == dst.buffer && !same_view(*v, dst)) return false;
+  }
+  return true;
+}
+
+// n consecutive operand elements: p[e * step], step 0 for one value repeated.
+struct Chunk {
+  const float* p;
+  int64_t step;
+};
+
+// An operand's elements in view order, chunk by chunk.
+class ChunkReader {
+ public:
+  ChunkReader(const Storage& mem, const View& v)
+      : cur_(v), dtype_(mem.of(v)), size_(static_cast<int64_t>(dtype_size(dtype_))),
+        base_(mem.base[v.buffer]) {}
+  // The next n elements: in place when they are one contiguous (or broadcast) FP32 stretch,
+  // else converted into buf (kChunk floats).
+  Chunk next(int64_t n, float* buf) {
+    if (cur_.left() >= n && (cur_.stride() == 0 || (cur_.stride() == 1 && dtype_ == DType::kFloat32))) {
+      const uint8_t* at = base_ + cur_.offset() * size_;
+      const int64_t step = cur_.stride();
+      cur_.advance(n);
+      if (dtype_ == DType::kFloat32) return {reinterpret_cast<const float*>(at), step};
+      load_run(dtype_, at, 1, 1, buf);
+      return {buf, 0};
+    }
+    float* out = buf;
+    for (int64_t left = n; left > 0;) {
+      const int64_t k = std::min(left, cur_.left());
+      load_run(dtype_, base_ + cur_.offset() * size_, cur_.stride(), k, out);
+      out += k;
+      left -= k;
+      cur_.advance(k);
+    }
+    return {buf, 1};
+  }
+
+ private:
+  RunCursor cur_;
+  DType dtype_;
+  int64_t size_;
+  const uint8_t* base_;
+};
+
+// out[e] = f(x[e], y[e]) over n elements, each operand read with its own step.
+template <class F>
+void binary(F f, float* out, Chunk x, Chunk y, int64_t n) {
+  if (x.step && y.step) {
+    for (int64_t e = 0; e < n; ++e) out[e] = f(x.p[e], y.p[e]);
+  } else if (x.step) {
+    const float b = y.p[0];
+    for (int64_t e = 0; e < n; ++e) out[e] = f(x.p[e], b);
+  } else if (y.step) {
+    const float a = x.p[0];
+    for (int64_t e = 0; e < n; ++e) out[e] = f(a, y.p[e]);
+  } else {
+    std::fill(out, out + n, f(x.p[0], y.p[0]));
+  }
+}
+
+// out = x (op) y, or y (op) x with `reverse`; bypass keeps x (as apply_alu_array does).
+void apply_chunk(Alu op, float* out, Chunk x, Chunk y, int64_t n, bool reverse) {
+  if (op == Alu::kBypass) {
+    if (x.step == 0) {
+      std::fill(out, out + n, x.p[0]);
+    } else if (out != x.p) {
+      std::memcpy(out, x.p, static_cast<size_t>(n) * sizeof(float));
+    }
+    return;
+  }
+  with_alu(op, [&](auto f) {
+    if (reverse) {
+      binary(f, out, y, x, n);
+    } else {
+      binary(f, out, x, y, n);
+    }
+  });
+}
+
+// Runs compute(out, in, n) over dst's elements in chunks, in[k] being operand k's next n
+// elements; out is dst's own memory where dst is contiguous FP32 there, else a buffer stored
+// (rounded to dst's format) after compute.
+template <size_t N, class Compute>
+void stream(const Storage& mem, const View& dst, const std::array<const View*, N>& operands,
+            Compute&& compute) {
+  std::vector<float> scratch((N + 1) * kChunk);
+  std::array<std::optional<ChunkReader>, N> readers;
+  for (size_t k = 0; k < N; ++k) {
+    if (operands[k]->valid()) readers[k].emplace(mem, *operands[k]);
+  }
+  const DType dt = mem.of(dst);
+  const auto size = static_cast<int64_t>(dtype_size(dt));
+  uint8_t* base = mem.base[dst.buffer];
+  float* staged = scratch.data() + N * kChunk;
+  for (RunCursor d(dst); !d.done();) {
+    const int64_t n = std::min(kChunk, d.left());
+    std::array<Chunk, N> in{};
+    for (size_t k = 0; k < N; ++k) {
+      if (readers[k]) in[k] = readers[k]->next(n, scratch.data() + k * kChunk);
+    }
+    uint8_t* at = base + d.offset() * size;
+    const bool direct = dt == DType::kFloat32 && d.stride() == 1;
+    float* out = direct ? reinterpret_cast<float*>(at) : staged;
+    compute(out, in, n);
+    if (!direct) store_run(dt, at, d.stride(), n, staged);
+    d.advance(n);
+  }
+}
+
+// The streamed forms of the elementwise instructions; false where the staged path must run.
+bool run_streamed(const Storage& mem, const Instruction& in) {
+  switch (in.op) {
+    case Opcode::kTensorCopy:
+    case Opcode::kDmaCopy:
+      // Same-dtype copies move bytes (copy_raw); conversions stream.
+      if (!streamable(mem, in.dst, {&in.a})) return false;
+      stream<1>(mem, in.dst, {&in.a}, [](float* out, const std::array<Chunk, 1>& x, int64_t n) {
+        apply_chunk(Alu::kBypass, out, x[0], x[0], n, false);
+      });
+      return true;
+    case Opcode::kTensorTensor:
+      if (!streamable(mem, in.dst, {&in.a, &in.b})) return false;
+      stream<2>(mem, in.dst, {&in.a, &in.b}, [&](float* out, const std::array<Chunk, 2>& x, int64_t n) {
+        apply_chunk(in.alu0, out, x[0], x[1], n, false);
+      });
+      return true;
+    case Opcode::kTensorScalar: {
+      if (in.alu2 != Alu::kBypass && in.e.valid()) return false;  // the reduction: staged
+      if (!streamable(mem, in.dst, {&in.a, &in.b, &in.c})) return false;
+      const float imm0 = static_cast<float>(in.imm0), imm1 = static_cast<float>(in.imm1);
+      stream<3>(mem, in.dst, {&in.a, &in.b, &in.c},
+                [&](float* out, const std::array<Chunk, 3>& x, int64_t n) {
+                  const Chunk s0 = in.b.valid() ? x[1] : Chunk{&imm0, 0};
+                  const Chunk s1 = in.c.valid() ? x[2] : Chunk{&imm1, 0};
+                  apply_chunk(in.alu0, out, x[0], s0, n, in.reverse0);
+                  apply_chunk(in.alu1, out, Chunk{out, 1}, s1, n, in.reverse1);
+                });
+      return true;
+    }
+    case Opcode::kActivation: {
+      if (in.alu2 != Alu::kBypass && in.e.valid()) return false;
+      if (!streamable(mem, in.dst, {&in.a, &in.b, &in.c})) return false;
+      const auto s0 = static_cast<float>(in.imm0), b1 = static_cast<float>(in.imm1);
+      const Alu bias_op = in.reverse0 ? Alu::kSubtract : Alu::kAdd;
+      stream<3>(mem, in.dst, {&in.a, &in.b, &in.c},
+                [&](float* out, const std::array<Chunk, 3>& x, int64_t n) {
+                  // As the staged path: scale, then bias, then the function.
+                  apply_chunk(Alu::kBypass, out, x[0], x[0], n, false);
+                  if (in.c.valid()) {
+                    apply_chunk(Alu::kMultiply, out, Chunk{out, 1}, x[2], n, false);
+                  } else if (s0 != 1.0f) {
+                    apply_chunk(Alu::kMultiply, out, Chunk{out, 1}, Chunk{&s0, 0}, n, false);
+                  }
+                  if (in.b.valid()) {
+                    apply_chunk(bias_op, out, Chunk{out, 1}, x[1], n, false);
+                  } else if (b1 != 0.0f) {
+                    apply_chunk(bias_op, out, Chunk{out, 1}, Chunk{&b1, 0}, n, false);
+                  }
+                  switch (in.act) {
+                    case Act::kCopy: break;
+                    case Act::kExp:
+                      for (int64_t e = 0; e < n; ++e) out[e] = std::exp(out[e]);
+                      break;
+                    default:
+                      for (int64_t e = 0; e < n; ++e) out[e] = apply_act(in.act, out[e]);
+                      break;
+                  }
+                });
+      return true;
+    }
+    case Opcode::kMemset: {
+      if (!mem.distinct) return false;
+      const auto v = static_cast<float>(in.imm0);
+      stream<0>(mem, in.dst, {}, [&](float* out, const std::array<Chunk, 0>&, int64_t n) {
+        std::fill(out, out + n, v);
+      });
+      return true;
+    }
+    case Opcode::kSelect: {
+      if (!streamable(mem, in.dst, {&in.a, &in.b, &in.c})) return false;
+      const auto v = static_cast<float>(in.imm0);
+      stream<3>(mem, in.dst, {&in.a, &in.b, &in.c},
+                [&](float* out, const std::array<Chunk, 3>& x, int64_t n) {
+                  // tensor_copy_predicated: a scalar source (no b) and the reversed predicate.
+                  const Chunk t = in.b.valid() ? x[1] : Chunk{&v, 0};
+                  const Chunk f = x[2], pred = x[0];
+                  for (int64_t e = 0; e < n; ++e) {
+                    out[e] = ((pred.p[e * pred.step] != 0) != in.negate) ? t.p[e * t.step]
+                                                                          : f.p[e * f.step];
+                  }
+                });
+      return true;
+    }
+    default: return false;
+  }
 }
 
 // Values read and written as integers (indices, counts): exact beyond float's 2^24.
@@ -485,37 +642,26 @@ void run_extended(const Storage& mem, const Program& p, size_t i) {
     case Opcode::kScan: {
       const Floats x(mem, in.a);
       const Floats y(mem, in.b);
-      Floats init;
-      if (in.c.valid()) init = Floats(mem, in.c);
+      // The initial values are copied: the destination may overlap them.
+      std::vector<float> init;
+      if (in.c.valid()) init = load(mem, in.c);
       const int64_t parts = parts_of(in.dst);
       const int64_t per = parts ? static_cast<int64_t>(x.size()) / parts : 0;
-      std::vector<float> out(x.size());
-      // Each partition's scan is a chain of dependent operations; eight partitions advance
-      // together so that their chains overlap in the CPU's pipeline (the same operations in the
-      // same order per partition, so the same values).
-      constexpr int64_t kLanes = 8;
-      with_alu(in.alu0, [&](auto op0) {
-        with_alu(in.alu1, [&](auto op1) {
-          for (int64_t q0 = 0; q0 < parts; q0 += kLanes) {
-            const int64_t lanes = std::min(kLanes, parts - q0);
-            std::array<float, kLanes> st{};
-            for (int64_t l = 0; l < lanes; ++l) {
-              st[static_cast<size_t>(l)] = init.empty() ? static_cast<float>(in.imm2)
-                                                        : init[static_cast<size_t>(q0 + l)];
-            }
-            for (int64_t k = 0; k < per; ++k) {
-              for (int64_t l = 0; l < lanes; ++l) {
-                const auto e = static_cast<size_t>((q0 + l) * per + k);
-                float& acc = st[static_cast<size_t>(l)];
-                const float t = in.reverse0 ? op0(acc, x[e]) : op0(x[e], acc);
-                acc = in.reverse1 ? op1(y[e], t) : op1(t, y[e]);
-                out[e] = acc;
-              }
-            }
-          }
-        });
-      });
-      scatter(mem, in.dst, out.data());
+      // Into the destination's memory where it is one contiguous FP32 stretch that shares no
+      // memory with an operand other than as the very same view.
+      auto apart = [&](const View& v) { return v.buffer != in.dst.buffer || same_view(v, in.dst); };
+      const bool direct = mem.distinct && mem.of(in.dst) == DType::kFloat32 &&
+                          is_dense(in.dst) && apart(in.a) && apart(in.b);
+      std::vector<float> staged;
+      float* out = reinterpret_cast<float*>(mem.base[in.dst.buffer]) + in.dst.offset;
+      if (!direct) {
+        staged.resize(x.size());
+        out = staged.data();
+      }
+      scan_partitions(in.alu0, in.alu1, in.reverse0, in.reverse1, x.data(), y.data(),
+                      init.empty() ? nullptr : init.data(), static_cast<float>(in.imm2), parts,
+                      per, out);
+      if (!direct) scatter(mem, in.dst, out);
       break;
     }
     case Opcode::kPartitionReduce: {
@@ -614,17 +760,23 @@ void run_extended(const Storage& mem, const Program& p, size_t i) {
     }
     case Opcode::kFindIndex8:
     case Opcode::kMatchReplace8: {
-      std::vector<float> x = load(mem, in.a);
+      const bool replace = in.op == Opcode::kMatchReplace8;
+      // nc_match_replace8 rewrites its copy of the data; nc_find_index8 reads it in place.
+      std::vector<float> copy;
+      if (replace) copy = load(mem, in.a);
+      const Floats data = replace ? Floats() : Floats(mem, in.a);
+      float* x = replace ? copy.data() : nullptr;
+      const float* xr = replace ? copy.data() : data.data();
+      const auto size = replace ? copy.size() : data.size();
       const Floats vals(mem, in.b);
       const int64_t parts = parts_of(in.a);
-      const int64_t per = parts ? static_cast<int64_t>(x.size()) / parts : 0;
-      const bool replace = in.op == Opcode::kMatchReplace8;
+      const int64_t per = parts ? static_cast<int64_t>(size) / parts : 0;
       const DType idx_type = in.op == Opcode::kFindIndex8 ? mem.of(in.dst)
                                                           : (in.d.valid() ? mem.of(in.d) : DType::kUInt32);
       const int64_t none = dtype_size(idx_type) == 2 ? 0xffff : 0xffffffffLL;
       std::vector<int64_t> idx(static_cast<size_t>(parts * 8), none);
       for (int64_t q = 0; q < parts; ++q) {
-        float* row = x.data() + q * per;
+        const float* row = xr + q * per;
         // nc_find_index8 pairs duplicate values with matches in ascending order; nc_match_replace8
         // walks the values from the last to the first. Value j (in that order) takes the first
         // element equal to it that no earlier value took: one pass over the row gives each
@@ -647,23 +799,22 @@ void run_extended(const Storage& mem, const Program& p, size_t i) {
         }
         int left = 8;
         for (int64_t k = 0; k < per && left > 0; ++k) {
+          k += find_first_of(row + k, per - k, distinct.data(), n_distinct);
+          if (k == per) break;
           const float v = row[k];
-          bool wanted = false;
-          for (int u = 0; u < n_distinct; ++u) wanted |= distinct[static_cast<size_t>(u)] == v;
-          if (!wanted) continue;
           for (int jj = 0; jj < 8; ++jj) {
             if (open[static_cast<size_t>(jj)] && want[static_cast<size_t>(jj)] == v) {
               open[static_cast<size_t>(jj)] = false;
               --left;
               idx[static_cast<size_t>(q * 8 + (replace ? 7 - jj : jj))] = k;
-              if (replace) row[k] = static_cast<float>(in.imm0);
+              if (replace) x[q * per + k] = static_cast<float>(in.imm0);
               break;
             }
           }
         }
       }
       if (replace) {
-        scatter(mem, in.dst, x.data());
+        scatter(mem, in.dst, x);
         if (in.d.valid()) store_ints(mem, in.d, idx);
       } else {
         store_ints(mem, in.dst, idx);
@@ -925,6 +1076,20 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
       mem.base[b] = slots[static_cast<size_t>(slot_of_[b])].get();
     }
   }
+  // The kernel's own buffers never share memory while both are live (slots); the caller's
+  // arguments may (one array passed twice, or views of one array).
+  {
+    std::vector<std::pair<const uint8_t*, const uint8_t*>> ranges;
+    for (size_t b = 0; b < p.buffers.size(); ++b) {
+      const Buffer& buf = p.buffers[b];
+      const int64_t bytes = buf.elements * static_cast<int64_t>(dtype_size(buf.dtype));
+      if (buf.binding >= 0 && bytes > 0) ranges.emplace_back(mem.base[b], mem.base[b] + bytes);
+    }
+    std::sort(ranges.begin(), ranges.end());
+    for (size_t k = 1; k < ranges.size(); ++k) {
+      if (ranges[k].first < ranges[k - 1].second) mem.distinct = false;
+    }
+  }
 
   std::vector<std::string> printed;
   MatmulKernel matmul = g_matmul.load();
@@ -935,13 +1100,15 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
              p.buffers[static_cast<size_t>(b)].elements);
     }
     const Instruction& in = p.instructions[i];
+    if ((in.op == Opcode::kDmaCopy || in.op == Opcode::kTensorCopy) &&
+        mem.of(in.a) == mem.of(in.dst)) {
+      copy_raw(mem, in.a, in.dst);
+      continue;
+    }
+    if (run_streamed(mem, in)) continue;
     switch (in.op) {
       case Opcode::kDmaCopy:
       case Opcode::kTensorCopy: {
-        if (mem.of(in.a) == mem.of(in.dst)) {
-          copy_raw(mem, in.a, in.dst);
-          break;
-        }
         std::vector<float> x = load(mem, in.a);
         scatter(mem, in.dst, x.data());
         break;
@@ -1020,15 +1187,8 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
         const bool trailing = first_reduced < in.a.ndim &&
                               (in.axes & ((1u << first_reduced) - 1u)) == 0;
         if (trailing && out_n > 0) {
-          const auto inner = x.size() / static_cast<size_t>(out_n);
-          with_alu(in.alu0, [&](auto f) {
-            for (size_t o = 0; o < out.size(); ++o) {
-              float acc = out[o];
-              const float* row = x.data() + o * inner;
-              for (size_t e = 0; e < inner; ++e) acc = f(acc, row[e]);
-              out[o] = acc;
-            }
-          });
+          const auto inner = static_cast<int64_t>(x.size()) / out_n;
+          reduce_rows(in.alu0, x.data(), out_n, inner, out.data());
         } else {
           std::array<int64_t, kMaxDims> idx{};
           for (size_t e = 0; e < x.size(); ++e) {
