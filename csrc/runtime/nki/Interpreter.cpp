@@ -46,9 +46,48 @@ constexpr int64_t kSmallMatmulMacs = 16384;
   throw Error(ErrorCode::kInvalidArgument, os.str());
 }
 
+// `v` with the same elements in the same order over as few dims as they allow: size-1 dims
+// dropped, and a dim merged into the next where it steps over exactly that dim's extent (a
+// tile's free dims, contiguous, become one). The walks below then take runs as long as memory
+// allows instead of one run per innermost row.
+View coalesced(const View& v) {
+  if (v.ndim <= 1) return v;
+  View c = v;
+  int n = 0;
+  for (int d = 0; d < v.ndim; ++d) {
+    if (v.shape[d] == 1) continue;
+    if (v.shape[d] == 0) {  // no elements: keep one empty dim
+      c.ndim = 1;
+      c.shape[0] = 0;
+      c.stride[0] = 1;
+      return c;
+    }
+    if (n > 0 && c.stride[n - 1] == v.stride[d] * v.shape[d]) {
+      c.shape[n - 1] *= v.shape[d];
+      c.stride[n - 1] = v.stride[d];
+      continue;
+    }
+    c.shape[n] = v.shape[d];
+    c.stride[n] = v.stride[d];
+    ++n;
+  }
+  if (n == 0) {  // one element
+    c.shape[0] = 1;
+    c.stride[0] = 1;
+    n = 1;
+  }
+  for (int d = n; d < v.ndim; ++d) {
+    c.shape[d] = 0;
+    c.stride[d] = 0;
+  }
+  c.ndim = n;
+  return c;
+}
+
 // Calls f(element offset of the run start, run length, run stride) for each innermost run of `v`.
 template <class F>
-void for_each_run(const View& v, F&& f) {
+void for_each_run(const View& view, F&& f) {
+  const View v = coalesced(view);
   if (v.ndim == 0) {
     f(v.offset, 1, 1);
     return;
@@ -228,7 +267,8 @@ std::vector<uint8_t> load_raw(const Storage& mem, const View& v) {
 // with different run structures can be walked together.
 class RunCursor {
  public:
-  explicit RunCursor(const View& v) : v_(v) {
+  explicit RunCursor(const View& view) : v_(coalesced(view)) {
+    const View& v = v_;
     if (v.ndim == 0) {
       outer_ = 1;
       inner_ = 1;
@@ -262,7 +302,7 @@ class RunCursor {
     off_ = v_.offset;
     for (int i = 0; i + 1 < v_.ndim; ++i) off_ += idx_[i] * v_.stride[i];
   }
-  const View& v_;
+  View v_;
   std::array<int64_t, kMaxDims> idx_{};
   int64_t outer_ = 0, inner_ = 0, stride_ = 1, row_ = 0, pos_ = 0, off_ = 0;
 };
@@ -421,7 +461,9 @@ void apply_chunk(Alu op, float* out, Chunk x, Chunk y, int64_t n, bool reverse) 
 template <size_t N, class Compute>
 void stream(const Storage& mem, const View& dst, const std::array<const View*, N>& operands,
             Compute&& compute) {
-  std::vector<float> scratch((N + 1) * kChunk);
+  // On the stack, uninitialised: every instruction streams, and a zeroed heap block per
+  // instruction cost more than small instructions' own work.
+  alignas(64) float scratch[(N + 1) * kChunk];
   std::array<std::optional<ChunkReader>, N> readers;
   for (size_t k = 0; k < N; ++k) {
     if (operands[k]->valid()) readers[k].emplace(mem, *operands[k]);
@@ -429,12 +471,12 @@ void stream(const Storage& mem, const View& dst, const std::array<const View*, N
   const DType dt = mem.of(dst);
   const auto size = static_cast<int64_t>(dtype_size(dt));
   uint8_t* base = mem.base[dst.buffer];
-  float* staged = scratch.data() + N * kChunk;
+  float* staged = scratch + N * kChunk;
   for (RunCursor d(dst); !d.done();) {
     const int64_t n = std::min(kChunk, d.left());
     std::array<Chunk, N> in{};
     for (size_t k = 0; k < N; ++k) {
-      if (readers[k]) in[k] = readers[k]->next(n, scratch.data() + k * kChunk);
+      if (readers[k]) in[k] = readers[k]->next(n, scratch + k * kChunk);
     }
     uint8_t* at = base + d.offset() * size;
     const bool direct = dt == DType::kFloat32 && d.stride() == 1;
@@ -1217,13 +1259,23 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
         const int64_t n = in.b.free_size();
         const Floats s(mem, in.a);
         const Floats mv(mem, in.b);
-        std::vector<float> out(static_cast<size_t>(m * n), 0.0f);
-        if (in.accumulate) gather(mem, in.dst, out.data());
+        // Into the destination's own memory where it is one dense FP32 stretch apart from the
+        // operands (a PSUM tile, as a rule), else through a staged copy.
+        const bool direct = mem.distinct && mem.of(in.dst) == DType::kFloat32 &&
+                            is_dense(in.dst) && in.dst.buffer != in.a.buffer &&
+                            in.dst.buffer != in.b.buffer;
+        std::vector<float> staged;
+        float* out = reinterpret_cast<float*>(mem.base[in.dst.buffer]) + in.dst.offset;
+        if (!direct) {
+          staged.resize(static_cast<size_t>(m * n));
+          if (in.accumulate) gather(mem, in.dst, staged.data());
+          out = staged.data();
+        }
         // A small product costs less in the loop than the lent GEMM's call (tensor set-up and
         // dispatch, several microseconds): both accumulate in FP32.
         const MatmulKernel kernel = m * n * k <= kSmallMatmulMacs ? &loop_matmul : matmul;
-        kernel(m, n, k, s.data(), mv.data(), out.data(), in.accumulate);
-        scatter(mem, in.dst, out.data());
+        kernel(m, n, k, s.data(), mv.data(), out, in.accumulate);
+        if (!direct) scatter(mem, in.dst, out);
         break;
       }
       case Opcode::kTranspose: {
