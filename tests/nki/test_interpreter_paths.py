@@ -119,3 +119,42 @@ def test_streamed_instructions_convert_broadcast_operands_and_narrow_results():
     y = (a.float() * s + b).bfloat16()  # FP32 inside (exact steps), rounded to bf16 when stored
     want = (y.float() * s - 1.5).bfloat16()
     torch.testing.assert_close(nki.simulate(k)(a, s, b), want, rtol=0, atol=0)
+
+
+def _windowed_matmuls(k, m, n, taps):
+    # A 1-D convolution as the library writes it: each tap's moving operand is a window into one
+    # wider tile (its partition stride is the tile's width, not the window's), the stationary
+    # operand a column block of a wider weight tile, the taps accumulating in one PSUM tile.
+    @nki.jit
+    def kern(x, w):
+        out = nl.ndarray((m, n), nl.float32, buffer=nl.shared_hbm)
+        xt = nl.load(x)  # [k, n + taps - 1]
+        wt = nl.load(w)  # [k, taps * m + 3]
+        acc = nl.ndarray((m, n), nl.float32, buffer=nl.psum)
+        for t in range(taps):
+            nisa.nc_matmul(dst=acc, stationary=wt[:, t * m:(t + 1) * m], moving=xt[:, t:t + n])
+        res = nl.ndarray((m, n), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+        nl.store(out, res)
+        return out
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((k, n + taps - 1), dtype=np.float32)
+    w = rng.standard_normal((k, taps * m + 3), dtype=np.float32)
+    want = sum(w[:, t * m:(t + 1) * m].astype(np.float64).T @ x[:, t:t + n].astype(np.float64)
+               for t in range(taps))
+    got = nki.simulate(kern)(x, w)
+    # FP32 products summed over taps * k terms in some order: each sum within (taps * k) units
+    # of FP32 rounding of the sum of its terms' magnitudes.
+    bound = np.abs(w[:, :taps * m]).reshape(k, taps, m).transpose(1, 0, 2).reshape(taps * k, m).T \
+        .astype(np.float64) @ np.abs(np.concatenate([x[:, t:t + n] for t in range(taps)]))
+    assert np.all(np.abs(got - want) <= taps * k * np.finfo(np.float32).eps * bound)
+
+
+def test_matmuls_read_windows_of_wider_tiles_in_place():
+    _windowed_matmuls(4, 1, 509, 4)      # small: the interpreter's own loop
+
+
+def test_matmuls_read_windows_of_wider_tiles_through_the_lent_gemm():
+    import torch_neuronx  # noqa: F401  (lends ATen's GEMM to the interpreter)
+    _windowed_matmuls(128, 128, 510, 3)  # large: the lent GEMM, with row strides

@@ -19,14 +19,14 @@
 namespace nrtsim::nki {
 namespace {
 
-void loop_matmul(int64_t m, int64_t n, int64_t k, const float* stationary, const float* moving,
-                 float* out, bool accumulate) {
+void loop_matmul(int64_t m, int64_t n, int64_t k, const float* stationary, int64_t srows,
+                 const float* moving, int64_t mrows, float* out, bool accumulate) {
   if (!accumulate) std::fill(out, out + m * n, 0.0f);
   // k outermost: each row of the result is updated with a contiguous row of `moving`, which the
   // compiler vectorises.
   for (int64_t kk = 0; kk < k; ++kk) {
-    const float* srow = stationary + kk * m;
-    const float* mrow = moving + kk * n;
+    const float* srow = stationary + kk * srows;
+    const float* mrow = moving + kk * mrows;
     for (int64_t i = 0; i < m; ++i) {
       const float s = srow[i];
       float* orow = out + i * n;
@@ -51,24 +51,27 @@ constexpr int64_t kSmallMatmulMacs = 16384;
 // tile's free dims, contiguous, become one). The walks below then take runs as long as memory
 // allows instead of one run per innermost row.
 View coalesced(const View& v) {
-  if (v.ndim <= 1) return v;
+  // One result object written in place (every return names it): a copy modified field by field
+  // and then returned stalled on store forwarding, at a cost that showed in small instructions.
   View c = v;
+  if (v.ndim <= 1) return c;
   int n = 0;
   for (int d = 0; d < v.ndim; ++d) {
-    if (v.shape[d] == 1) continue;
-    if (v.shape[d] == 0) {  // no elements: keep one empty dim
-      c.ndim = 1;
+    const int64_t size = v.shape[d], step = v.stride[d];
+    if (size == 1) continue;
+    if (size == 0) {  // no elements: one empty dim
       c.shape[0] = 0;
       c.stride[0] = 1;
+      c.ndim = 1;
       return c;
     }
-    if (n > 0 && c.stride[n - 1] == v.stride[d] * v.shape[d]) {
-      c.shape[n - 1] *= v.shape[d];
-      c.stride[n - 1] = v.stride[d];
+    if (n > 0 && c.stride[n - 1] == step * size) {
+      c.shape[n - 1] *= size;
+      c.stride[n - 1] = step;
       continue;
     }
-    c.shape[n] = v.shape[d];
-    c.stride[n] = v.stride[d];
+    c.shape[n] = size;
+    c.stride[n] = step;
     ++n;
   }
   if (n == 0) {  // one element
@@ -76,11 +79,7 @@ View coalesced(const View& v) {
     c.stride[0] = 1;
     n = 1;
   }
-  for (int d = n; d < v.ndim; ++d) {
-    c.shape[d] = 0;
-    c.stride[d] = 0;
-  }
-  c.ndim = n;
+  c.ndim = n;  // (dims from n on keep stale values: nothing reads past ndim)
   return c;
 }
 
@@ -244,6 +243,39 @@ class Floats {
   std::vector<float> own_;
   const float* p_ = nullptr;
   size_t n_ = 0;
+};
+
+// A matmul operand [K, free] as K rows of `free` contiguous FP32 values: in place where the
+// view's free dims are dense FP32 (any partition stride: a window into a wider tile), else a
+// dense copy.
+class Rows {
+ public:
+  Rows(const Storage& mem, const View& v) {
+    const int64_t free = v.free_size();
+    int64_t expect = 1;
+    bool dense_free = mem.of(v) == DType::kFloat32;
+    for (int d = v.ndim - 1; d >= 1 && dense_free; --d) {
+      if (v.shape[d] == 1) continue;
+      dense_free = v.stride[d] == expect;
+      expect *= v.shape[d];
+    }
+    if (dense_free && v.ndim >= 1) {
+      p_ = reinterpret_cast<const float*>(mem.base[v.buffer]) + v.offset;
+      step_ = v.shape[0] > 1 ? v.stride[0] : free;
+    } else {
+      own_.resize(static_cast<size_t>(v.numel()));
+      gather(mem, v, own_.data());
+      p_ = own_.data();
+      step_ = free;
+    }
+  }
+  const float* data() const { return p_; }
+  int64_t step() const { return step_; }  // elements from one row to the next
+
+ private:
+  std::vector<float> own_;
+  const float* p_ = nullptr;
+  int64_t step_ = 0;
 };
 
 // The bytes of `v`'s elements in view order (a same-dtype copy moves bits, not values).
@@ -951,7 +983,7 @@ void run_extended(const Storage& mem, const Program& p, size_t i) {
       const std::vector<float> mv = dequant(in.b, in.d, k2, n);
       std::vector<float> out(static_cast<size_t>(m * n), 0.0f);
       if (in.accumulate) gather(mem, in.dst, out.data());
-      g_matmul.load()(m, n, k * 4, s.data(), mv.data(), out.data(), in.accumulate);
+      g_matmul.load()(m, n, k * 4, s.data(), m, mv.data(), n, out.data(), in.accumulate);
       scatter(mem, in.dst, out.data());
       break;
     }
@@ -1257,8 +1289,8 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
         const int64_t k = in.a.shape[0];
         const int64_t m = in.a.free_size();
         const int64_t n = in.b.free_size();
-        const Floats s(mem, in.a);
-        const Floats mv(mem, in.b);
+        const Rows s(mem, in.a);
+        const Rows mv(mem, in.b);
         // Into the destination's own memory where it is one dense FP32 stretch apart from the
         // operands (a PSUM tile, as a rule), else through a staged copy.
         const bool direct = mem.distinct && mem.of(in.dst) == DType::kFloat32 &&
@@ -1274,7 +1306,7 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
         // A small product costs less in the loop than the lent GEMM's call (tensor set-up and
         // dispatch, several microseconds): both accumulate in FP32.
         const MatmulKernel kernel = m * n * k <= kSmallMatmulMacs ? &loop_matmul : matmul;
-        kernel(m, n, k, s.data(), mv.data(), out, in.accumulate);
+        kernel(m, n, k, s.data(), s.step(), mv.data(), mv.step(), out, in.accumulate);
         if (!direct) scatter(mem, in.dst, out);
         break;
       }

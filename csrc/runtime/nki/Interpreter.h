@@ -14,10 +14,14 @@
 
 namespace nrtsim::nki {
 
-// out[M,N] (+)= stationary[K,M]^T @ moving[K,N], all row-major FP32. The runtime's own loop is
-// the default; a host with a tuned GEMM (the backend installs ATen's) can replace it.
+// out[M,N] (+)= stationary[K,M]^T @ moving[K,N], all FP32: out row-major and dense; row kk of
+// stationary at stationary + kk * stationary_rows (M contiguous values), of moving at
+// moving + kk * moving_rows (N contiguous values), so that a window into a wider tile is read in
+// place. The runtime's own loop is the default; a host with a tuned GEMM (the backend installs
+// ATen's) can replace it.
 using MatmulKernel = void (*)(int64_t m, int64_t n, int64_t k, const float* stationary,
-                              const float* moving, float* out, bool accumulate);
+                              int64_t stationary_rows, const float* moving, int64_t moving_rows,
+                              float* out, bool accumulate);
 void set_matmul_kernel(MatmulKernel kernel);
 
 // Memory the caller owns: a kernel input or output in HBM (or host memory for standalone runs).
