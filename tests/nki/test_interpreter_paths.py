@@ -158,3 +158,29 @@ def test_matmuls_read_windows_of_wider_tiles_in_place():
 def test_matmuls_read_windows_of_wider_tiles_through_the_lent_gemm():
     import torch_neuronx  # noqa: F401  (lends ATen's GEMM to the interpreter)
     _windowed_matmuls(128, 128, 510, 3)  # large: the lent GEMM, with row strides
+
+
+def test_kernel_outputs_are_poisoned_unless_written_whole_before_read():
+    # The NaN fill of an output is skipped only where the program writes all of it before
+    # reading any of it; an output written in part, or read first, still shows NaN.
+    @nki.jit
+    def k(x):
+        whole = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)   # two stores cover it
+        part = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)    # the last column is never written
+        early = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)   # read before it is written
+        t = nl.load(x)
+        nl.store(whole[:, 0:5], t[:, 0:5])
+        nl.store(whole[:, 5:8], t[:, 5:8])
+        nl.store(part[:, 0:7], t[:, 0:7])
+        seen = nl.load(early)
+        nl.store(early, nl.add(seen, t))
+        return whole, part, early
+
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    # Garbage in the memory outputs reuse: run twice, the second run on the first's freed memory.
+    for _ in range(2):
+        whole, part, early = nki.simulate(k)(torch.from_numpy(x))
+        torch.testing.assert_close(whole, torch.from_numpy(x), rtol=0, atol=0)
+        torch.testing.assert_close(part[:, :7], torch.from_numpy(x[:, :7]), rtol=0, atol=0)
+        assert torch.isnan(part[:, 7]).all()
+        assert torch.isnan(early).all()

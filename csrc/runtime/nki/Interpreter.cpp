@@ -1028,6 +1028,72 @@ bool written_whole_first(const Program& p, size_t i, int32_t b) {
          buf.elements * static_cast<int64_t>(dtype_size(buf.dtype));
 }
 
+// Whether the program writes every byte of buffer b before it reads any: instructions in order,
+// each operand view of b must lie in bytes already written, and the destinations of the
+// instructions that write their whole destination without reading it add to the written bytes,
+// until all of b is written. A kernel output that passes is not poisoned before the run (the
+// NaN fill would be overwritten unseen; for a large output it cost as much as the kernel's own
+// copies); one that does not (a read first, or bytes never written) is. Buffers over 256 MiB are
+// not analysed (the byte map would be 32 MiB): they are poisoned.
+bool written_before_read(const Program& p, int32_t b) {
+  const Buffer& buf = p.buffers[static_cast<size_t>(b)];
+  const int64_t bytes = buf.elements * static_cast<int64_t>(dtype_size(buf.dtype));
+  if (bytes > (int64_t{1} << 28)) return false;
+  std::vector<uint64_t> done(static_cast<size_t>((bytes + 63) / 64), 0);
+  int64_t left = bytes;
+  // Calls f(lo, hi) for each byte range of v.
+  auto ranges = [&](const View& v, auto&& f) {
+    const auto size = static_cast<int64_t>(dtype_size(v.dtype >= 0 ? static_cast<DType>(v.dtype)
+                                                                   : buf.dtype));
+    for_each_run(v, [&](int64_t off, int64_t n, int64_t stride) {
+      if (stride == 1) return f(off * size, (off + n) * size);
+      for (int64_t e = 0; e < n; ++e) f((off + e * stride) * size, (off + e * stride + 1) * size);
+    });
+  };
+  auto bit = [&](int64_t i) { return (done[static_cast<size_t>(i >> 6)] >> (i & 63)) & 1u; };
+  for (const Instruction& in : p.instructions) {
+    bool unread = true;
+    for (const View* v : {&in.a, &in.b, &in.c, &in.d, &in.e, &in.f}) {
+      if (!v->valid() || v->buffer != b) continue;
+      ranges(*v, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi && unread; ++i) unread = bit(i);
+      });
+    }
+    if (!unread) return false;
+    if (in.dst.buffer != b) continue;
+    bool whole = false;
+    switch (in.op) {
+      case Opcode::kDmaCopy: case Opcode::kTensorCopy: case Opcode::kTensorTensor:
+      case Opcode::kTensorScalar: case Opcode::kActivation: case Opcode::kTensorReduce:
+      case Opcode::kTranspose: case Opcode::kIota: case Opcode::kMemset: case Opcode::kSelect:
+      case Opcode::kScan:
+        whole = true;
+        break;
+      case Opcode::kMatmul: whole = !in.accumulate; break;
+      default: break;
+    }
+    if (!whole) {  // reads or partly writes its destination: it must already be written
+      ranges(in.dst, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi && unread; ++i) unread = bit(i);
+      });
+      if (!unread) return false;
+      continue;
+    }
+    ranges(in.dst, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi;) {
+        uint64_t& word = done[static_cast<size_t>(i >> 6)];
+        const int64_t k = std::min<int64_t>(hi - i, 64 - (i & 63));
+        const uint64_t mask = (k == 64 ? ~uint64_t{0} : ((uint64_t{1} << k) - 1)) << (i & 63);
+        left -= __builtin_popcountll(mask & ~word);
+        word |= mask;
+        i += k;
+      }
+    });
+    if (left == 0) return true;
+  }
+  return false;
+}
+
 void set_matmul_kernel(MatmulKernel kernel) { g_matmul.store(kernel ? kernel : &loop_matmul); }
 
 Executable::Executable(Program program) : program_(std::move(program)) {
@@ -1088,7 +1154,11 @@ Executable::Executable(Program program) : program_(std::move(program)) {
   std::vector<std::vector<int32_t>> release_after(p.instructions.size());
   poison_.assign(nb, 0);
   for (size_t b = 0; b < nb; ++b) {
-    if (p.buffers[b].binding >= 0 || first[b] < 0) continue;
+    if (p.buffers[b].binding >= 0) {  // a kernel output (the caller's memory): see run()
+      poison_[b] = p.buffers[b].poison && !written_before_read(p, static_cast<int32_t>(b));
+      continue;
+    }
+    if (first[b] < 0) continue;
     poison_before_[static_cast<size_t>(first[b])].push_back(static_cast<int32_t>(b));
     poison_[b] = !written_whole_first(p, static_cast<size_t>(first[b]), static_cast<int32_t>(b));
     release_after[static_cast<size_t>(last[b])].push_back(static_cast<int32_t>(b));
@@ -1145,7 +1215,7 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
                         std::to_string(bytes));
       }
       mem.base[b] = ext.data;
-      if (buf.poison) poison(buf.dtype, ext.data, buf.elements);
+      if (poison_[b]) poison(buf.dtype, ext.data, buf.elements);
     } else if (slot_of_[b] >= 0) {
       mem.base[b] = slots[static_cast<size_t>(slot_of_[b])].get();
     }

@@ -48,7 +48,9 @@ class Executable {
   std::vector<int64_t> slot_of_;        // per buffer: its slot in scratch, -1 for external ones
   std::vector<int64_t> slot_bytes_;     // per slot
   std::vector<std::vector<int32_t>> poison_before_;  // per instruction: buffers allocated there
-  std::vector<char> poison_;  // per buffer: poisoned when allocated (not when written whole first)
+  // per buffer: poisoned when allocated (a kernel buffer not written whole by its first
+  // instruction) or before the run (a kernel output not written whole before it is read)
+  std::vector<char> poison_;
   int64_t scratch_bytes_ = 0;
 };
 
