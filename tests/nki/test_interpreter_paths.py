@@ -160,7 +160,7 @@ def test_matmuls_read_windows_of_wider_tiles_through_the_lent_gemm():
     _windowed_matmuls(128, 128, 510, 3)  # large: the lent GEMM, with row strides
 
 
-def test_kernel_outputs_are_poisoned_unless_written_whole_before_read():
+def test_outputs_and_tiles_are_poisoned_unless_written_whole_before_read():
     # The NaN fill of an output is skipped only where the program writes all of it before
     # reading any of it; an output written in part, or read first, still shows NaN.
     @nki.jit
@@ -174,13 +174,19 @@ def test_kernel_outputs_are_poisoned_unless_written_whole_before_read():
         nl.store(part[:, 0:7], t[:, 0:7])
         seen = nl.load(early)
         nl.store(early, nl.add(seen, t))
-        return whole, part, early
+        half = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        h = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)  # its right half is never written
+        nisa.tensor_copy(dst=h[:, 0:4], src=t[:, 0:4])
+        nl.store(half, h)
+        return whole, part, early, half
 
     x = np.arange(32, dtype=np.float32).reshape(4, 8)
-    # Garbage in the memory outputs reuse: run twice, the second run on the first's freed memory.
+    # Run twice: the second run's tiles reuse the first's scratch memory, values and all.
     for _ in range(2):
-        whole, part, early = nki.simulate(k)(torch.from_numpy(x))
+        whole, part, early, half = nki.simulate(k)(torch.from_numpy(x))
         torch.testing.assert_close(whole, torch.from_numpy(x), rtol=0, atol=0)
         torch.testing.assert_close(part[:, :7], torch.from_numpy(x[:, :7]), rtol=0, atol=0)
         assert torch.isnan(part[:, 7]).all()
         assert torch.isnan(early).all()
+        torch.testing.assert_close(half[:, :4], torch.from_numpy(x[:, :4]), rtol=0, atol=0)
+        assert torch.isnan(half[:, 4:]).all()

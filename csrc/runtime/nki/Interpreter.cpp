@@ -1175,7 +1175,8 @@ Executable::Executable(Program program) : program_(std::move(program)) {
       } else {
         slot_of_[static_cast<size_t>(b)] = static_cast<int64_t>(slot_bytes_.size());
         slot_bytes_.push_back(bytes);
-        scratch_bytes_ += bytes;
+        slot_offset_.push_back(scratch_bytes_);
+        scratch_bytes_ += (bytes + 63) / 64 * 64;  // each slot 64-byte aligned in the block
       }
     }
     for (int32_t b : release_after[i]) {
@@ -1192,10 +1193,26 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
   mem.dtype.resize(p.buffers.size());
   // Uninitialised: every buffer is poisoned before its first use (poison_before_), so zeroing
   // the slots first would only cost a pass over them.
-  std::vector<std::unique_ptr<uint8_t[]>> slots(slot_bytes_.size());
-  for (size_t s = 0; s < slots.size(); ++s) {
-    slots[s].reset(new uint8_t[static_cast<size_t>(slot_bytes_[s])]);
+  // One block for every slot, from the pool where a finished run left one.
+  std::unique_ptr<uint8_t[]> block;
+  {
+    std::lock_guard<std::mutex> lock(pool_->mu);
+    if (!pool_->idle.empty()) {
+      block = std::move(pool_->idle.back());
+      pool_->idle.pop_back();
+    }
   }
+  if (!block && scratch_bytes_ > 0) block.reset(new uint8_t[static_cast<size_t>(scratch_bytes_)]);
+  // Given back when the run ends, also by an error.
+  struct GiveBack {
+    ScratchPool& pool;
+    std::unique_ptr<uint8_t[]>& block;
+    ~GiveBack() {
+      if (!block) return;
+      std::lock_guard<std::mutex> lock(pool.mu);
+      if (pool.idle.empty()) pool.idle.push_back(std::move(block));
+    }
+  } give_back{*pool_, block};
   for (size_t b = 0; b < p.buffers.size(); ++b) {
     const Buffer& buf = p.buffers[b];
     mem.dtype[b] = buf.dtype;
@@ -1217,7 +1234,7 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
       mem.base[b] = ext.data;
       if (poison_[b]) poison(buf.dtype, ext.data, buf.elements);
     } else if (slot_of_[b] >= 0) {
-      mem.base[b] = slots[static_cast<size_t>(slot_of_[b])].get();
+      mem.base[b] = block.get() + slot_offset_[static_cast<size_t>(slot_of_[b])];
     }
   }
   // The kernel's own buffers never share memory while both are live (slots); the caller's

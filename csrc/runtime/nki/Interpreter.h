@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -52,6 +54,16 @@ class Executable {
   // instruction) or before the run (a kernel output not written whole before it is read)
   std::vector<char> poison_;
   int64_t scratch_bytes_ = 0;
+  std::vector<int64_t> slot_offset_;    // per slot: its offset in a run's scratch block
+
+  // Scratch blocks that finished runs gave back, for the next run: a fresh block per run was
+  // fresh pages from the OS, and faulting them in cost as much as small kernels' own work. At
+  // most one is kept idle per executable (more only while runs overlap).
+  struct ScratchPool {
+    std::mutex mu;
+    std::vector<std::unique_ptr<uint8_t[]>> idle;
+  };
+  std::shared_ptr<ScratchPool> pool_ = std::make_shared<ScratchPool>();
 };
 
 }  // namespace nrtsim::nki
