@@ -153,3 +153,22 @@ def test_search_returns_the_fastest_and_the_cheapest_that_fit():
                    for r, _ in f.fitting)
         # Every layout fills the instance (no idle accelerator).
         assert all(r.layout.ranks == f.fitting[0][0].projection["ranks_per_instance"] for r, _ in f.fitting)
+
+
+def test_bucketed_deployment_pads_the_prompt_and_the_kv_positions():
+    from torch_neuronx.estimate._project import auto_buckets
+
+    # NxD Inference's automatic buckets for --max-context-length 12288: powers of two, then 12288.
+    assert auto_buckets(12288) == [128, 256, 512, 1024, 2048, 4096, 8192, 12288]
+    assert auto_buckets(4096) == [128, 256, 512, 1024, 2048, 4096]
+    # A 300-token prompt runs in the 512 bucket, and decode (over 332 positions on average)
+    # attends over the 512 bucket: the same projection as the padded lengths without buckets.
+    kw = dict(workload="inference", layout=Layout(tp=2), output=64, compare=())
+    b = estimate(TINY, prompt=300, buckets=(1024, 2048), **kw).targets[0]
+    padded = estimate(TINY, prompt=512, context=512, **kw).targets[0]
+    assert b.prefill["step_s"] == pytest.approx(padded.prefill["step_s"])
+    assert b.projection["step_s"] == pytest.approx(padded.projection["step_s"])
+    exact = estimate(TINY, prompt=300, **kw).targets[0]
+    assert exact.prefill["step_s"] < b.prefill["step_s"]
+    with pytest.raises(ValueError, match="max context length"):
+        estimate(TINY, prompt=4000, buckets=(2048, 4096), **kw)
