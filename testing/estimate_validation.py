@@ -28,6 +28,15 @@ NEURON_TRN1_THR = ("AWS Neuron benchmarks, about-neuron/benchmarks/trn1/throughp
 NXDI_405B = ("NxD Inference tutorial, libraries/nxd-inference/tutorials/llama405b_perf_comparison.csv "
              "(vLLM + LLMPerf, 10k in / 1.5k out, BS 1)")
 NXDI_BUCKETS = (12288, 12800)  # the tutorials' --max-context-length, --seq-len
+def tnx_buckets(prompt: int, output: int) -> tuple:
+    """transformers-neuronx's default buckets for a model compiled with n_positions = the
+    benchmark's input + output length (its bucket module: token-generation buckets are powers of
+    two from 128 up to n_positions, context-encoding buckets half of each). For a power-of-two
+    n_positions these are the automatic buckets up to (n_positions / 2, n_positions)."""
+    n_positions = prompt + output
+    return (n_positions // 2, n_positions)
+
+
 NXDI_70B = ("NxD Inference tutorial, libraries/nxd-inference/tutorials/llama70b_perf_comparison.csv "
             "(vLLM + LLMPerf, 10k in / 1.5k out, BS 1)")
 TRTLLM_061 = ("TensorRT-LLM docs/source/performance.md (v0.6.1, H100 SXM, FP8 weights and KV cache, "
@@ -101,26 +110,32 @@ CASES = [
          NEURON_TRN1_NLP + ": 3,530 seq/s (27.49% MFU), AdamW", batch=16, seq_len=128,
          group="trn-train"),
     # Trn1 inference: transformers-neuronx, TP32 on one trn1.32xlarge, FP16 model with BF16
-    # matmuls (projected as bf16: the same bytes and rates), a synchronous generation loop.
+    # matmuls (projected as bf16: the same bytes and rates), a synchronous generation loop,
+    # compiled for the benchmark's input + output length with the library's default buckets.
     Case("Llama-2-7B decode, 1 x trn1, TP32, BS 1, 128 in / 8064 out", "llama-2-7b", "inference",
          "trn1.32xlarge", "tp=32", "tpot_ms", 6.6996, NEURON_TRN1_INF + ": TPOT P50 6.70 ms",
-         prompt=128, output=8064, group="trn-infer"),
+         prompt=128, output=8064, buckets=tnx_buckets(128, 8064),
+         group="trn-infer"),
     Case("Mistral-7B decode, 1 x trn1, TP32, BS 1, 8192 in / 8192 out", "mistral-7b", "inference",
          "trn1.32xlarge", "tp=32", "tpot_ms", 9.892, NEURON_TRN1_INF + ": TPOT P50 9.89 ms",
-         prompt=8192, output=8192, group="trn-infer"),
+         prompt=8192, output=8192, buckets=tnx_buckets(8192, 8192),
+         group="trn-infer"),
     Case("Mistral-7B prefill, 1 x trn1, TP32, BS 1, 8192 in", "mistral-7b", "inference",
          "trn1.32xlarge", "tp=32", "ttft_ms", 1322.9, NEURON_TRN1_INF + ": TTFT P50 1,323 ms",
-         prompt=8192, output=8192, group="trn-infer"),
+         prompt=8192, output=8192, buckets=tnx_buckets(8192, 8192),
+         group="trn-infer"),
     Case("Llama-2-70B decode, 1 x trn1, TP32, BS 1, 128 in / 128 out", "llama-2-70b", "inference",
          "trn1.32xlarge", "tp=32", "tpot_ms", 25.18, NEURON_TRN1_INF + ": TPOT P50 25.18 ms",
-         prompt=128, output=128, group="trn-infer"),
+         prompt=128, output=128, buckets=tnx_buckets(128, 128),
+         group="trn-infer"),
     Case("Llama-3-70B prefill, 1 x trn1, TP32, BS 1, 2048 in", "llama-3-70b", "inference",
          "trn1.32xlarge", "tp=32", "ttft_ms", 547.0, NEURON_TRN1_INF + ": TTFT P50 547 ms",
-         prompt=2048, output=2048, group="trn-infer"),
+         prompt=2048, output=2048, buckets=tnx_buckets(2048, 2048),
+         group="trn-infer"),
     Case("Llama-3-8B decode, int8 weights, 1 x trn1, TP32, BS 8, 128 in / 8064 out", "llama-3-8b",
          "inference", "trn1.32xlarge", "tp=32", "tpot_ms", 9.95,
          NEURON_TRN1_THR + ": TPOT P50 9.95 ms", batch=8, prompt=128, output=8064, weights="int8",
-         group="trn-infer"),
+         buckets=tnx_buckets(128, 8064), group="trn-infer"),
     # Trn2 inference: NxD Inference on one trn2.48xlarge (64 logical cores, LNC 2), served by
     # vLLM (no async mode in the tutorial's configuration), BF16, compiled as the tutorials say
     # (--max-context-length 12288 --seq-len 12800 --enable-bucketing): the 10k prompt runs in

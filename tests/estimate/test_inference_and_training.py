@@ -172,3 +172,20 @@ def test_bucketed_deployment_pads_the_prompt_and_the_kv_positions():
     assert exact.prefill["step_s"] < b.prefill["step_s"]
     with pytest.raises(ValueError, match="max context length"):
         estimate(TINY, prompt=4000, buckets=(2048, 4096), **kw)
+
+
+def test_bucketed_decode_is_charged_the_mean_of_its_steps_buckets():
+    from torch_neuronx.estimate._project import Workload
+
+    # 100 in / 301 out: decode steps 1..300 attend over 101..400 positions: 28 of them in the
+    # 128 bucket, 128 in the 256 bucket, 144 in the 512 bucket (not all 300 in the bucket of the
+    # midpoint, 512).
+    w = Workload(kind="inference", prompt=100, output=301, buckets=(128, 512))
+    assert w.decode_positions == round((28 * 128 + 128 * 256 + 144 * 512) / 300)
+    kw = dict(workload="inference", layout=Layout(tp=2), compare=())
+    b = estimate(TINY, prompt=100, output=301, buckets=(128, 512), **kw).targets[0]
+    at_mean = estimate(TINY, prompt=128, output=64, context=w.decode_positions, **kw).targets[0]
+    assert b.projection["step_s"] == pytest.approx(at_mean.projection["step_s"])
+    # The request's last position must fit the compiled sequence length.
+    with pytest.raises(ValueError, match="sequence length"):
+        Workload(kind="inference", prompt=100, output=500, buckets=(128, 512))

@@ -81,10 +81,11 @@ class Workload:
                 raise ValueError("buckets=(max context length, sequence length) is an inference "
                                  "setting of two lengths")
             max_context, seq_len = self.buckets
-            if self.prompt > max_context or self.decode_context > seq_len:
+            last = self.context or self.prompt + self.output
+            if self.prompt > max_context or last > seq_len:
                 raise ValueError(f"buckets={self.buckets}: the prompt ({self.prompt}) must fit the "
-                                 f"max context length and the KV positions ({self.decode_context}) "
-                                 "the sequence length; raise them")
+                                 f"max context length and the KV positions ({last}) the sequence "
+                                 "length; raise them")
 
     @property
     def training(self) -> bool:
@@ -101,8 +102,28 @@ class Workload:
 
     @property
     def decode_positions(self) -> int:
-        """KV positions a decode step attends over: the context, or its token-generation bucket."""
-        return bucket_for(self.decode_context, self.buckets[1]) if self.buckets else self.decode_context
+        """KV positions a decode step attends over: the context, or its token-generation bucket.
+        Over a whole request (no `context` given) the attention's work grows with the positions,
+        so a step is charged their mean over the request's steps, as the unbucketed midpoint is;
+        with buckets, the mean of each step's bucket (a request that crosses from the 4,096 to
+        the 8,192 bucket spends part of its steps in each), not the bucket of the midpoint."""
+        if not self.buckets:
+            return self.decode_context
+        if self.context or self.kind != "inference":
+            return bucket_for(self.decode_context, self.buckets[1])
+        sizes = auto_buckets(self.buckets[1])
+        # Decode step k (1 .. output-1) attends over the prompt and the k tokens generated so far.
+        first, last = self.prompt + 1, self.prompt + max(1, self.output - 1)
+        total, lo = 0, first
+        for size in sizes:
+            if size < lo:
+                continue
+            hi = min(size, last)
+            total += (hi - lo + 1) * size
+            lo = hi + 1
+            if lo > last:
+                break
+        return round(total / (last - first + 1))
 
 
 def auto_buckets(max_length: int, min_length: int = 128) -> list[int]:

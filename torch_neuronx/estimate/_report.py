@@ -45,7 +45,7 @@ def _headline(e) -> str:
         what += f", {w.weights} weights"
     if w.buckets and w.kind == "inference":
         what += (f", bucketed: prefill of {w.prefill_tokens} tokens, decode over "
-                 f"{w.decode_positions} positions")
+                 f"{w.decode_positions} positions (the mean of its steps' buckets)")
     if w.speculation is not None:
         s = w.speculation
         what += (f", speculative decoding ({s.tokens} tokens/step, acceptance {s.acceptance:g}, "
