@@ -175,8 +175,9 @@ def estimate(
     file's host_step_us per step). kv_cache: "bf16" or "fp8". prefill_batch: requests prefilled
     together (1: one at a time, NxD Inference's default; `batch`: static batching).
     buckets: (max context length, sequence length) of a deployment compiled with NxD Inference's
-    automatic buckets: the prompt is padded to its context-encoding bucket, each decode step
-    attends over its token-generation bucket. prices: {instance: USD per hour}."""
+    automatic buckets (transformers-neuronx's defaults for a power-of-two n_positions N: (N/2,
+    N)): the prompt is padded to its context-encoding bucket, each decode step attends over its
+    token-generation bucket. prices: {instance: USD per hour}."""
     w = _workload(workload, batch=batch, seq_len=seq_len, context=context, prompt=prompt,
                   output=output, dtype=dtype, compiled=compiled, fp8=fp8, weights=weights,
                   speculation=speculation, async_host=async_host, kv_cache=kv_cache,

@@ -89,7 +89,8 @@ def main(argv=None) -> int:
     parser.add_argument("--buckets", default=None, metavar="MAX_CONTEXT,SEQ_LEN",
                         help="inference: NxD Inference's automatic buckets up to these lengths (the "
                              "prompt padded to its context-encoding bucket, decode over its "
-                             "token-generation bucket)")
+                             "token-generation bucket; transformers-neuronx's defaults for "
+                             "n_positions N, a power of two: N/2,N)")
     parser.add_argument("--draft", default=None, help="inference: draft model for speculative decoding")
     parser.add_argument("--speculation", type=int, default=4, help="draft tokens proposed per step")
     parser.add_argument("--acceptance", type=float, default=DEFAULT_ACCEPTANCE,
