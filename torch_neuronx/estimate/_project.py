@@ -81,7 +81,8 @@ class Workload:
                 raise ValueError("buckets=(max context length, sequence length) is an inference "
                                  "setting of two lengths")
             max_context, seq_len = self.buckets
-            last = self.context or self.prompt + self.output
+            # The last KV position a decode step attends over (a prefill alone has none).
+            last = 0 if self.kind == "prefill" else self.context or self.prompt + self.output
             if self.prompt > max_context or last > seq_len:
                 raise ValueError(f"buckets={self.buckets}: the prompt ({self.prompt}) must fit the "
                                  f"max context length and the KV positions ({last}) the sequence "
