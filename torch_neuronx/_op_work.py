@@ -21,8 +21,19 @@ def _has_kernel(func, key: str) -> bool:
     return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key)
 
 
+# Composites whose kernel, for a neuron tensor, is one call of a neuron kernel chosen by the
+# tensors' device: copy_ (CompositeExplicitAutograd) calls neuron's _copy_from, one launch whose
+# work the table gives for copy_ alike. A trace on meta tensors cannot follow that choice (on
+# meta, copy_'s composite returns without copying, and _copy_from has no meta kernel), so these
+# count as the one launch they make.
+_RUNS_AS = {"aten::copy_": "aten::_copy_from"}
+
+
 def runs_whole(func) -> bool:
     """Whether neuron runs `func` as one launch of its own kernel."""
+    launched = _RUNS_AS.get(func.name())
+    if launched is not None:
+        return torch._C._dispatch_has_kernel_for_dispatch_key(launched, "PrivateUse1")
     return _has_kernel(func, "PrivateUse1")
 
 

@@ -96,6 +96,12 @@ LinkModel parse_link_model(const std::string& text, const std::string& origin) {
       l.name = name;
       l.gbytes_per_s = r.number("gbytes_per_s");
       l.hop_latency_us = r.number("hop_latency_us");
+      l.efficiency = r.number("efficiency");
+      if (l.efficiency <= 0 || l.efficiency > 1) {
+        bad(origin, section.find("efficiency")->line,
+            "efficiency = " + section.find("efficiency")->text + " must be in (0, 1]");
+      }
+      l.kangaring = r.number_or("kangaring", 0) > 0;
       l.mesh_below_mbytes = r.number_or("mesh_below_mbytes", 0);
       l.rdh_below_mbytes = r.number_or("rdh_below_mbytes", 0);
       l.one_shot_below_mbytes = r.number_or("one_shot_below_mbytes", 0);
@@ -151,15 +157,16 @@ const char* collective_algorithm_name(CollectiveAlgorithm algorithm) {
     case CollectiveAlgorithm::kMesh: return "mesh";
     case CollectiveAlgorithm::kRecursiveDoubling: return "rdh";
     case CollectiveAlgorithm::kDirect: return "direct";
+    case CollectiveAlgorithm::kKangaRing: return "kangaring";
   }
   return "ring";
 }
 
-CollectiveAlgorithm algorithm_for(const LinkSpec& link, double bytes) {
+CollectiveAlgorithm algorithm_for(const LinkSpec& link, double bytes, bool whole_chips) {
   const double mbytes = bytes / 1e6;
   if (mbytes < link.mesh_below_mbytes) return CollectiveAlgorithm::kMesh;
   if (mbytes < link.rdh_below_mbytes) return CollectiveAlgorithm::kRecursiveDoubling;
-  return CollectiveAlgorithm::kRing;
+  return link.kangaring && whole_chips ? CollectiveAlgorithm::kKangaRing : CollectiveAlgorithm::kRing;
 }
 
 double steps_per_pass(CollectiveAlgorithm algorithm, int members, int devices) {
@@ -172,50 +179,121 @@ double steps_per_pass(CollectiveAlgorithm algorithm, int members, int devices) {
     case CollectiveAlgorithm::kRecursiveDoubling:
       return 1 + std::ceil(std::log2(static_cast<double>(std::max(devices, 1))));
     case CollectiveAlgorithm::kDirect: return 1;
+    // A flat cycle of all members: O(N) hops ([CC-INTRA]). (The estimate once stepped along each
+    // torus dimension instead, (c-1) + (x-1) + (y-1) hops, a hierarchical ring Neuron's runtime
+    // does not describe; the published algorithm is kept.)
     case CollectiveAlgorithm::kRing: return members - 1;
+    // One member of each pair of a chip's ranks is on the cycle: half the ring's hops, "O(N/2)".
+    case CollectiveAlgorithm::kKangaRing: return std::max(1.0, std::ceil(members / 2.0) - 1);
   }
   return members - 1;
 }
 
+namespace {
+
+const ChipLinks& chip_links(const LinkModel& model, const std::string& chip) { return model.chip(chip); }
+
+}  // namespace
+
 CoreLinks::CoreLinks(const LinkModel& model, const std::string& chip, int cores_per_chip,
                      double hbm_bytes_per_ns)
-    : cores_per_chip_(std::max(cores_per_chip, 1)), hbm_bytes_per_ns_(hbm_bytes_per_ns) {
-  const ChipLinks& links = model.chip(chip);
-  scale_up_ = model.link(links.scale_up);
-  scale_out_ = model.link(links.scale_out);
+    : CoreLinks(model.link(chip_links(model, chip).scale_up),
+                model.link(chip_links(model, chip).scale_out), /*switched=*/false, cores_per_chip,
+                chip_links(model, chip).efa_gbits_per_s_per_chip, hbm_bytes_per_ns) {}
+
+CoreLinks::CoreLinks(const LinkSpec& scale_up, const LinkSpec& scale_out, bool switched,
+                     int ranks_per_device, double efa_gbits_per_s_per_device,
+                     double hbm_bytes_per_ns)
+    : scale_up_(scale_up),
+      scale_out_(scale_out),
+      switched_(switched),
+      cores_per_chip_(std::max(ranks_per_device, 1)),
+      hbm_bytes_per_ns_(hbm_bytes_per_ns) {
   // GB/s is bytes per ns; the chip's links and NICs are shared by its cores, each running its own
-  // rank of the collective at the same time.
-  link_bytes_per_ns_ = scale_up_.gbytes_per_s / cores_per_chip_;
-  efa_bytes_per_ns_ = links.efa_gbits_per_s_per_chip / 8 / cores_per_chip_;
+  // rank of the collective at the same time; transfers sustain the link's efficiency.
+  link_bytes_per_ns_ = scale_up_.gbytes_per_s * scale_up_.efficiency / cores_per_chip_;
+  efa_bytes_per_ns_ = efa_gbits_per_s_per_device / 8 * scale_out_.efficiency / cores_per_chip_;
 }
 
-double CoreLinks::collective_ns(const CollectiveTraffic& t) const {
+double CoreLinks::torus_ns(const CollectiveTraffic& t, int ranks, std::string& used) const {
+  // Members per chip: as stated (a strided group), else consecutive cores fill each chip.
+  const int per_chip = t.ranks_per_chip > 0 ? std::min(static_cast<int>(t.ranks_per_chip), ranks)
+                                            : std::min(ranks, cores_per_chip_);
+  const int chips = (ranks + per_chip - 1) / per_chip;
+  const double hop_ns = scale_up_.hop_latency_us * 1e3;
+  const double bytes = static_cast<double>(t.link_bytes);
+  // Inside one chip the data moves through HBM at the core's rate: each byte read and written.
+  const double hbm = hbm_bytes_per_ns_ / 2;
+  if (t.point_to_point) {
+    used = chips > 1 ? scale_up_.name : "HBM (one chip)";
+    return bytes / (chips > 1 ? link_bytes_per_ns_ : hbm) + hop_ns;
+  }
+  if (chips == 1) {
+    used = "HBM (one chip)";
+    return bytes / hbm + t.passes * steps_per_pass(CollectiveAlgorithm::kRing, ranks, 1) * hop_ns;
+  }
+  // Neuron's runtime picks the algorithm by size ([CC-INTRA]); an all-to-all is a mesh pattern
+  // whatever its size.
+  const bool whole_chips = per_chip == cores_per_chip_ && per_chip >= 2 && per_chip % 2 == 0;
+  const CollectiveAlgorithm algorithm =
+      t.all_to_all ? CollectiveAlgorithm::kMesh
+                   : algorithm_for(scale_up_, static_cast<double>(t.buffer_bytes), whole_chips);
+  used = scale_up_.name + " (" + collective_algorithm_name(algorithm) + ")";
+  return bytes / link_bytes_per_ns_ + t.passes * steps_per_pass(algorithm, ranks, chips) * hop_ns;
+}
+
+double CoreLinks::switch_ns(const CollectiveTraffic& t, int ranks, std::string& used) const {
+  used = scale_up_.name;
+  const double bw = link_bytes_per_ns_;
+  const double alpha = scale_up_.hop_latency_us * 1e3;
+  const double buffer = static_cast<double>(t.buffer_bytes);
+  const double mbytes = buffer / 1e6;
+  const double share = static_cast<double>(ranks - 1) / ranks;
+  const bool all_reduce = t.passes == 2;
+  if (all_reduce && t.serving) {
+    // A serving engine's custom all-reduce: one-shot reads every peer's whole buffer in one
+    // step; two-shot reduce-scatters and all-gathers through peer memory in two.
+    if (mbytes < scale_up_.one_shot_below_mbytes) {
+      used += " (one-shot)";
+      return (ranks - 1) * buffer / bw + alpha;
+    }
+    if (mbytes < scale_up_.two_shot_below_mbytes) {
+      used += " (two-shot)";
+      return 2 * share * buffer / bw + 2 * alpha;
+    }
+  }
+  const double bytes = static_cast<double>(t.link_bytes);
+  // Pairs talk directly through the switch, all at once.
+  if (t.all_to_all || t.point_to_point) return bytes / bw + alpha;
+  // NCCL: a ring of ranks - 1 steps per pass, or, where the switch reduces and multicasts (NVLink
+  // SHARP), each byte sent once to the switch and received once; its tuner takes the faster.
+  const double ring_ns = bytes / bw + t.passes * (ranks - 1) * alpha;
+  if (scale_up_.multicast) {
+    const double nvls_ns = all_reduce ? buffer / bw + 2 * alpha : share * buffer / bw + alpha;
+    if (nvls_ns < ring_ns) {
+      used += " (NVLS)";
+      return nvls_ns;
+    }
+  }
+  used += " (ring)";
+  return ring_ns;
+}
+
+double CoreLinks::collective_ns(const CollectiveTraffic& t, std::string* over) const {
   const int ranks = static_cast<int>(std::max<uint32_t>(t.ranks, 1));
   const int hosts = static_cast<int>(std::max<uint32_t>(t.hosts, 1));
   if (ranks * hosts <= 1 || !known()) return 0;
   double ns = 0;
-  if (ranks > 1) {
-    const int chips = (ranks + cores_per_chip_ - 1) / cores_per_chip_;
-    const double hop_ns = scale_up_.hop_latency_us * 1e3;
-    if (t.point_to_point) {
-      ns += static_cast<double>(t.link_bytes) /
-                (chips > 1 ? link_bytes_per_ns_ : hbm_bytes_per_ns_ / 2) + hop_ns;
-    } else if (chips == 1) {
-      // Inside one chip the data moves through HBM: each byte is read and written.
-      ns += static_cast<double>(t.link_bytes) / (hbm_bytes_per_ns_ / 2) +
-            t.passes * steps_per_pass(CollectiveAlgorithm::kRing, ranks, 1) * hop_ns;
-    } else {
-      const CollectiveAlgorithm algorithm =
-          algorithm_for(scale_up_, static_cast<double>(t.buffer_bytes));
-      ns += static_cast<double>(t.link_bytes) / link_bytes_per_ns_ +
-            t.passes * steps_per_pass(algorithm, ranks, chips) * hop_ns;
-    }
-  }
+  std::string used;
+  if (ranks > 1) ns += switched_ ? switch_ns(t, ranks, used) : torus_ns(t, ranks, used);
   if (hosts > 1 && t.network_bytes > 0) {
+    // Between hosts: a ring of the hosts per pass (a message: one transfer).
     const double hop_ns = scale_out_.hop_latency_us * 1e3;
     const double steps = t.point_to_point ? 1 : t.passes * static_cast<double>(hosts - 1);
     ns += static_cast<double>(t.network_bytes) / efa_bytes_per_ns_ + steps * hop_ns;
+    used += (used.empty() ? "" : " + ") + scale_out_.name;
   }
+  if (over != nullptr) *over = used;
   return ns;
 }
 

@@ -29,7 +29,7 @@ import functools
 import sympy
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from torch_neuronx import _C, _op_work
 
@@ -124,11 +124,16 @@ def _materialize(value, subs):
 class OpCall:
     """One op of a program with its arguments' and results' specs."""
 
-    __slots__ = ("op", "overload", "args", "kwargs", "outputs", "output_names")
+    __slots__ = ("op", "overload", "args", "kwargs", "outputs", "output_names", "on_host")
 
     def __init__(self, func, args, kwargs, outputs, output_names=()):
         self.op = func._schema.name          # "aten::silu"
         self.overload = func._overloadname   # "default"
+        # An op whose tensors are all host tensors (a graph's lifted constant, torch.tensor(2.0)
+        # in the traced code) runs in the program's CPU code as eager runs it on the host: no
+        # launch. (Its specs below are meta tensors, which would count it as device work.)
+        tensors = [t for t in tree_flatten((args, kwargs, outputs))[0] if isinstance(t, torch.Tensor)]
+        self.on_host = bool(tensors) and all(t.device.type == "cpu" for t in tensors)
         args, kwargs = _wrapped_numbers(func, args, kwargs)
         self.args = tree_map(_spec, tuple(args))
         self.kwargs = tree_map(_spec, dict(kwargs))
@@ -142,6 +147,8 @@ class OpCall:
 
     def works(self, subs: dict) -> list:
         """The work of each launch eager makes for this call, as ops of a program."""
+        if self.on_host:
+            return []
         def go(value):
             return tree_map(lambda v: _materialize(v, subs), value,
                             is_leaf=lambda v: isinstance(v, (_TensorSpec, _SizeSpec, _HostScalar)))
@@ -344,14 +351,18 @@ class ProgramWork:
     def _evaluate(self, subs: dict) -> dict:
         total = {"engines": {e: (0, 0, 0) for e in ENGINES}, "tensor_precision": None,
                  "other_precision": None}
-        for call in self._calls:
-            try:
-                for work in call.works(subs):
-                    _add(total, work)
-            except (TypeError, ValueError):
-                # A size no input determines (data-dependent, rare): the op counts as nothing,
-                # as the launch cannot know it.
-                continue
+        # Outside every mode the caller has on (the compile's FakeTensorMode when a program is
+        # built; none when a cached one is loaded): each op runs on plain meta tensors either
+        # way, so a program loaded from the cache carries the work it carried when compiled.
+        with _disable_current_modes():
+            for call in self._calls:
+                try:
+                    for work in call.works(subs):
+                        _add(total, work)
+                except (TypeError, ValueError):
+                    # A size no input determines (data-dependent, rare): the op counts as
+                    # nothing, as the launch cannot know it.
+                    continue
         precision = total["tensor_precision"] or total["other_precision"] or "fp32"
         return {"engines": total["engines"], "precision": precision}
 

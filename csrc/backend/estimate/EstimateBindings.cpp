@@ -10,6 +10,7 @@
 #include "backend/estimate/TracedWork.h"
 #include "runtime/EngineModel.h"
 #include "runtime/Error.h"
+#include "runtime/cost/Collectives.h"
 #include "runtime/cost/CostData.h"
 #include "runtime/cost/LayerSplit.h"
 #include "runtime/cost/Projection.h"
@@ -308,6 +309,31 @@ py::dict instances(const std::string& data_path, const std::string& engine_model
   }
 }
 
+// The estimate's price of one collective of `ranks` members `stride` ranks apart on `instance`
+// (cost/Collectives.h): on the links alone, as the simulated clock charges a process group's
+// collective beyond its launch's fixed cost, and inside a projected program (plus its dependent
+// step). For the guard tests that hold the two paths to one price.
+py::dict collective_price(const std::string& kind, double bytes, int ranks, int stride,
+                          const std::string& instance, const std::string& data_path,
+                          const std::string& engine_model_path) {
+  try {
+    const CostData data = load_cost_data(data_path);
+    const auto chips = nrtsim::load_engine_model(engine_model_path);
+    const InstanceSpec& spec = data.instance(instance);
+    const RankModel rank(spec, data, chips);
+    const CollectiveKind k = collective_kind(kind);
+    py::dict d;
+    std::string over;
+    d["link_s"] = collective_link_ns(k, bytes, ranks, stride, spec, data, rank, &over) * 1e-9;
+    d["s"] = collective_ns(k, bytes, ranks, stride, spec, data, rank) * 1e-9;
+    d["over"] = over;
+    d["ranks_per_instance"] = spec.devices * rank.ranks_per_device();
+    return d;
+  } catch (const nrtsim::Error& e) {
+    throw py::value_error(e.what());
+  }
+}
+
 }  // namespace
 
 void init_estimate_bindings(py::module& m) {
@@ -324,6 +350,9 @@ void init_estimate_bindings(py::module& m) {
   m.def("_estimate_combine", &combined, py::arg("parts"));
   m.def("_estimate_project", &project_trace, py::arg("trace"), py::arg("facts"),
         py::arg("layout"), py::arg("workload"), py::arg("instance"), py::arg("data_path"),
+        py::arg("engine_model_path"));
+  m.def("_estimate_collective", &collective_price, py::arg("kind"), py::arg("bytes"),
+        py::arg("ranks"), py::arg("stride"), py::arg("instance"), py::arg("data_path"),
         py::arg("engine_model_path"));
   m.def("_estimate_instances", &instances, py::arg("data_path"), py::arg("engine_model_path"));
   m.def("_estimate_matmul_tile_ops", &estimate::matmul_tile_ops, py::arg("batch"), py::arg("m"),

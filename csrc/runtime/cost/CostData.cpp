@@ -47,6 +47,9 @@ class Reader {
     }
   }
   int line_of(const std::string& key) const { return s_.find(key)->line; }
+  bool has(const std::string& key) const { return s_.find(key) != nullptr; }
+  const std::string& section() const { return s_.name; }
+  const std::string& origin() const { return origin_; }
 
  private:
   const IniSection& s_;
@@ -58,7 +61,16 @@ Efficiency read_efficiency(const Reader& r) {
   Efficiency e;
   e.tensor = r.number("tensor");
   e.hbm = r.number("hbm");
-  e.link = r.number("link");
+  // A link's sustained fraction is the link model's, beside its bandwidth: the simulated clock
+  // and the projection price a collective with one figure.
+  for (const std::string key : {"link", "link_source"}) {
+    if (r.has(key)) {
+      bad(r.origin(), r.line_of(key),
+          "'" + key + "' in [" + r.section() + "]: a link's efficiency is the link model's "
+          "('efficiency' in the [link.*] sections of torch_neuronx/data/neuron_links.ini, or the "
+          "file NRTSIM_LINK_MODEL names); remove it here");
+    }
+  }
   e.op_latency_us = r.number_or("op_latency_us", 0);
   e.op_latency_source = r.text_or("op_latency_source", "");
   e.instruction_overhead_cycles = r.number_or("instruction_overhead_cycles", 0);
@@ -68,7 +80,6 @@ Efficiency read_efficiency(const Reader& r) {
   r.text_or("tp_backward_overlap_source", "");
   e.tensor_source = r.text_or("tensor_source", "");
   e.hbm_source = r.text_or("hbm_source", "");
-  e.link_source = r.text_or("link_source", "");
   return e;
 }
 

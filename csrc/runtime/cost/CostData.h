@@ -16,7 +16,7 @@ namespace nrtsim::cost {
 struct Efficiency {
   double tensor = 1;
   double hbm = 1;
-  double link = 1;
+  // (A link's efficiency is the link model's: LinkSpec::efficiency, neuron_links.ini.)
   // Fixed latency of one dependent step inside a compiled program: an op whose input is the
   // previous op's output waits for its first tile to arrive (a DMA start on a NeuronCore, a
   // kernel boundary on a GPU); also the trigger and completion of each collective.
@@ -31,7 +31,7 @@ struct Efficiency {
   // Whether the backward's tensor-parallel collectives (input gradients) run beside the
   // weight-gradient matmuls (Megatron-LM's asynchronous TP all-reduce) or block like the forward's.
   bool tp_backward_overlap = true;
-  std::string tensor_source, hbm_source, link_source, op_latency_source, host_step_source;
+  std::string tensor_source, hbm_source, op_latency_source, host_step_source;
 };
 
 struct GpuSpec {

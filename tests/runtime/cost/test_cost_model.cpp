@@ -67,8 +67,8 @@ TEST(CostData, ShippedFileHasTheInstancesAndSources) {
 
 TEST(CostData, BadFilesNameTheProblem) {
   const std::string base =
-      "[efficiency.trainium]\ntensor = 1\nhbm = 1\nlink = 1\n"
-      "[efficiency.gpu]\ntensor = 1\nhbm = 1\nlink = 1\n";
+      "[efficiency.trainium]\ntensor = 1\nhbm = 1\n"
+      "[efficiency.gpu]\ntensor = 1\nhbm = 1\n";
   const LinkModel links = shipped_links();
   try {
     parse_cost_data(base + "[gpu.X]\nname = x\nbf16_tflops = 1\nfp8_tflops = 1\ntf32_tflops = 1\n"
@@ -77,7 +77,7 @@ TEST(CostData, BadFilesNameTheProblem) {
                     "t.ini", links);
     FAIL() << "a misspelt key was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("t.ini:19: unknown key 'bandwith'"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("t.ini:17: unknown key 'bandwith'"), std::string::npos)
         << e.what();
   }
   try {
@@ -105,8 +105,18 @@ TEST(CostData, BadFilesNameTheProblem) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown link 'NVLink'"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(parse_cost_data("[efficiency.gpu]\ntensor = -1\nhbm = 1\nlink = 1\n", "t.ini", links),
+  EXPECT_THROW(parse_cost_data("[efficiency.gpu]\ntensor = -1\nhbm = 1\n", "t.ini", links),
                Error);
+  // A link's efficiency stated here as well as in the link model: refused, naming where it lives.
+  try {
+    parse_cost_data("[efficiency.trainium]\ntensor = 1\nhbm = 1\nlink = 0.8\n"
+                    "[efficiency.gpu]\ntensor = 1\nhbm = 1\n",
+                    "t.ini", links);
+    FAIL() << "a link efficiency outside the link model was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("t.ini:4"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("neuron_links.ini"), std::string::npos) << e.what();
+  }
   EXPECT_THROW(files().data.instance("trn9.huge"), Error);
 }
 
@@ -148,7 +158,7 @@ TEST(Collectives, NcclOverNvswitchAndRingsOverEfa) {
   const LinkSpec& nvlink = f.data.link(p5.scale_up);
   const RankModel rank(p5, f.data, f.chips);
   const double bytes = 1e9;
-  const double bw = nvlink.gbytes_per_s * f.data.gpu.link;
+  const double bw = nvlink.gbytes_per_s * nvlink.efficiency;
   const double alpha = nvlink.hop_latency_us * 1e3;
   const double trigger = f.data.gpu.op_latency_us * 1e3;  // launch and completion of the collective
   const double ring = 2 * 7.0 / 8 * bytes / bw + 2 * 7 * alpha;
@@ -164,7 +174,7 @@ TEST(Collectives, NcclOverNvswitchAndRingsOverEfa) {
   EXPECT_NEAR(collective_ns(CollectiveKind::kAllGather, bytes, 8, 1, p5, f.data, rank),
               7.0 / 8 * bytes / bw + alpha + trigger, 1);
   // Across 4 instances, one rank per instance: the NICs are shared by the instance's 8 ranks.
-  const double efa = p5.efa_gbits_per_s / 8 * f.data.gpu.link / 8;
+  const double efa = p5.efa_gbits_per_s / 8 * f.data.link(p5.scale_out).efficiency / 8;
   const double efa_alpha = f.data.link(p5.scale_out).hop_latency_us * 1e3;
   EXPECT_NEAR(collective_ns(CollectiveKind::kAllReduce, bytes, 4, 8, p5, f.data, rank),
               2 * 3.0 / 4 * bytes / efa + 2 * 3 * efa_alpha + trigger, 1);
@@ -179,7 +189,7 @@ TEST(Collectives, ServingAllReduceIsOneShotThenTwoShotThenNccl) {
   const InstanceSpec& p5 = f.data.instance("p5.48xlarge");
   const LinkSpec& nvlink = f.data.link(p5.scale_up);
   const RankModel rank(p5, f.data, f.chips);
-  const double bw = nvlink.gbytes_per_s * f.data.gpu.link;
+  const double bw = nvlink.gbytes_per_s * nvlink.efficiency;
   const double alpha = nvlink.hop_latency_us * 1e3;
   const double trigger = f.data.gpu.op_latency_us * 1e3;
   ASSERT_GT(nvlink.one_shot_below_mbytes, 0);
@@ -203,25 +213,37 @@ TEST(Collectives, ServingAllReduceIsOneShotThenTwoShotThenNccl) {
 }
 
 TEST(Collectives, TrainiumAlgorithmBySize) {
-  // Neuron's intra-node algorithms: a mesh below 1 MB (2 steps per pass whatever the group),
-  // recursive doubling-halving up to 56 MB (1 intra-chip + log2(chips) steps), rings beyond
-  // (3 + 3 + 3 hops for 64 ranks: 4 per chip on a 4 x 4 torus). Latency per step from the file.
+  // Neuron's intra-node algorithms ([CC-INTRA], neuron_links.ini): a mesh below 1 MB (2 steps per
+  // pass whatever the group), recursive doubling-halving up to 56 MB (1 intra-chip + log2(chips)
+  // steps), beyond: KangaRing for a group holding every rank of its chips (64 ranks, 4 per chip:
+  // 32 on the cycle, 31 steps), the ring for one rank per chip (16 ranks: 15 steps). Latency per
+  // step and the links' sustained fraction from the link model.
   const auto& f = files();
   const InstanceSpec& trn2 = f.data.instance("trn2.48xlarge");
   const RankModel rank(trn2, f.data, f.chips);
   const LinkSpec& link = f.data.link("NeuronLink-v3");
   const double alpha = link.hop_latency_us * 1e3;
   const double trigger = f.data.trainium.op_latency_us * 1e3;
-  const double bw = link.gbytes_per_s * f.data.trainium.link / 4;  // the chip's links, 4 ranks
+  const double bw = link.gbytes_per_s * link.efficiency / 4;  // the chip's links, 4 ranks
   auto all_reduce = [&](double bytes) {
     return collective_ns(CollectiveKind::kAllReduce, bytes, 64, 1, trn2, f.data, rank);
   };
   auto bandwidth = [&](double bytes) { return 2 * 63.0 / 64 * bytes / bw; };
   EXPECT_NEAR(all_reduce(32e3), bandwidth(32e3) + 2 * 2 * alpha + trigger, 1e-6);
   EXPECT_NEAR(all_reduce(8e6), bandwidth(8e6) + 2 * (1 + 4) * alpha + trigger, 1e-6);
-  EXPECT_NEAR(all_reduce(100e6), bandwidth(100e6) + 2 * 9 * alpha + trigger, 1e-3);
+  std::string over;
+  EXPECT_NEAR(collective_ns(CollectiveKind::kAllReduce, 100e6, 64, 1, trn2, f.data, rank, &over),
+              bandwidth(100e6) + 2 * 31 * alpha + trigger, 1e-3);
+  EXPECT_NE(over.find("kangaring"), std::string::npos) << over;
+  // One rank per chip (a data-parallel group strided by 4): the flat ring, 15 steps per pass.
+  EXPECT_NEAR(collective_ns(CollectiveKind::kAllReduce, 100e6, 16, 4, trn2, f.data, rank, &over),
+              2 * 15.0 / 16 * 100e6 / bw + 2 * 15 * alpha + trigger, 1e-3);
+  EXPECT_NE(over.find("(ring)"), std::string::npos) << over;
   // A tiny all-reduce over 64 ranks costs microseconds, not tens of them.
   EXPECT_LT(all_reduce(1), 10'000);
+  // Inside one chip the group moves through HBM at the core's rate, each byte read and written.
+  EXPECT_NEAR(collective_ns(CollectiveKind::kAllGather, 1e6, 4, 1, trn2, f.data, rank),
+              3.0 / 4 * 1e6 / (rank.hbm_bytes_per_ns() / 2) + 3 * alpha + trigger, 1e-6);
 }
 
 TracedOp collective(double bytes, double count, const std::string& phase = "decode",
