@@ -16,6 +16,8 @@ import os
 import sys
 import threading
 
+from nki import _nki
+
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 # Frames in these directories are the API's own, not the kernel's: nki, its legacy API and the
 # neuronxcc.nki alias package.
@@ -202,17 +204,42 @@ ENGINE_NAMES = ("tensor", "vector", "scalar", "gpsimd", "dma")
 # Instructions that take MX x4 operands (the rest refuse them).
 PACKED_OPS = (OP_DMA, OP_COPY, OP_MEMSET, OP_QUANTIZE_MX, OP_MATMUL_MX)
 
-# Per NeuronCore version (shared/research/trainium_nki.md §1.2): SBUF bytes per partition, the
-# moving free size limit of one matmul, the chip section of neuron_cores.ini.
-TARGETS = {
-    "trn1": dict(version=2, sbuf_partition_bytes=192 * 1024, moving_fmax=512, chip="Trainium1"),
-    "trn2": dict(version=3, sbuf_partition_bytes=224 * 1024, moving_fmax=512, chip="Trainium2"),
-    "trn3": dict(version=4, sbuf_partition_bytes=256 * 1024, moving_fmax=4096, chip="Trainium3"),
-}
-PMAX = 128
-STATIONARY_FMAX = 128
-PSUM_BANK_BYTES = 2048
-PSUM_BANKS = 8
+# The hardware data file the interpreter takes each chip's figures from: the file shipped beside
+# this package (NRTSIM_ENGINE_MODEL overrides it, as for the runtime).
+_nki.set_engine_model_path(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))), "torch_neuronx", "data", "neuron_cores.ini"))
+
+
+def _target(version, chip):
+    """A target's NeuronCore version, its section of the data file, and its tile geometry as that
+    file defines it (tensor_* / sbuf_* / psum_* keys; shared/research/trainium_nki.md §1.2):
+    SBUF bytes per partition, the moving free size of one matmul, partitions, stationary
+    columns, PSUM banks and their bytes."""
+    t = _nki.tensor_tiles(chip)
+    return dict(version=version, chip=chip, sbuf_partition_bytes=t["sbuf_partition_bytes"],
+                moving_fmax=t["moving_columns"], pmax=t["partitions"],
+                stationary_fmax=t["stationary_columns"], psum_bank_bytes=t["psum_bank_bytes"],
+                psum_banks=t["psum_banks"])
+
+
+TARGETS = {"trn1": _target(2, "Trainium1"), "trn2": _target(3, "Trainium2"),
+           "trn3": _target(4, "Trainium3")}
+
+
+def _common(key):
+    # The limits every NeuronCore version shares, as module constants; a data file where they
+    # differ between versions needs them per target, so it is refused here rather than misread.
+    values = {spec[key] for spec in TARGETS.values()}
+    if len(values) != 1:
+        raise RuntimeError(f"nki: the engine model file gives {key} {sorted(values)} for different "
+                           "NeuronCore versions; nki takes it as one value for all")
+    return values.pop()
+
+
+PMAX = _common("pmax")
+STATIONARY_FMAX = _common("stationary_fmax")
+PSUM_BANK_BYTES = _common("psum_bank_bytes")
+PSUM_BANKS = _common("psum_banks")
 
 
 # ---------------------------------------------------------------------------------------------
