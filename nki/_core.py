@@ -495,6 +495,16 @@ class Tensor(NKIObject):
             else:
                 raise error(f"index {k!r} is not supported: use integers, slices and nl.ds "
                             "(shapes are compile-time constants)")
+        if self._buffer.on_chip and self.ndim > 1 and len(shape) == 1:
+            tracer = current_tracer(optional=True)
+            if tracer is not None and tracer.legacy_uses is not None:
+                # The legacy API keeps an on-chip tile two-dimensional: integers that leave only
+                # the partition dim leave a free dim of size 1 (AWS's samples pass t[:, i] where a
+                # (P, 1) tile is expected). NKI 0.6 drops the dim, as NumPy does.
+                file, line = caller_location()
+                tracer.legacy_uses.append((file, line, "t[:, i] as a (P, 1) tile",
+                                           "t[:, i:i + 1] (NKI 0.6 drops an integer-indexed dim)"))
+                shape, strides = shape + [1], strides + [1]
         return self._derive(shape, strides, offset)
 
     def __setitem__(self, key, value):

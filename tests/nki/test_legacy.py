@@ -260,3 +260,20 @@ def false_mask(x):
 def test_a_mask_false_at_trace_time_is_refused():
     with pytest.raises(Exception, match="false at trace time"):
         nki.simulate_kernel(false_mask, np.ones((128, 4), np.float32))
+
+
+@nki.jit
+def column_tiles(x):
+    out = nl.ndarray((128, 1), nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(x)  # (128, 4)
+    col = t[:, 2]  # a (128, 1) tile in the legacy API
+    nl.store(out, nl.add(col[:, 0], t[:, 3]))
+    return out
+
+
+def test_an_integer_free_index_keeps_a_tile_two_dimensional():
+    x = np.arange(512, dtype=np.float32).reshape(128, 4)
+    out = nki.simulate_kernel(column_tiles, x)
+    np.testing.assert_array_equal(out, x[:, 2:3] + x[:, 3:4])
+    constructs = {c for _, _, c, _ in column_tiles.migration_report()}
+    assert "t[:, i] as a (P, 1) tile" in constructs
