@@ -521,6 +521,8 @@ class Tensor(NKIObject):
             current_tracer().instructions[ins.index].fold = True
         elif isinstance(value, (int, float, bool)):
             HOOKS["memset"](dst=dst, value=value)
+        elif hasattr(value, "assign_to"):
+            value.assign_to(dst)  # a value computed into its destination (legacy loop_reduce)
         else:
             raise error(f"cannot assign {type(value).__name__} to an NKI tensor")
 

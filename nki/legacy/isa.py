@@ -30,15 +30,15 @@ def _fresh(shape, dtype, buffer=_nl.sbuf):
     return _nl.ndarray(tuple(shape), dtype, buffer=buffer)
 
 
-def _in_sbuf(t, call, operand, engine_name):
-    """`t` where an engine that reads only SBUF can read it: a PSUM tile (a value-returning
+def _in_sbuf(t, call, operand, engine_name, api="nisa"):
+    """`t` where an engine that does not read PSUM can read it: a PSUM tile (a value-returning
     call's result, which the legacy compiler placed itself) is copied to SBUF first, as that
     compiler did; NKI 0.6 asks for the copy in the kernel."""
     if not isinstance(t, Tensor) or t.buffer is not _nl.psum:
         return t
-    report.use(f"nisa.{call}({operand}=<a PSUM tile>)",
-               f"copy the tile to SBUF first (nisa.tensor_copy): the {engine_name} engine reads "
-               "only SBUF")
+    report.use(f"{api}.{call}({operand}=<a PSUM tile>)",
+               f"copy the tile to SBUF first (nisa.tensor_copy): the {engine_name} engine does "
+               "not read PSUM")
     staged = _fresh(t.shape, t.dtype)
     _isa.tensor_copy(dst=staged, src=t)
     return staged

@@ -259,9 +259,29 @@ def spmd_dim(*args, **kwargs):
                 "kernel[grid] and split work with nl.program_id")
 
 
-def loop_reduce(x, op, loop_indices, mask=None, dtype=None):
-    raise error("nl.loop_reduce is not supported: accumulate explicitly (acc[...] = "
-                "nl.add(acc, x)), as NKI 0.6 requires")
+class _LoopReduce:
+    """``nl.loop_reduce(x, op, loop_indices)``'s value: assigned to its destination d
+    (``d[...] = nl.loop_reduce(...)``) it computes d = op(d, x), the equivalence AWS's API
+    documentation gives (``nisa.tensor_tensor(data1=d, data2=x, op=op)``; the destination is
+    the kernel's to initialise)."""
+
+    def __init__(self, x, op, mask):
+        self.x, self.op, self.mask = x, op, mask
+
+    def assign_to(self, dst):
+        dst, x = masked(dst, self.mask), masked(self.x, self.mask)
+        _isa.tensor_tensor(dst=dst, data1=dst, data2=x, op=self.op)
+
+    def __getattr__(self, name):
+        raise error("assign nl.loop_reduce's result to its destination tile "
+                    "(acc[...] = nl.loop_reduce(x, ...)): the destination is also its input")
+
+
+def loop_reduce(x, op, loop_indices, mask=None, dtype=None, **kwargs):
+    report.use("nl.loop_reduce(x, op, loop_indices)",
+               "acc[...] = nl.add(acc, x) (or nisa.tensor_tensor(dst=acc, data1=acc, data2=x, "
+               "op=...)), acc initialised before the loop")
+    return _LoopReduce(x, op, _mask(mask))
 
 
 def static_cast(ndarray, dtype):

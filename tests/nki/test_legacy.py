@@ -277,3 +277,23 @@ def test_an_integer_free_index_keeps_a_tile_two_dimensional():
     np.testing.assert_array_equal(out, x[:, 2:3] + x[:, 3:4])
     constructs = {c for _, _, c, _ in column_tiles.migration_report()}
     assert "t[:, i] as a (P, 1) tile" in constructs
+
+
+@nki.jit
+def loop_reduced(x):
+    out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+    acc = nl.zeros((2, nl.par_dim(128), 64), dtype=nl.float32)
+    for j in nl.affine_range(2):
+        for k in nl.affine_range(3):
+            acc[j, :, :] = nl.loop_reduce(nl.load(x[k]), op=np.add, loop_indices=(k,))
+    nl.store(out, nl.add(acc[0, :, :], acc[1, :, :]))
+    return out
+
+
+def test_loop_reduce_accumulates_into_its_destination():
+    x = np.arange(3 * 128 * 64, dtype=np.float32).reshape(3, 128, 64) / 7
+    out = nki.simulate_kernel(loop_reduced, x)
+    s = (x[0] + x[1]) + x[2]  # the FP32 order of the accumulation
+    np.testing.assert_array_equal(out, s + s)
+    constructs = {c for _, _, c, _ in loop_reduced.migration_report()}
+    assert "nl.loop_reduce(x, op, loop_indices)" in constructs
