@@ -1043,6 +1043,14 @@ class Tracer:
                 continue
             if prod.op in (OP_MATMUL, OP_MATMUL_MX, OP_TRANSPOSE) and dst.buffer is not psum:
                 continue
+            # The producer's write to t moves back to the producer's place: no instruction in
+            # between may touch t's buffer (a memset of `nl.zeros` tiles that a block tensor
+            # allocates on first use, between a load and its assignment, would otherwise land
+            # after the load's data and zero it).
+            if any(v is not None and v._buffer is dst._buffer
+                   for mid in self.instructions[used[0] + 1:i]
+                   for v in list(mid.views.values())):
+                continue
             prod.views["dst"] = dst
             drop.add(i)
         if drop:

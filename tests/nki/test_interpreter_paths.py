@@ -190,3 +190,20 @@ def test_outputs_and_tiles_are_poisoned_unless_written_whole_before_read():
         assert torch.isnan(early).all()
         torch.testing.assert_close(half[:, :4], torch.from_numpy(x[:, :4]), rtol=0, atol=0)
         assert torch.isnan(half[:, 4:]).all()
+
+
+def test_an_assignment_is_not_folded_past_a_write_to_its_destination():
+    # `t[...] = y` with y a fresh load normally makes the load write t directly; a write to t
+    # between the load and the assignment (here a memset) must then stay before the data.
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+        y = nl.load(x)
+        t[...] = 1.0
+        t[...] = y
+        nl.store(out, t)
+        return out
+
+    x = np.arange(512, dtype=np.float32).reshape(128, 4)
+    np.testing.assert_array_equal(nki.simulate(k)(x), x)
