@@ -190,8 +190,13 @@ def store(dst, value, mask=None, **kwargs):
     mask = _mask(mask)
     dst, value = masked(dst, mask), masked(value, mask)
     if isinstance(value, Tensor) and value.shape != dst.shape and value.numel() == dst.numel():
-        value = value.reshape(dst.shape) if value.is_contiguous() else value
-    _nl.store(dst, value)
+        if dst.ndim < value.ndim and not dst._buffer.on_chip and dst.is_contiguous():
+            dst = dst.reshape(value.shape)  # one HBM element (or row) from a [P, F] tile
+        elif value.is_contiguous():
+            value = value.reshape(dst.shape)
+    from nki.legacy.isa import _in_sbuf
+
+    _nl.store(dst, _in_sbuf(value, "store", "value", "DMA", api="nl"))
 
 
 def load_transpose2d(src, mask=None, dtype=None, **kwargs):

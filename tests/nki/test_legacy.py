@@ -297,3 +297,24 @@ def test_loop_reduce_accumulates_into_its_destination():
     np.testing.assert_array_equal(out, s + s)
     constructs = {c for _, _, c, _ in loop_reduced.migration_report()}
     assert "nl.loop_reduce(x, op, loop_indices)" in constructs
+
+
+@nki.jit
+def store_psum(x, w):
+    out = nl.ndarray((128, 128), nl.float32, buffer=nl.shared_hbm)
+    acc = nl.zeros((2, nl.par_dim(128), 128), dtype=nl.float32, buffer=nl.psum)
+    for i in nl.affine_range(2):
+        acc[i, :, :] += nisa.nc_matmul(nl.load(x[i]), nl.load(w))
+    nl.store(out, value=acc[1, :, :])  # a PSUM tile stored: through SBUF
+    return out
+
+
+def test_a_psum_tile_is_stored_through_sbuf():
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 128, 128), dtype=np.float32)
+    w = rng.standard_normal((128, 128), dtype=np.float32)
+    out = nki.simulate_kernel(store_psum, x, w)
+    want = x[1].astype(np.float64).T @ w.astype(np.float64)
+    assert np.all(np.abs(out - want) <= 129 * U32 * (np.abs(x[1]).T.astype(np.float64) @ np.abs(w)))
+    constructs = {c for _, _, c, _ in store_psum.migration_report()}
+    assert "nl.store(value=<a PSUM tile>)" in constructs
