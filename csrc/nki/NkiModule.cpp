@@ -14,6 +14,7 @@
 #include "nki/TimelineDict.h"
 #include "runtime/EngineModel.h"
 #include "runtime/Error.h"
+#include "runtime/TensorTiles.h"
 #include "runtime/nki/DmaModel.h"
 #include "runtime/nki/Interpreter.h"
 #include "runtime/nki/Timeline.h"
@@ -194,6 +195,24 @@ PYBIND11_MODULE(_nki, m) {
       .def_property_readonly("scratch_bytes", &PyExecutable::scratch_bytes)
       .def_property_readonly("instruction_count", &PyExecutable::instruction_count);
   m.def("set_engine_model_path", &nrtsim::set_default_engine_model_path, py::arg("path"));
+  // The tile geometry of `chip` in the engine model file (runtime/TensorTiles.h): the one place
+  // the kernel checker's limits (partitions, PSUM banks, SBUF bytes, matmul sizes) come from.
+  m.def("tensor_tiles", [](const std::string& chip) {
+    try {
+      const nrtsim::TensorTiles& t = nrtsim::tensor_tiles_of(chip.c_str());
+      py::dict d;
+      d["tensor_partitions"] = t.partitions;
+      d["tensor_stationary_columns"] = t.stationary_columns;
+      d["tensor_moving_columns"] = t.moving_columns;
+      d["tensor_min_moving_columns"] = t.min_moving_columns;
+      d["sbuf_partition_bytes"] = t.sbuf_partition_bytes;
+      d["psum_bank_bytes"] = t.psum_bank_bytes;
+      d["psum_banks"] = t.psum_banks;
+      return d;
+    } catch (const nrtsim::Error& e) {
+      throw py::value_error(e.what());
+    }
+  }, py::arg("chip"));
   m.def("set_dma_model_path", &nrtsim::nki::set_default_dma_model_path, py::arg("path"));
   m.def("set_host_kernels", &set_host_kernels, py::arg("capsule"));
 }
