@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "nki/HostKernels.h"
+#include "nki/TilesDict.h"
 #include "nki/TimelineDict.h"
 #include "runtime/EngineModel.h"
 #include "runtime/Error.h"
-#include "runtime/TensorTiles.h"
 #include "runtime/nki/DmaModel.h"
 #include "runtime/nki/Interpreter.h"
 #include "runtime/nki/Timeline.h"
@@ -199,16 +199,7 @@ PYBIND11_MODULE(_nki, m) {
   // the kernel checker's limits (partitions, PSUM banks, SBUF bytes, matmul sizes) come from.
   m.def("tensor_tiles", [](const std::string& chip) {
     try {
-      const nrtsim::TensorTiles& t = nrtsim::tensor_tiles_of(chip.c_str());
-      py::dict d;
-      d["tensor_partitions"] = t.partitions;
-      d["tensor_stationary_columns"] = t.stationary_columns;
-      d["tensor_moving_columns"] = t.moving_columns;
-      d["tensor_min_moving_columns"] = t.min_moving_columns;
-      d["sbuf_partition_bytes"] = t.sbuf_partition_bytes;
-      d["psum_bank_bytes"] = t.psum_bank_bytes;
-      d["psum_banks"] = t.psum_banks;
-      return d;
+      return nki_binding::tiles_dict(nrtsim::tensor_tiles_of(chip.c_str()));
     } catch (const nrtsim::Error& e) {
       throw py::value_error(e.what());
     }
