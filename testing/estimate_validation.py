@@ -27,6 +27,16 @@ NEURON_TRN1_THR = ("AWS Neuron benchmarks, about-neuron/benchmarks/trn1/throughp
                    "(transformers-neuronx, SDK 2.18)")
 NXDI_405B = ("NxD Inference tutorial, libraries/nxd-inference/tutorials/llama405b_perf_comparison.csv "
              "(vLLM + LLMPerf, 10k in / 1.5k out, BS 1)")
+NXDI_BUCKETS = (12288, 12800)  # the tutorials' --max-context-length, --seq-len
+def tnx_buckets(prompt: int, output: int) -> tuple:
+    """transformers-neuronx's default buckets for a model compiled with n_positions = the
+    benchmark's input + output length (its bucket module: token-generation buckets are powers of
+    two from 128 up to n_positions, context-encoding buckets half of each). For a power-of-two
+    n_positions these are the automatic buckets up to (n_positions / 2, n_positions)."""
+    n_positions = prompt + output
+    return (n_positions // 2, n_positions)
+
+
 NXDI_70B = ("NxD Inference tutorial, libraries/nxd-inference/tutorials/llama70b_perf_comparison.csv "
             "(vLLM + LLMPerf, 10k in / 1.5k out, BS 1)")
 TRTLLM_061 = ("TensorRT-LLM docs/source/performance.md (v0.6.1, H100 SXM, FP8 weights and KV cache, "
@@ -57,6 +67,7 @@ class Case:
     speculation: int = 0
     async_host: bool = False
     prefill_batch: int = 1
+    buckets: tuple = ()
     dtype: str = "bfloat16"
     note: str = ""
     group: str = "trn"     # which --rows selects it
@@ -99,43 +110,52 @@ CASES = [
          NEURON_TRN1_NLP + ": 3,530 seq/s (27.49% MFU), AdamW", batch=16, seq_len=128,
          group="trn-train"),
     # Trn1 inference: transformers-neuronx, TP32 on one trn1.32xlarge, FP16 model with BF16
-    # matmuls (projected as bf16: the same bytes and rates), a synchronous generation loop.
+    # matmuls (projected as bf16: the same bytes and rates), a synchronous generation loop,
+    # compiled for the benchmark's input + output length with the library's default buckets.
     Case("Llama-2-7B decode, 1 x trn1, TP32, BS 1, 128 in / 8064 out", "llama-2-7b", "inference",
          "trn1.32xlarge", "tp=32", "tpot_ms", 6.6996, NEURON_TRN1_INF + ": TPOT P50 6.70 ms",
-         prompt=128, output=8064, group="trn-infer"),
+         prompt=128, output=8064, buckets=tnx_buckets(128, 8064),
+         group="trn-infer"),
     Case("Mistral-7B decode, 1 x trn1, TP32, BS 1, 8192 in / 8192 out", "mistral-7b", "inference",
          "trn1.32xlarge", "tp=32", "tpot_ms", 9.892, NEURON_TRN1_INF + ": TPOT P50 9.89 ms",
-         prompt=8192, output=8192, group="trn-infer"),
+         prompt=8192, output=8192, buckets=tnx_buckets(8192, 8192),
+         group="trn-infer"),
     Case("Mistral-7B prefill, 1 x trn1, TP32, BS 1, 8192 in", "mistral-7b", "inference",
          "trn1.32xlarge", "tp=32", "ttft_ms", 1322.9, NEURON_TRN1_INF + ": TTFT P50 1,323 ms",
-         prompt=8192, output=8192, group="trn-infer"),
+         prompt=8192, output=8192, buckets=tnx_buckets(8192, 8192),
+         group="trn-infer"),
     Case("Llama-2-70B decode, 1 x trn1, TP32, BS 1, 128 in / 128 out", "llama-2-70b", "inference",
          "trn1.32xlarge", "tp=32", "tpot_ms", 25.18, NEURON_TRN1_INF + ": TPOT P50 25.18 ms",
-         prompt=128, output=128, group="trn-infer"),
+         prompt=128, output=128, buckets=tnx_buckets(128, 128),
+         group="trn-infer"),
     Case("Llama-3-70B prefill, 1 x trn1, TP32, BS 1, 2048 in", "llama-3-70b", "inference",
          "trn1.32xlarge", "tp=32", "ttft_ms", 547.0, NEURON_TRN1_INF + ": TTFT P50 547 ms",
-         prompt=2048, output=2048, group="trn-infer"),
+         prompt=2048, output=2048, buckets=tnx_buckets(2048, 2048),
+         group="trn-infer"),
     Case("Llama-3-8B decode, int8 weights, 1 x trn1, TP32, BS 8, 128 in / 8064 out", "llama-3-8b",
          "inference", "trn1.32xlarge", "tp=32", "tpot_ms", 9.95,
          NEURON_TRN1_THR + ": TPOT P50 9.95 ms", batch=8, prompt=128, output=8064, weights="int8",
-         group="trn-infer"),
+         buckets=tnx_buckets(128, 8064), group="trn-infer"),
     # Trn2 inference: NxD Inference on one trn2.48xlarge (64 logical cores, LNC 2), served by
-    # vLLM (no async mode in the tutorial's configuration), BF16.
+    # vLLM (no async mode in the tutorial's configuration), BF16, compiled as the tutorials say
+    # (--max-context-length 12288 --seq-len 12800 --enable-bucketing): the 10k prompt runs in
+    # the 12,288-token context-encoding bucket, decode in the 12,800-position bucket.
     Case("Llama-3.1-405B decode, 1 x trn2, TP64, BS 1, 10k in / 1.5k out", "llama-3.1-405b",
          "inference", "trn2.48xlarge", "tp=64", "tpot_ms", 37.9, NXDI_405B + ": TPOT P50 37.9 ms",
-         prompt=10240, output=1536, group="trn-infer"),
+         prompt=10240, output=1536, buckets=NXDI_BUCKETS, group="trn-infer"),
     Case("Llama-3.1-405B prefill, 1 x trn2, TP64, BS 1, 10k in", "llama-3.1-405b", "inference",
          "trn2.48xlarge", "tp=64", "ttft_ms", 2442, NXDI_405B + ": TTFT P50 2,442 ms",
-         prompt=10240, output=1536, group="trn-infer"),
+         prompt=10240, output=1536, buckets=NXDI_BUCKETS, group="trn-infer"),
     Case("Llama-3.3-70B decode, 1 x trn2, TP64, BS 1, 10k in / 1.5k out", "llama-3.3-70b",
          "inference", "trn2.48xlarge", "tp=64", "tpot_ms", 19.6, NXDI_70B + ": TPOT P50 19.6 ms",
-         prompt=10240, output=1536, group="trn-infer"),
+         prompt=10240, output=1536, buckets=NXDI_BUCKETS, group="trn-infer"),
     Case("Llama-3.3-70B prefill, 1 x trn2, TP64, BS 1, 10k in", "llama-3.3-70b", "inference",
          "trn2.48xlarge", "tp=64", "ttft_ms", 814.2, NXDI_70B + ": TTFT P50 814 ms",
-         prompt=10240, output=1536, group="trn-infer"),
+         prompt=10240, output=1536, buckets=NXDI_BUCKETS, group="trn-infer"),
     Case("Llama-3.3-70B fused speculation (Llama-3.2-1B draft, 7 tokens), 1 x trn2, TP64, BS 1",
          "llama-3.3-70b", "inference", "trn2.48xlarge", "tp=64", "tpot_ms", 5.3,
          NXDI_70B + ": TPOT P50 5.3 ms with fused speculation", prompt=10240, output=1536,
+         buckets=NXDI_BUCKETS,
          draft="llama-3.2-1b", speculation=7, group="trn-infer",
          note="acceptance rate not published: the documented default"),
     # Published GPU results.
@@ -170,7 +190,8 @@ def project(case: Case):
                  layout=Layout.parse(case.layout), compare=(), batch=case.batch,
                  seq_len=case.seq_len, prompt=case.prompt, output=case.output, fp8=case.fp8,
                  weights=case.weights, kv_cache=case.kv_cache, speculation=spec,
-                 async_host=case.async_host, prefill_batch=case.prefill_batch, dtype=case.dtype)
+                 async_host=case.async_host, prefill_batch=case.prefill_batch,
+                 buckets=case.buckets, dtype=case.dtype)
     t = e.targets[0]
     p = t.projection
     if case.metric == "tokens_per_s":

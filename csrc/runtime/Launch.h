@@ -24,6 +24,9 @@ namespace detail {
 // Host time spent in launches nested inside the one running on this thread: a CPU fallback's own
 // copies are records of their own, so the fallback's record charges only the rest.
 inline thread_local int64_t t_nested_host_ns = 0;
+// Whether a launch is running on this thread: only a nested launch has an outer one to report
+// its host time to, so only it reads the clock again as it ends.
+inline thread_local bool t_in_launch = false;
 }  // namespace detail
 
 // Runs `body` on `stream` as the launch `op` of `kind`. `work` is read after the body has run, so
@@ -36,10 +39,15 @@ void launch(Stream& stream, const char* op, LaunchKind kind, const Work& work, B
     detail::t_nested_host_ns = 0;
     const int64_t begin = host_now_ns();
     struct Restore {
+      bool nested;
       int64_t outer;
       int64_t begin;
-      ~Restore() { detail::t_nested_host_ns = outer + (host_now_ns() - begin); }
-    } restore{outer_nested, begin};
+      ~Restore() {
+        detail::t_in_launch = nested;
+        if (nested) detail::t_nested_host_ns = outer + (host_now_ns() - begin);
+      }
+    } restore{detail::t_in_launch, outer_nested, begin};
+    detail::t_in_launch = true;
     body();
     LaunchRecord record;
     record.host_begin_ns = begin;

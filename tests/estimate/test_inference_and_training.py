@@ -153,3 +153,39 @@ def test_search_returns_the_fastest_and_the_cheapest_that_fit():
                    for r, _ in f.fitting)
         # Every layout fills the instance (no idle accelerator).
         assert all(r.layout.ranks == f.fitting[0][0].projection["ranks_per_instance"] for r, _ in f.fitting)
+
+
+def test_bucketed_deployment_pads_the_prompt_and_the_kv_positions():
+    from torch_neuronx.estimate._project import auto_buckets
+
+    # NxD Inference's automatic buckets for --max-context-length 12288: powers of two, then 12288.
+    assert auto_buckets(12288) == [128, 256, 512, 1024, 2048, 4096, 8192, 12288]
+    assert auto_buckets(4096) == [128, 256, 512, 1024, 2048, 4096]
+    # A 300-token prompt runs in the 512 bucket, and decode (over 332 positions on average)
+    # attends over the 512 bucket: the same projection as the padded lengths without buckets.
+    kw = dict(workload="inference", layout=Layout(tp=2), output=64, compare=())
+    b = estimate(TINY, prompt=300, buckets=(1024, 2048), **kw).targets[0]
+    padded = estimate(TINY, prompt=512, context=512, **kw).targets[0]
+    assert b.prefill["step_s"] == pytest.approx(padded.prefill["step_s"])
+    assert b.projection["step_s"] == pytest.approx(padded.projection["step_s"])
+    exact = estimate(TINY, prompt=300, **kw).targets[0]
+    assert exact.prefill["step_s"] < b.prefill["step_s"]
+    with pytest.raises(ValueError, match="max context length"):
+        estimate(TINY, prompt=4000, buckets=(2048, 4096), **kw)
+
+
+def test_bucketed_decode_is_charged_the_mean_of_its_steps_buckets():
+    from torch_neuronx.estimate._project import Workload
+
+    # 100 in / 301 out: decode steps 1..300 attend over 101..400 positions: 28 of them in the
+    # 128 bucket, 128 in the 256 bucket, 144 in the 512 bucket (not all 300 in the bucket of the
+    # midpoint, 512).
+    w = Workload(kind="inference", prompt=100, output=301, buckets=(128, 512))
+    assert w.decode_positions == round((28 * 128 + 128 * 256 + 144 * 512) / 300)
+    kw = dict(workload="inference", layout=Layout(tp=2), compare=())
+    b = estimate(TINY, prompt=100, output=301, buckets=(128, 512), **kw).targets[0]
+    at_mean = estimate(TINY, prompt=128, output=64, context=w.decode_positions, **kw).targets[0]
+    assert b.projection["step_s"] == pytest.approx(at_mean.projection["step_s"])
+    # The request's last position must fit the compiled sequence length.
+    with pytest.raises(ValueError, match="sequence length"):
+        Workload(kind="inference", prompt=100, output=500, buckets=(128, 512))

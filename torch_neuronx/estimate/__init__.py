@@ -114,12 +114,12 @@ class Estimate:
 
 
 def _workload(workload, *, batch, seq_len, context, prompt, output, dtype, compiled, fp8, weights,
-              speculation, async_host, kv_cache="bf16", prefill_batch=1) -> Workload:
+              speculation, async_host, kv_cache="bf16", prefill_batch=1, buckets=()) -> Workload:
     dtype_name = str(dtype).replace("torch.", "") if not isinstance(dtype, str) else dtype
     return Workload(kind=workload, batch=batch, seq_len=seq_len, prompt=prompt, output=output,
                     context=context, dtype=dtype_name, compiled=compiled, fp8=fp8,
                     weights=weights, speculation=speculation, async_host=async_host,
-                    kv_cache=kv_cache, prefill_batch=prefill_batch)
+                    kv_cache=kv_cache, prefill_batch=prefill_batch, buckets=tuple(buckets or ()))
 
 
 def estimate(
@@ -144,6 +144,7 @@ def estimate(
     async_host: bool = True,
     kv_cache: str = "bf16",
     prefill_batch: int = 1,
+    buckets: tuple = (),
     data: str | None = None,
     prices: dict | None = None,
     allow_overcommit: bool = False,
@@ -173,11 +174,14 @@ def estimate(
     FP8 rate. async_host=False: a serving loop that waits for each step on the host (the data
     file's host_step_us per step). kv_cache: "bf16" or "fp8". prefill_batch: requests prefilled
     together (1: one at a time, NxD Inference's default; `batch`: static batching).
-    prices: {instance: USD per hour}."""
+    buckets: (max context length, sequence length) of a deployment compiled with NxD Inference's
+    automatic buckets (transformers-neuronx's defaults for a power-of-two n_positions N: (N/2,
+    N)): the prompt is padded to its context-encoding bucket, each decode step attends over its
+    token-generation bucket. prices: {instance: USD per hour}."""
     w = _workload(workload, batch=batch, seq_len=seq_len, context=context, prompt=prompt,
                   output=output, dtype=dtype, compiled=compiled, fp8=fp8, weights=weights,
                   speculation=speculation, async_host=async_host, kv_cache=kv_cache,
-                  prefill_batch=prefill_batch)
+                  prefill_batch=prefill_batch, buckets=buckets)
     ctx = Context(model, w, data=data, prices=prices, progress=progress)
     for name in [instance, *compare]:
         ctx.check_instance(name)
@@ -234,8 +238,8 @@ def search(model, *, workload: str = "train", instances_to_try=("trn2.48xlarge",
            batch: int = 1, seq_len: int = 2048, context: int = 0, prompt: int = 2048,
            output: int = 256, dtype=torch.bfloat16, compiled: bool = True, fp8: bool = False,
            weights: str = "bf16", speculation: Speculation | None = None, async_host: bool = True,
-           kv_cache: str = "bf16", prefill_batch: int = 1, data: str | None = None,
-           prices: dict | None = None, progress=None) -> dict:
+           kv_cache: str = "bf16", prefill_batch: int = 1, buckets: tuple = (),
+           data: str | None = None, prices: dict | None = None, progress=None) -> dict:
     """Every layout `count` whole instances of each type allow (tp, pp, dp, ep, adp, recompute,
     ZeRO-1, micro-batch size; batches for inference), projected: {instance: InstanceSearch}
     with the fastest and the cheapest layout that fit."""
@@ -244,7 +248,7 @@ def search(model, *, workload: str = "train", instances_to_try=("trn2.48xlarge",
     w = _workload(workload, batch=batch, seq_len=seq_len, context=context, prompt=prompt,
                   output=output, dtype=dtype, compiled=compiled, fp8=fp8, weights=weights,
                   speculation=speculation, async_host=async_host, kv_cache=kv_cache,
-                  prefill_batch=prefill_batch)
+                  prefill_batch=prefill_batch, buckets=buckets)
     ctx = Context(model, w, data=data, prices=prices, progress=progress)
     out = {}
     for name in instances_to_try:

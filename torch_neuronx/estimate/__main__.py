@@ -30,6 +30,16 @@ def _parse_prices(items):
     return prices
 
 
+def _parse_buckets(text):
+    if not text:
+        return ()
+    try:
+        max_context, seq_len = (int(v) for v in text.split(","))
+    except ValueError:
+        raise SystemExit(f"--buckets {text!r}: use MAX_CONTEXT,SEQ_LEN, e.g. 12288,12800")
+    return (max_context, seq_len)
+
+
 class _Progress:
     """Progress lines on stderr for runs longer than a moment."""
 
@@ -76,6 +86,11 @@ def main(argv=None) -> int:
                         help="inference: KV cache as stored")
     parser.add_argument("--prefill-batch", type=int, default=1,
                         help="inference: requests prefilled together (1: one at a time; --batch: static batching)")
+    parser.add_argument("--buckets", default=None, metavar="MAX_CONTEXT,SEQ_LEN",
+                        help="inference: NxD Inference's automatic buckets up to these lengths (the "
+                             "prompt padded to its context-encoding bucket, decode over its "
+                             "token-generation bucket; transformers-neuronx's defaults for "
+                             "n_positions N, a power of two: N/2,N)")
     parser.add_argument("--draft", default=None, help="inference: draft model for speculative decoding")
     parser.add_argument("--speculation", type=int, default=4, help="draft tokens proposed per step")
     parser.add_argument("--acceptance", type=float, default=DEFAULT_ACCEPTANCE,
@@ -120,7 +135,8 @@ def main(argv=None) -> int:
                   output=args.output, dtype=getattr(torch, args.dtype), compiled=not args.eager,
                   fp8=args.fp8, weights=args.weights, speculation=speculation,
                   async_host=not args.sync_host, kv_cache=args.kv_cache,
-                  prefill_batch=args.prefill_batch, data=args.data, prices=_parse_prices(args.price),
+                  prefill_batch=args.prefill_batch, buckets=_parse_buckets(args.buckets),
+                  data=args.data, prices=_parse_prices(args.price),
                   progress=progress)
     try:
         if args.script:
@@ -168,7 +184,7 @@ def _search(args, compare, common, search) -> int:
     from torch_neuronx.estimate._project import Workload
 
     w = Workload(kind=args.workload, batch=args.batch, seq_len=args.seq_len, prompt=args.prompt,
-                 output=args.output, context=args.context)
+                 output=args.output, context=args.context, buckets=_parse_buckets(args.buckets))
     print(search_summary(results, w))
     if args.out_dir:
         png = write_search_png(results, w, os.path.join(args.out_dir, "search.png"))

@@ -57,6 +57,10 @@ class Workload:
     async_host: bool = True   # inference: the host loop overlaps the device
     kv_cache: str = "bf16"    # inference: KV cache stored as bf16 or fp8
     prefill_batch: int = 1    # inference: requests prefilled together (static batching: batch)
+    # inference: (max context length, sequence length) of a bucketed deployment (NxD Inference's
+    # --enable-bucketing): the prompt runs padded to its context-encoding bucket and each decode
+    # step attends over its token-generation bucket's positions. (): exact lengths.
+    buckets: tuple = ()
 
     def __post_init__(self):
         if self.kind not in WORKLOADS:
@@ -72,6 +76,17 @@ class Workload:
                 raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
         if self.kind == "train" and (self.weights != "bf16" or self.speculation is not None):
             raise ValueError("quantized weights and speculative decoding are inference settings")
+        if self.buckets:
+            if self.kind == "train" or len(self.buckets) != 2:
+                raise ValueError("buckets=(max context length, sequence length) is an inference "
+                                 "setting of two lengths")
+            max_context, seq_len = self.buckets
+            # The last KV position a decode step attends over (a prefill alone has none).
+            last = 0 if self.kind == "prefill" else self.context or self.prompt + self.output
+            if self.prompt > max_context or last > seq_len:
+                raise ValueError(f"buckets={self.buckets}: the prompt ({self.prompt}) must fit the "
+                                 f"max context length and the KV positions ({last}) the sequence "
+                                 "length; raise them")
 
     @property
     def training(self) -> bool:
@@ -80,6 +95,51 @@ class Workload:
     @property
     def decode_context(self) -> int:
         return self.context or self.prompt + max(1, self.output // 2)
+
+    @property
+    def prefill_tokens(self) -> int:
+        """Prompt tokens one prefill computes: the prompt, or its context-encoding bucket."""
+        return bucket_for(self.prompt, self.buckets[0]) if self.buckets else self.prompt
+
+    @property
+    def decode_positions(self) -> int:
+        """KV positions a decode step attends over: the context, or its token-generation bucket.
+        Over a whole request (no `context` given) the attention's work grows with the positions,
+        so a step is charged their mean over the request's steps, as the unbucketed midpoint is;
+        with buckets, the mean of each step's bucket (a request that crosses from the 4,096 to
+        the 8,192 bucket spends part of its steps in each), not the bucket of the midpoint."""
+        if not self.buckets:
+            return self.decode_context
+        if self.context or self.kind != "inference":
+            return bucket_for(self.decode_context, self.buckets[1])
+        sizes = auto_buckets(self.buckets[1])
+        # Decode step k (1 .. output-1) attends over the prompt and the k tokens generated so far.
+        first, last = self.prompt + 1, self.prompt + max(1, self.output - 1)
+        total, lo = 0, first
+        for size in sizes:
+            if size < lo:
+                continue
+            hi = min(size, last)
+            total += (hi - lo + 1) * size
+            lo = hi + 1
+            if lo > last:
+                break
+        return round(total / (last - first + 1))
+
+
+def auto_buckets(max_length: int, min_length: int = 128) -> list[int]:
+    """NxD Inference's automatic buckets (its autobucketing module): powers of two from
+    `min_length` up to, not including, the one nearest `max_length`, then `max_length` itself."""
+    if max_length <= min_length:
+        return [max_length]
+    top = round(math.log2(max_length))
+    return [2 ** i for i in range(int(math.log2(min_length)), top)] + [max_length]
+
+
+def bucket_for(length: int, max_length: int) -> int:
+    """The smallest automatic bucket that holds `length` tokens (a compiled program per bucket:
+    shorter inputs are padded to it)."""
+    return next(b for b in auto_buckets(max_length) if b >= length)
 
 
 @dataclass
@@ -227,7 +287,7 @@ class Context:
                      expert_rows_scale=(layout.adp / ep) if not draft else 1.0,
                      batch=max(1, w.prefill_batch // layout.adp) if phase == "prefill"
                      else w.batch // layout.adp,
-                     seq_len=w.prompt, context=w.decode_context, query=q,
+                     seq_len=w.prefill_tokens, context=w.decode_positions, query=q,
                      dtype=str(self.dtype).replace("torch.", ""))
 
     # ------------------------------------------------------------------------------------------
@@ -304,7 +364,7 @@ class Context:
             facts["draft_kv_cache_bytes_per_rank"] = dfacts["kv_cache_bytes_per_rank"]
         trace = t.stage_trace(layers, extra=extra) if t.period is not None else t.outside
         tokens = (w.batch * w.seq_len if phase == "train" else
-                  w.prompt * shape.batch if phase == "prefill" else w.batch // layout.adp)
+                  w.prefill_tokens * shape.batch if phase == "prefill" else w.batch // layout.adp)
         spec = w.speculation if phase == "decode" else None
         workload = dict(
             phase=phase, tokens_per_microbatch=float(tokens), compiled=w.compiled,

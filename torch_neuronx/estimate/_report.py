@@ -36,12 +36,16 @@ def _headline(e) -> str:
     w = e.workload
     what = {
         "train": f"training step: micro-batch {w.batch} x {w.seq_len} tokens",
-        "decode": f"decode step: batch {w.batch}, KV cache {w.decode_context} positions",
-        "prefill": f"prefill: {w.prompt} prompt tokens",
+        "decode": f"decode step: batch {w.batch}, KV cache {w.decode_positions} positions",
+        "prefill": f"prefill: {w.prompt} prompt tokens"
+                   + (f" (bucket {w.prefill_tokens})" if w.prefill_tokens != w.prompt else ""),
         "inference": f"inference: {w.prompt} in / {w.output} out, batch {w.batch}",
     }[w.kind]
     if w.weights != "bf16":
         what += f", {w.weights} weights"
+    if w.buckets and w.kind == "inference":
+        what += (f", bucketed: prefill of {w.prefill_tokens} tokens, decode over "
+                 f"{w.decode_positions} positions (the mean of its steps' buckets)")
     if w.speculation is not None:
         s = w.speculation
         what += (f", speculative decoding ({s.tokens} tokens/step, acceptance {s.acceptance:g}, "

@@ -11,6 +11,7 @@
 
 #include "backend/core/NeuronRuntime.h"
 #include "runtime/HbmAllocator.h"
+#include "runtime/SpinLock.h"
 
 namespace torch_neuronx {
 namespace {
@@ -38,9 +39,39 @@ struct Block {
   c10::DeviceIndex device;
 };
 
+using CachedBlocks = std::multimap<size_t, void*>;  // size class -> free block, best fit first
+using LiveBlocks = std::unordered_map<void*, Block>;  // live allocations, by address
+
 struct DeviceState {
-  std::multimap<size_t, void*> cached;  // size class -> free block, best fit first
+  CachedBlocks cached;
   DeviceStats stats;
+};
+
+// Map nodes set aside for reuse. An allocation moves a block from the cache's map to the live
+// map and a free moves it back; recycling the nodes keeps a warm allocate/free pair free of heap
+// calls, which were a measurable share of a small op's cost.
+template <class Map>
+class SpareNodes {
+ public:
+  void keep(typename Map::node_type node) {
+    if (nodes_.size() < kCapacity) nodes_.push_back(std::move(node));
+  }
+  template <class Key, class Value>
+  void insert(Map& map, Key key, Value value) {
+    if (nodes_.empty()) {
+      map.emplace(key, value);
+      return;
+    }
+    typename Map::node_type node = std::move(nodes_.back());
+    nodes_.pop_back();
+    node.key() = key;
+    node.mapped() = value;
+    map.insert(std::move(node));
+  }
+
+ private:
+  static constexpr size_t kCapacity = 64;
+  std::vector<typename Map::node_type> nodes_;
 };
 
 StatType pool_of(size_t size) { return size < kSmallRequest ? StatType::SMALL_POOL : StatType::LARGE_POOL; }
@@ -61,13 +92,13 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
     const c10::Device where(c10::DeviceType::PrivateUse1, device);
     if (nbytes == 0) return c10::DataPtr(nullptr, nullptr, &free_ptr, where);
 
-    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    std::lock_guard<nrtsim::RecursiveSpinLock> lock(mutex_);
     DeviceState& state = state_of(device);
     size_t size = round_size(nbytes);
     void* ptr = take_cached(state, size);  // a cached block may be larger: `size` becomes its size
     // The core (and its validation) only when HBM itself is asked: a cache hit needs neither.
     if (ptr == nullptr) ptr = reserve(core(device), state, nbytes, size);
-    blocks_.emplace(ptr, Block{ptr, size, nbytes, device});
+    spare_live_.insert(blocks_, ptr, Block{ptr, size, nbytes, device});
     increase(state.stats.allocation, size, 1);
     increase(state.stats.active, size, 1);
     increase(state.stats.allocated_bytes, size, size);
@@ -86,7 +117,7 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
 
   void emptyCache(c10::MempoolId_t) override {
     if (!nrtsim::Runtime::is_initialized() || nrtsim::Runtime::in_forked_child()) return;
-    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    std::lock_guard<nrtsim::RecursiveSpinLock> lock(mutex_);
     for (size_t device = 0; device < states_.size(); ++device) {
       if (states_[device]) release_cached(core(static_cast<c10::DeviceIndex>(device)), *states_[device]);
     }
@@ -99,13 +130,13 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
 
   DeviceStats getDeviceStats(c10::DeviceIndex device) override {
     device = resolve_device_index(device);  // the single core's alias is neuron:0
-    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    std::lock_guard<nrtsim::RecursiveSpinLock> lock(mutex_);
     return state_of(device).stats;
   }
 
   void resetAccumulatedStats(c10::DeviceIndex device) override {
     device = resolve_device_index(device);  // the single core's alias is neuron:0
-    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    std::lock_guard<nrtsim::RecursiveSpinLock> lock(mutex_);
     DeviceStats& stats = state_of(device).stats;
     for (auto* array : all_arrays(stats)) {
       for (auto& stat : *array) stat.reset_accumulated();
@@ -121,7 +152,7 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
 
   void resetPeakStats(c10::DeviceIndex device) override {
     device = resolve_device_index(device);  // the single core's alias is neuron:0
-    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    std::lock_guard<nrtsim::RecursiveSpinLock> lock(mutex_);
     DeviceStats& stats = state_of(device).stats;
     for (auto* array : all_arrays(stats)) {
       for (auto& stat : *array) stat.reset_peak();
@@ -136,16 +167,16 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
   }
 
   bool owns(void* ptr) {
-    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    std::lock_guard<nrtsim::RecursiveSpinLock> lock(mutex_);
     return blocks_.count(ptr) != 0;
   }
 
   void free(void* ptr) {
-    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    std::lock_guard<nrtsim::RecursiveSpinLock> lock(mutex_);
     auto it = blocks_.find(ptr);
     TORCH_INTERNAL_ASSERT(it != blocks_.end(), "neuron allocator: freeing an unknown pointer");
     const Block block = it->second;
-    blocks_.erase(it);
+    spare_live_.keep(blocks_.extract(it));
     DeviceState& state = state_of(block.device);
     decrease(state.stats.allocation, block.size, 1);
     decrease(state.stats.active, block.size, 1);
@@ -153,7 +184,7 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
     decrease(state.stats.active_bytes, block.size, block.size);
     decrease(state.stats.requested_bytes, block.size, block.requested);
     if (nrtsim::Runtime::in_forked_child()) return;  // the parent's memory: leave it be
-    state.cached.emplace(block.size, block.ptr);
+    spare_cached_.insert(state.cached, block.size, block.ptr);
   }
 
  private:
@@ -174,12 +205,12 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
   // Best fit among cached blocks of the same size class or up to one class larger. Sets `size`
   // to the block's real size: recording the smaller requested class instead would make the stats
   // and the cache give back less than was reserved, so memory_reserved() would drift upwards.
-  static void* take_cached(DeviceState& state, size_t& size) {
+  void* take_cached(DeviceState& state, size_t& size) {
     auto it = state.cached.lower_bound(size);
     if (it == state.cached.end() || it->first > size + size / 4) return nullptr;
     void* ptr = it->second;
     size = it->first;
-    state.cached.erase(it);
+    spare_cached_.keep(state.cached.extract(it));
     return ptr;
   }
 
@@ -216,9 +247,13 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
     state.cached.clear();
   }
 
-  std::recursive_mutex mutex_;
-  std::unordered_map<void*, Block> blocks_;  // live allocations, by address
+  // Re-entrant, as the allocator's lock has always been; a spin lock because a warm allocate or
+  // free holds it for a few map operations.
+  nrtsim::RecursiveSpinLock mutex_;
+  LiveBlocks blocks_;
   std::vector<std::unique_ptr<DeviceState>> states_;
+  SpareNodes<LiveBlocks> spare_live_;
+  SpareNodes<CachedBlocks> spare_cached_;
 };
 
 // Never destroyed: tensors owned by other static objects are freed during exit.

@@ -760,11 +760,25 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupNeuron::split(
   (void)store;
   std::string key;
   for (int r : ranks) key += std::to_string(r) + ",";
+  // One child per splitGroup call. torch 2.13 asks once per device type that maps to this
+  // backend and keeps the first answer; a second child would go through a whole rendezvous
+  // (segment, and the Gloo meshes of a group spanning hosts) only to be destroyed as soon as
+  // splitGroup returns. A rank that dropped it first closed its Gloo connections while a slower
+  // peer was still in that child's connectFullMesh, which then failed with "Connection closed by
+  // peer" (the 8-host simulation, once in three runs). torch names each split_group call
+  // uniquely (a hashed group name), the same on every member.
+  const std::string call = opts && !opts->group_name.empty() ? key + "|" + opts->group_name : "";
+  if (!call.empty() && call == last_split_call_) {
+    if (auto child = last_split_.lock()) return child;
+  }
   const int generation = splits_[key]++;
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>(
       "nrtsim-split/" + key + "/" + std::to_string(generation), store_);
-  return c10::make_intrusive<ProcessGroupNeuron>(prefixed, static_cast<int>(mine - ranks.begin()),
-                                                 static_cast<int>(ranks.size()), options);
+  auto child = c10::make_intrusive<ProcessGroupNeuron>(
+      prefixed, static_cast<int>(mine - ranks.begin()), static_cast<int>(ranks.size()), options);
+  last_split_call_ = call;
+  last_split_ = child;
+  return child;
 }
 
 }  // namespace torch_neuronx::distributed

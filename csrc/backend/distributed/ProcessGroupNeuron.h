@@ -168,7 +168,13 @@ class ProcessGroupNeuron : public c10d::Backend {
   // One collective at a time per group and process: threads that share a group (an autograd
   // worker, the main thread) must not interleave their steps through its slots.
   std::mutex collective_mutex_;
-  std::map<std::string, int> splits_;  // split() calls per rank list, for unique Store keys
+  std::map<std::string, int> splits_;  // children made per rank list, for unique Store keys
+  // The child of the last split() and the split_group call it came from (torch's group name):
+  // torch 2.13's ProcessGroup::splitGroup calls split() once per device type the parent maps to
+  // this backend (cpu and neuron) and keeps only the first child, so the second call of the same
+  // splitGroup must answer that child instead of building, and at once dropping, another.
+  std::string last_split_call_;
+  c10::weak_intrusive_ptr<c10d::Backend> last_split_{c10::intrusive_ptr<c10d::Backend>()};
 };
 
 }  // namespace torch_neuronx::distributed

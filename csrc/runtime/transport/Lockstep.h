@@ -49,13 +49,12 @@ class Lockstep {
   void next_step() { ++step_; }
 
   // Whether an operation moving `bytes` in all tries mapped memory (the same answer on every
-  // rank whose descriptor matches). `slot_part`, for operations that only copy (broadcast,
-  // gather, scatter): what one rank's slot carries of the message on the slot path. There mapped
-  // memory saves only that one copy but costs a second barrier (with more ranks than cores,
-  // about as much as copying a MiB or two), so it is taken once one rank's part is a quarter of
-  // a step (1 MiB with the default slots). Measured for all_gather at 4 ranks on 2 cores, mapped
-  // against slots: 1 MiB per rank, 1.79-2.24 ms against 2.16-2.99 (Intel Xeon) and 1.81-1.84
-  // against 1.68-1.71 (AMD EPYC); 4 MiB per rank, 5.6-6.0 ms against 8.1-8.3 (Intel Xeon).
+  // rank whose descriptor matches). `slot_part`, for operations where one rank copies what the
+  // others only hand over (broadcast, gather, scatter): what one rank's slot carries of the
+  // message on the slot path. There mapped memory saves only that one copy but costs a second
+  // barrier (with more ranks than cores, about as much as copying a MiB or two), so it is taken
+  // once one rank's part is a quarter of a step (1 MiB with the default slots). All-gather passes
+  // none: every rank copies the whole output either way (Allgather.cpp).
   bool use_mapped(size_t bytes, size_t slot_part = 0) const {
     return negotiated_.mapped && size() > 1 && bytes >= negotiated_.mapped_min_bytes &&
            (slot_part == 0 || slot_part >= half_bytes_ / 4);

@@ -261,6 +261,13 @@ def check_subgroups():
     if RANK in (0, WORLD - 1):
         dist.barrier(group=ends)
     split = dist.split_group(split_ranks=[[0, 1], list(range(2, WORLD))])
+    # One child per split: torch 2.13 asks the backend once per device type (cpu, neuron) and
+    # keeps the first; a second child's rendezvous (under the next generation of the rank list's
+    # keys) would be built and dropped at once, racing slower members (see ProcessGroupNeuron.h).
+    mine = ",".join(str(r) for r in ([0, 1] if RANK < 2 else range(2, WORLD))) + ","
+    _, world_store = dist.distributed_c10d._world.pg_map[dist.group.WORLD]
+    made = [world_store.check([f"neuron//nrtsim-split/{mine}/{g}/nrtsim/host/0"]) for g in (0, 1)]
+    assert made == [True, False], f"split children made (generations 0, 1): {made}"
     y = torch.full((1,), float(RANK), device=DEV)
     dist.all_reduce(y, group=split)
     peers = [0, 1] if RANK < 2 else list(range(2, WORLD))
