@@ -229,8 +229,11 @@ def grid_index(tensor, key):
 
 def masked(t, mask):
     """`t` narrowed to what `mask` keeps: dims from grid axes by axis, others by position."""
-    if mask is None or not isinstance(t, Tensor):
-        return t
+    if mask is None or mask is True or not isinstance(t, Tensor):
+        return t  # a condition the kernel's trace already decided true (mask=i >= j) keeps all
+    if mask is False:
+        raise error("mask= is a condition false at trace time (it would skip the instruction); "
+                    "skip it with a Python if instead")
     bounds = mask.axis_bounds()
     grid = getattr(t, "_grid_axes", None)
     by_position = {a.position: b for a, b in bounds.items()}

@@ -51,13 +51,16 @@ class BlockTensor:
     grid of independent [P, F...] tiles, each allocated when first used, as NKI's allocator
     treats block dims (NKI 0.6 spells it as a Python list of tiles)."""
 
-    def __init__(self, blocks, tile_shape, dtype, buffer, fill=None):
+    def __init__(self, blocks, tile_shape, dtype, buffer, fill=None, tiles=None, prefix=()):
         self.blocks = tuple(blocks)
         self.tile_shape = tuple(tile_shape)
         self.dtype = _core.as_dtype(dtype)
         self.buffer = buffer
         self.fill = fill
-        self.tiles = {}
+        # The tiles by their full block index; a view of some leading block dims (t[i] of
+        # (A, B, par_dim(P), F)) shares its parent's tiles under its `prefix`.
+        self.tiles = {} if tiles is None else tiles
+        self.prefix = tuple(prefix)
 
     @property
     def shape(self):
@@ -75,6 +78,7 @@ class BlockTensor:
         for i, n in zip(index, self.blocks):
             if not 0 <= i < n:
                 raise error(f"block index {index} is out of range for blocks {self.blocks}")
+        index = self.prefix + index
         t = self.tiles.get(index)
         if t is None:
             t = _nl.ndarray(self.tile_shape, self.dtype, buffer=self.buffer)
@@ -88,7 +92,23 @@ class BlockTensor:
         nb = len(self.blocks)
         return self._tile(key[:nb]), key[nb:]
 
+    def _leading(self, key):
+        """The view that integers for only some leading block dims select (t[i] of
+        (A, B, par_dim(P), F) is (B, par_dim(P), F)), or None."""
+        key = key if isinstance(key, tuple) else (key,)
+        if not 0 < len(key) < len(self.blocks) or not builtins.all(_core._is_int(i) for i in key):
+            return None
+        index = tuple(int(i) for i in key)
+        for i, n in zip(index, self.blocks):
+            if not 0 <= i < n:
+                raise error(f"block index {index} is out of range for blocks {self.blocks}")
+        return BlockTensor(self.blocks[len(index):], self.tile_shape, self.dtype, self.buffer,
+                           self.fill, tiles=self.tiles, prefix=self.prefix + index)
+
     def __getitem__(self, key):
+        view = self._leading(key)
+        if view is not None:
+            return view
         tile, rest = self._split(key)
         return tile[rest] if rest else tile
 

@@ -208,3 +208,55 @@ def test_numpy_reduction_as_op():
     a = np.random.default_rng(0).random((128, 64), dtype=np.float32)
     np.testing.assert_array_equal(nki.simulate_kernel(negated_row_max, a)[:, 0], -a.max(axis=1))
     assert any(c == "np.max as op=" for _, _, c, _ in negated_row_max.migration_report())
+
+
+@nki.jit
+def psum_operands(x, w):
+    """Value-returning results in PSUM used where engines read only SBUF (the legacy compiler
+    placed them), a block tensor indexed by a leading block index, and masks decided at trace
+    time."""
+    out = nl.ndarray((2, 128, 128), nl.float32, buffer=nl.shared_hbm)
+    blocks = nl.ndarray((2, 2, nl.par_dim(128), 128), dtype=nl.float32, buffer=nl.sbuf)
+    for i in nl.affine_range(2):
+        row = blocks[i]  # (2, par_dim(128), 128): a view of blocks' tiles
+        for j in nl.affine_range(2):
+            row[j, :, :] = nl.load(x[i * 2 + j])
+    wt = nl.load(w)
+    for i in nl.affine_range(2):
+        keep = i >= 0  # a Python bool: True keeps everything
+        t = nisa.nc_transpose(blocks[i, 0, :, :], mask=keep)  # in PSUM
+        prod = nisa.nc_matmul(t, wt, mask=keep)  # stationary from PSUM
+        i_q = nl.arange(128)[:, None]
+        i_k = nl.arange(128)[None, :]
+        causal = nisa.affine_select(pred=(i_q - i_k >= 0), on_true_tile=prod,  # from PSUM
+                                    on_false_value=0.0)
+        nl.store(out[i], nl.add(causal, blocks[i, 1, :, :]))
+    return out
+
+
+def test_psum_operands_block_views_and_trace_time_masks(capsys):
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((4, 128, 128), dtype=np.float32)
+    w = rng.standard_normal((128, 128), dtype=np.float32)
+    out = nki.simulate_kernel(psum_operands, x, w)
+    q, k = np.indices((128, 128))
+    for i in range(2):
+        prod = x[2 * i].astype(np.float64) @ w.astype(np.float64)  # (x^T)^T @ w
+        bound = 129 * U32 * (np.abs(x[2 * i]).astype(np.float64) @ np.abs(w)) + U32 * np.abs(x[2 * i + 1])
+        want = np.where(q >= k, prod, 0.0) + x[2 * i + 1]
+        assert np.all(np.abs(out[i] - want) <= bound)
+    constructs = {c for _, _, c, _ in psum_operands.migration_report()}
+    assert {"nisa.nc_matmul(stationary=<a PSUM tile>)",
+            "nisa.affine_select(on_true_tile=<a PSUM tile>)"} <= constructs
+
+
+@nki.jit
+def false_mask(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.copy(nl.load(x), mask=(1 < 0)))
+    return out
+
+
+def test_a_mask_false_at_trace_time_is_refused():
+    with pytest.raises(Exception, match="false at trace time"):
+        nki.simulate_kernel(false_mask, np.ones((128, 4), np.float32))
