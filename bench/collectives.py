@@ -22,6 +22,7 @@ Last, the TP x FSDP training step of the tiny Llama (TP=2 x FSDP=2) on neuron vs
 CPU with Gloo.
 
     python bench/collectives.py [--min-kib 4] [--max-mib 256] [--reps 12] [--ranks 4] [--skip-step]
+                                [--legacy-names]
 """
 
 from __future__ import annotations
@@ -127,6 +128,13 @@ def worker(args) -> None:
             order = order[1:] + order[:1]
         return {name: statistics.median(v) for name, v in times.items()}
 
+    # torch 2.13 renamed the one-tensor forms (all_gather_single, reduce_scatter_single); the old
+    # names still work but go through a deprecation wrapper that warns on every call, a per-call
+    # cost of the caller's, not of either backend. --legacy-names measures the old names.
+    legacy = args.legacy_names or not hasattr(dist, "all_gather_single")
+    all_gather = dist.all_gather_into_tensor if legacy else dist.all_gather_single
+    reduce_scatter = dist.reduce_scatter_tensor if legacy else dist.reduce_scatter_single
+
     def make(op, n, group, device):
         if op == "all_reduce":
             x = torch.ones(n, device=device)
@@ -134,10 +142,10 @@ def worker(args) -> None:
         if op == "all_gather_into_tensor":
             out = torch.empty(n, device=device)
             inp = torch.ones(n // world, device=device)
-            return lambda: dist.all_gather_into_tensor(out, inp, group=group), (world - 1) / world
+            return lambda: all_gather(out, inp, group=group), (world - 1) / world
         out = torch.empty(n // world, device=device)
         inp = torch.ones(n, device=device)
-        return lambda: dist.reduce_scatter_tensor(out, inp, group=group), (world - 1) / world
+        return lambda: reduce_scatter(out, inp, group=group), (world - 1) / world
 
     # memcpy references: one thread alone (rank 0, the others waiting), then every rank at once.
     big = args.max_mib << 20
@@ -239,6 +247,8 @@ def main():
     parser.add_argument("--reps", type=int, default=12)
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--skip-step", action="store_true", help="collectives only, no TP x FSDP step")
+    parser.add_argument("--legacy-names", action="store_true",
+                        help="call all_gather_into_tensor / reduce_scatter_tensor (deprecated in torch 2.13)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:

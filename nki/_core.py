@@ -204,42 +204,39 @@ ENGINE_NAMES = ("tensor", "vector", "scalar", "gpsimd", "dma")
 # Instructions that take MX x4 operands (the rest refuse them).
 PACKED_OPS = (OP_DMA, OP_COPY, OP_MEMSET, OP_QUANTIZE_MX, OP_MATMUL_MX)
 
-# The hardware data file the interpreter takes each chip's figures from: the file shipped beside
-# this package (NRTSIM_ENGINE_MODEL overrides it, as for the runtime).
-_nki.set_engine_model_path(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))), "torch_neuronx", "data", "neuron_cores.ini"))
+# The hardware data file the runtime reads (torch_neuronx/data/neuron_cores.ini, shipped beside
+# this package; NRTSIM_ENGINE_MODEL overrides it, as for the runtime): the interpreter times
+# kernels with its core figures, and the tile geometry below comes from it.
+ENGINE_MODEL_PATH = os.path.join(os.path.dirname(_PACKAGE_DIR), "torch_neuronx", "data",
+                                 "neuron_cores.ini")
+_nki.set_engine_model_path(ENGINE_MODEL_PATH)
+
+# Per NeuronCore version: its chip section of the data file, whose tile geometry (runtime/
+# TensorTiles.h) gives each target's SBUF bytes per partition and the moving free size limit
+# of one matmul.
+TARGETS = {
+    name: dict(version=version, chip=chip,
+               sbuf_partition_bytes=_nki.tensor_tiles(chip)["sbuf_partition_bytes"],
+               moving_fmax=_nki.tensor_tiles(chip)["tensor_moving_columns"])
+    for name, version, chip in (("trn1", 2, "Trainium1"), ("trn2", 3, "Trainium2"),
+                                ("trn3", 4, "Trainium3"))
+}
 
 
-def _target(version, chip):
-    """A target's NeuronCore version, its section of the data file, and its tile geometry as that
-    file defines it (tensor_* / sbuf_* / psum_* keys; shared/research/trainium_nki.md §1.2):
-    SBUF bytes per partition, the moving free size of one matmul, partitions, stationary
-    columns, PSUM banks and their bytes."""
-    t = _nki.tensor_tiles(chip)
-    return dict(version=version, chip=chip, sbuf_partition_bytes=t["sbuf_partition_bytes"],
-                moving_fmax=t["moving_columns"], pmax=t["partitions"],
-                stationary_fmax=t["stationary_columns"], psum_bank_bytes=t["psum_bank_bytes"],
-                psum_banks=t["psum_banks"])
+def _same_on_every_target(key):
+    """A figure of the data file that NKI's API states as one constant (nl.tile_size.pmax, ...):
+    refused if the file gives the targets different values."""
+    values = {name: _nki.tensor_tiles(t["chip"])[key] for name, t in TARGETS.items()}
+    if len(set(values.values())) != 1:
+        raise NkiError(f"{ENGINE_MODEL_PATH}: {key} differs between NeuronCore targets {values}; "
+                       f"NKI states it as one constant")
+    return next(iter(values.values()))
 
 
-TARGETS = {"trn1": _target(2, "Trainium1"), "trn2": _target(3, "Trainium2"),
-           "trn3": _target(4, "Trainium3")}
-
-
-def _common(key):
-    # The limits every NeuronCore version shares, as module constants; a data file where they
-    # differ between versions needs them per target, so it is refused here rather than misread.
-    values = {spec[key] for spec in TARGETS.values()}
-    if len(values) != 1:
-        raise RuntimeError(f"nki: the engine model file gives {key} {sorted(values)} for different "
-                           "NeuronCore versions; nki takes it as one value for all")
-    return values.pop()
-
-
-PMAX = _common("pmax")
-STATIONARY_FMAX = _common("stationary_fmax")
-PSUM_BANK_BYTES = _common("psum_bank_bytes")
-PSUM_BANKS = _common("psum_banks")
+PMAX = _same_on_every_target("tensor_partitions")
+STATIONARY_FMAX = _same_on_every_target("tensor_stationary_columns")
+PSUM_BANK_BYTES = _same_on_every_target("psum_bank_bytes")
+PSUM_BANKS = _same_on_every_target("psum_banks")
 
 
 # ---------------------------------------------------------------------------------------------

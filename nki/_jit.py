@@ -23,6 +23,8 @@ import numpy as np
 from nki import _core
 from nki import _nki
 
+# The core figures the interpreter times kernels with: _core.ENGINE_MODEL_PATH, set on import.
+
 # What DMA transfers cost (nki/data/dma.ini, with its sources; NRTSIM_DMA_MODEL overrides it).
 DMA_MODEL_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "dma.ini")
 _nki.set_dma_model_path(DMA_MODEL_PATH)

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "nki/HostKernels.h"
+#include "nki/TilesDict.h"
 #include "nki/TimelineDict.h"
 #include "runtime/EngineModel.h"
 #include "runtime/Error.h"
-#include "runtime/TensorTiles.h"
 #include "runtime/nki/DmaModel.h"
 #include "runtime/nki/Interpreter.h"
 #include "runtime/nki/Timeline.h"
@@ -195,23 +195,15 @@ PYBIND11_MODULE(_nki, m) {
       .def_property_readonly("scratch_bytes", &PyExecutable::scratch_bytes)
       .def_property_readonly("instruction_count", &PyExecutable::instruction_count);
   m.def("set_engine_model_path", &nrtsim::set_default_engine_model_path, py::arg("path"));
-  // A chip's tile geometry from the engine model file (its tensor_* / sbuf_* / psum_* keys): the
-  // limits nki checks kernels against, defined there once (runtime/TensorTiles.h).
-  m.def(
-      "tensor_tiles",
-      [](const std::string& chip) {
-        const nrtsim::TensorTiles t = checked([&] { return nrtsim::tensor_tiles_of(chip.c_str()); });
-        py::dict d;
-        d["partitions"] = t.partitions;
-        d["stationary_columns"] = t.stationary_columns;
-        d["moving_columns"] = t.moving_columns;
-        d["min_moving_columns"] = t.min_moving_columns;
-        d["sbuf_partition_bytes"] = t.sbuf_partition_bytes;
-        d["psum_bank_bytes"] = t.psum_bank_bytes;
-        d["psum_banks"] = t.psum_banks;
-        return d;
-      },
-      py::arg("chip"));
+  // The tile geometry of `chip` in the engine model file (runtime/TensorTiles.h): the one place
+  // the kernel checker's limits (partitions, PSUM banks, SBUF bytes, matmul sizes) come from.
+  m.def("tensor_tiles", [](const std::string& chip) {
+    try {
+      return nki_binding::tiles_dict(nrtsim::tensor_tiles_of(chip.c_str()));
+    } catch (const nrtsim::Error& e) {
+      throw py::value_error(e.what());
+    }
+  }, py::arg("chip"));
   m.def("set_dma_model_path", &nrtsim::nki::set_default_dma_model_path, py::arg("path"));
   m.def("set_host_kernels", &set_host_kernels, py::arg("capsule"));
 }

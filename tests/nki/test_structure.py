@@ -65,21 +65,3 @@ def test_torch_neuronx_registers_the_neuron_device():
     from nki import _jit
 
     assert "neuron" in _jit._DEVICES
-
-
-def test_tile_limits_come_from_the_hardware_data_file():
-    # Each target's tile geometry is the data file's section for its chip (read by the runtime,
-    # runtime/TensorTiles.h), not figures restated in nki.
-    import configparser
-
-    from nki import _core
-    ini = configparser.ConfigParser()
-    ini.read(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(nki.__file__))),
-                          "torch_neuronx", "data", "neuron_cores.ini"))
-    keys = {"sbuf_partition_bytes": "sbuf_partition_bytes", "moving_fmax": "tensor_moving_columns",
-            "pmax": "tensor_partitions", "stationary_fmax": "tensor_stationary_columns",
-            "psum_bank_bytes": "psum_bank_bytes", "psum_banks": "psum_banks"}
-    for target, spec in _core.TARGETS.items():
-        for ours, theirs in keys.items():
-            assert spec[ours] == ini.getint(spec["chip"], theirs), (target, ours)
-    assert _core.PMAX == ini.getint("Trainium2", "tensor_partitions")

@@ -63,14 +63,7 @@ nrtsim::Work link_work(const tp::LinkBytes& link) {
   nrtsim::Work work;
   work[nrtsim::Engine::kDma].bytes_read = link.sent + link.efa;
   work[nrtsim::Engine::kDma].bytes_written = link.received + link.efa;
-  nrtsim::CollectiveTraffic& traffic = work.collective;
-  traffic.buffer_bytes = link.buffer;
-  traffic.link_bytes = std::max(link.sent, link.received);  // full duplex: the larger direction
-  traffic.network_bytes = link.efa;
-  traffic.passes = link.passes;
-  traffic.ranks = link.ranks;
-  traffic.hosts = link.hosts;
-  traffic.point_to_point = link.point_to_point;
+  work.collective = tp::collective_traffic(link);
   return work;
 }
 
@@ -101,7 +94,10 @@ void check_like(const at::Tensor& t, const at::Tensor& like, const char* op, con
 }
 
 // Consecutive dim-0 pieces of a contiguous tensor, as flat tensors: one per rank.
+// They only carry pointers into the transport and never reach the user, so they are made below
+// autograd: no view bookkeeping per piece on every call.
 std::vector<at::Tensor> pieces(const at::Tensor& whole, int n) {
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
   const at::Tensor flat = whole.reshape({-1});
   const int64_t each = n == 0 ? 0 : flat.numel() / n;
   std::vector<at::Tensor> out;
@@ -287,7 +283,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::execute(const CallSpec& spec,
           exchange_on_host(x, t);
         }
         const bool has_result = x.verb != Verb::kReduce || x.root == rank_;
-        if (x.reduce != nullptr && has_result) {
+        if (x.reduce != nullptr && has_result && needs_finishing(*x.reduce)) {
           at::Tensor h = host(x.one);
           finish_reduction(*x.reduce, h, size_);
         }

@@ -49,6 +49,10 @@ tp::ReduceOp reduce_op_of(const c10d::ReduceOp& op, const at::Tensor& t, const c
 // After summing: AVG divides by the group size (integers truncated toward zero, as c10d's NCCL
 // backend and TorchNeuron do), PREMUL_SUM multiplies by its factor (scaling the sum instead of
 // every input: the same value up to one rounding, one pass instead of N).
+// Whether `op` leaves work after the transport's reduction (AVG divides, PREMUL_SUM scales).
+inline bool needs_finishing(const c10d::ReduceOp& op) {
+  return op.op_ == c10d::ReduceOp::AVG || op.op_ == c10d::ReduceOp::PREMUL_SUM;
+}
 void finish_reduction(const c10d::ReduceOp& op, at::Tensor& out, int size);
 
 // A contiguous tensor to work on, and whether results must be copied back to the original.

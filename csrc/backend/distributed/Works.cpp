@@ -36,8 +36,11 @@ CompletedWork::CompletedWork(int rank, c10d::OpType type, uint64_t sequence,
     : c10d::Work(rank, type),
       outputs_(std::move(outputs)),
       sequence_(sequence),
-      duration_ms_(duration_ms) {
-  future_ = completed_future(outputs_);
+      duration_ms_(duration_ms) {}
+
+c10::intrusive_ptr<c10::ivalue::Future> CompletedWork::getFuture() {
+  std::call_once(future_once_, [&] { future_ = completed_future(outputs_); });
+  return future_;
 }
 
 P2pWork::P2pWork(c10::intrusive_ptr<ProcessGroupNeuron> group,

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "backend/distributed/Staging.h"
@@ -32,12 +33,15 @@ class CompletedWork : public c10d::Work {
   bool wait(std::chrono::milliseconds) override { return true; }
   void synchronize() override {}
   std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  // Made on first request: most calls are waited on and never asked for their future (a
+  // completed Future costs a list type, a device scan and a storage walk per call).
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   uint64_t getSequencenumber() const override { return sequence_; }
   float getDuration() const override { return duration_ms_; }
 
  private:
   std::vector<at::Tensor> outputs_;
+  std::once_flag future_once_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   uint64_t sequence_;
   float duration_ms_;
