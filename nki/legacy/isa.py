@@ -13,7 +13,7 @@ from nki.isa import (  # noqa: F401  (enums and queries, the same in both APIs)
     dge_mode, engine, get_nc_version, matmul_perf_mode, nc_version, oob_mode, reduce_cmd,
 )
 from nki.legacy import report
-from nki.legacy.grids import IndexExpr, Predicate, masked
+from nki.legacy.grids import IndexExpr, Predicate, masked, skip_masked_off
 
 # Legacy module-level engine names.
 tensor_engine, vector_engine, scalar_engine, gpsimd_engine = (
@@ -36,11 +36,31 @@ def _prep(mask, *tensors):
     return [masked(t, mask) if isinstance(t, Tensor) else t for t in tensors]
 
 
+def _staged_from_psum(t, name, operand, why):
+    """`t`, copied to SBUF first if it is in PSUM, which the instruction's engine cannot read.
+
+    The legacy API let its compiler place operands: AWS's legacy kernels pass PSUM tiles (a
+    transpose's or matmul's result) straight to nc_matmul and affine_select, and their tests
+    also ran them on devices, so the compiler staged such tiles through SBUF. The engines' rule
+    is unchanged (nki.isa refuses these reads); this front end emits the copy the compiler did
+    (Vector engine, which reads PSUM; timed like any copy) and the migration report names it."""
+    if not isinstance(t, Tensor) or t.buffer is not _nl.psum:
+        return t
+    report.use(f"{'nl' if name == 'store' else 'nisa'}.{name}({operand}=<a PSUM tile>)",
+               f"copy the tile to SBUF first (nisa.tensor_copy(dst=<SBUF tile>, src=<PSUM tile>, "
+               f"engine=nisa.vector_engine)): {why}")
+    staged = _fresh(t.shape, t.dtype)
+    _isa.tensor_copy(dst=staged, src=t, engine=engine.vector)
+    return staged
+
+
 def nc_matmul(stationary, moving, is_stationary_onezero=False, is_moving_onezero=False,
               mask=None, is_transpose=False, tile_position=None, tile_size=None,
               perf_mode=None, **kwargs):
     _used("nc_matmul")
     stationary, moving = _prep(mask, stationary, moving)
+    stationary, moving = (_staged_from_psum(t, "nc_matmul", what, "the Tensor engine reads SBUF")
+                          for t, what in ((stationary, "stationary"), (moving, "moving")))
     out = _fresh((_free(stationary), _free(moving)), _nl.float32, _nl.psum)
     idx = _isa.nc_matmul(out, stationary, moving, is_transpose=is_transpose,
                          tile_position=tile_position, tile_size=tile_size, perf_mode=perf_mode)
@@ -169,16 +189,22 @@ def iota(expr, dtype, mask=None, **kwargs):
                "nisa.iota(dst, pattern=[[step, count], ...], offset=, channel_multiplier=)")
     if not isinstance(expr, IndexExpr):
         raise error("nisa.iota takes an index expression of nl.arange / nl.mgrid axes")
-    axes = sorted(expr.terms, key=lambda a: a.position)
-    part = [a for a in axes if a.position == 0]
-    free = [a for a in axes if a.position != 0]
-    p = part[0].count if part else 1
-    shape = (p,) + tuple(a.count for a in free) if free else (p, 1)
+    # The result has one dim per grid position up to the last the expression uses: an axis's
+    # count at its position, 1 where the expression has no axis (it broadcasts there, as
+    # NumPy's broadcasting of the grid axes would). 3 * g.y + g.z over nl.mgrid[0:P, 0:W, 0:3,
+    # 0:3] is a (1, 1, 3, 3) tile.
+    by_pos = {}
+    for a in expr.terms:
+        if a.position in by_pos:
+            raise error("nisa.iota: two grid axes of the expression share a position")
+        by_pos[a.position] = a
+    ndim = max(2, max(by_pos, default=0) + 1)
+    part = by_pos.get(0)
+    shape = tuple((by_pos[d].count if d in by_pos else 1) for d in range(ndim))
     out = _fresh(shape, dtype)
-    offset = expr.value_at_zero()
-    pattern = [[expr.terms[a], a.count] for a in free] or [[0, 1]]
-    _isa.iota(out, pattern, offset=offset,
-              channel_multiplier=expr.terms[part[0]] if part else 0)
+    pattern = [[expr.terms[by_pos[d]] if d in by_pos else 0, shape[d]] for d in range(1, ndim)]
+    _isa.iota(out, pattern, offset=expr.value_at_zero(),
+              channel_multiplier=expr.terms[part] if part else 0)
     return out
 
 
@@ -191,6 +217,8 @@ def affine_select(pred, on_true_tile, on_false_value, mask=None, dtype=None, **k
         raise error("nisa.affine_select takes one comparison of an index expression")
     expr, op = pred.conditions[0]
     (on_true_tile,) = _prep(mask, on_true_tile)
+    on_true_tile = _staged_from_psum(on_true_tile, "affine_select", "on_true_tile",
+                                     "GpSimd cannot access PSUM")
     from nki.language import greater, greater_equal, less, less_equal
 
     cmp = {"lt": less, "le": less_equal, "gt": greater, "ge": greater_equal}[op.__name__]
@@ -297,3 +325,11 @@ def dma_copy(dst=None, src=None, mask=None, dst_rmw_op=None, oob_mode=None, dge_
                     "0.3 moved it to nisa.dma_compute")
     dst, src = _prep(mask, dst, src)
     return _isa.dma_copy(dst=dst, src=src)
+
+
+# mask=False (a comparison of unrolled loop variables that is false) turns an instruction off.
+for _name, _fn in list(globals().items()):
+    if (callable(_fn) and not _name.startswith("_") and getattr(_fn, "__module__", None) == __name__
+            and not isinstance(_fn, type)):
+        globals()[_name] = skip_masked_off(_fn)
+del _name, _fn
