@@ -599,7 +599,7 @@ class Tensor(NKIObject):
         if math.prod(shape) != self.numel():
             raise error(f"cannot reshape {self.shape} to {tuple(shape)}: {self.numel()} elements "
                         f"vs {math.prod(shape)}")
-        if self._buffer.on_chip and shape[0] != self.shape[0]:
+        if self._buffer.on_chip and (not shape or shape[0] != self.shape[0]):
             raise error("reshape of an on-chip tensor must keep the partition dim "
                         f"({self.shape[0]}); got {tuple(shape)}")
         first = 1 if self._buffer.on_chip else 0

@@ -216,6 +216,8 @@ def store(dst, value, mask=None, **kwargs):
     dst, value = masked(dst, mask), masked(value, mask)
     from nki.legacy.isa import _staged_from_psum
     value = _staged_from_psum(value, "store", "value", "DMA does not read PSUM")
+    if isinstance(dst, Tensor) and dst.ndim == 0:
+        dst = dst.reshape((1,))  # one element of an HBM tensor (out[b, h]) from a 1-element tile
     if isinstance(value, Tensor) and value.shape != dst.shape and value.numel() == dst.numel():
         value = value.reshape(dst.shape) if value.is_contiguous() else value
     _nl.store(dst, value)

@@ -353,3 +353,18 @@ def test_psum_operands_iota_positions_and_runtime_gathers():
     with pytest.raises(nki.NkiError, match="runtime values .an indirect DMA gather"):
         nki.simulate_kernel(runtime_gather, np.zeros((256, 8), np.float32),
                             np.zeros((128, 1), np.int32))
+
+
+@nki.jit
+def column_totals(a):
+    """One number per head into out[h] (a 0-d view of HBM) from a 1-element tile."""
+    out = nl.ndarray((a.shape[0],), nl.float32, buffer=nl.shared_hbm)
+    for h in nl.affine_range(a.shape[0]):
+        rows = nl.sum(nl.load(a[h]), axis=1)
+        nl.store(out[h], value=nisa.tensor_partition_reduce(np.add, rows))
+    return out
+
+
+def test_store_of_one_element_into_a_scalar_view():
+    a = np.arange(2 * 128 * 4, dtype=np.float32).reshape(2, 128, 4)  # integer sums: exact
+    np.testing.assert_array_equal(nki.simulate_kernel(column_totals, a), a.sum(axis=(1, 2)))
