@@ -10,6 +10,8 @@ the kernel's documented result. Every kernel's output is checked against its pee
 one warm-up call each (the kernel's specialisation), kernel and peer take turns --reps times;
 the table gives medians and the ratio kernel / peer. torch runs with one thread and with its
 default thread count, and the faster of the two is the peer (the interpreter runs on one thread).
+The last column compares the calling thread's CPU time of the kernel and of one-thread torch:
+on a shared host it leaves out the time either waited for a core.
 """
 
 import argparse
@@ -105,10 +107,15 @@ def _flat(result):
     return [r.reshape(-1).float() for r in results]
 
 
-def _time(fn):
-    t0 = time.perf_counter()
+def _time(fn, cpu=None):
+    """Wall seconds of fn(); with a list `cpu`, also appends the calling thread's CPU seconds
+    (on a shared host these leave out the time the thread waited for a core)."""
+    c0, t0 = time.thread_time(), time.perf_counter()
     fn()
-    return time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    if cpu is not None:
+        cpu.append(time.thread_time() - c0)
+    return wall
 
 
 def main():
@@ -127,8 +134,8 @@ def main():
           f"peer = faster of 1 and {default_threads} threads; medians of {args.reps} "
           f"alternating repetitions; load average {os.getloadavg()[0]:.1f}")
     print("| kernel | shape | interpreter ms | torch ms (1 thread / "
-          f"{default_threads}) | kernel / peer |")
-    print("|---|---|---|---|---|")
+          f"{default_threads}) | kernel / peer | CPU time: kernel / 1-thread torch |")
+    print("|---|---|---|---|---|---|")
     for name, shape, kernel, peer in cases(dtype):
         if args.only and name not in args.only:
             continue
@@ -141,16 +148,16 @@ def main():
             if len(got) != len(want) or not err <= 1e-2 * max(scale, 1.0):
                 sys.exit(f"{name}: kernel and torch peer disagree (max abs error {err:g} of "
                          f"{scale:g}); the comparison would be meaningless")
-        tk, t1, tn = [], [], []
+        tk, t1, tn, ck, c1 = [], [], [], [], []
         for _ in range(args.reps):
-            tk.append(_time(kernel))
+            tk.append(_time(kernel, ck))
             torch.set_num_threads(1)
-            t1.append(_time(peer))
+            t1.append(_time(peer, c1))
             torch.set_num_threads(default_threads)
             tn.append(_time(peer))
-        mk, m1, mn = (statistics.median(t) * 1e3 for t in (tk, t1, tn))
-        print(f"| {name} | {shape} | {mk:.2f} | {m1:.2f} / {mn:.2f} | {mk / min(m1, mn):.2f}x |",
-              flush=True)
+        mk, m1, mn, mck, mc1 = (statistics.median(t) * 1e3 for t in (tk, t1, tn, ck, c1))
+        print(f"| {name} | {shape} | {mk:.2f} | {m1:.2f} / {mn:.2f} | {mk / min(m1, mn):.2f}x "
+              f"| {mck / mc1:.2f}x ({mck:.2f} / {mc1:.2f} ms) |", flush=True)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ import os
 import sys
 import threading
 
+from nki import _nki
+
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 # Frames in these directories are the API's own, not the kernel's: nki, its legacy API and the
 # neuronxcc.nki alias package.
@@ -202,17 +204,39 @@ ENGINE_NAMES = ("tensor", "vector", "scalar", "gpsimd", "dma")
 # Instructions that take MX x4 operands (the rest refuse them).
 PACKED_OPS = (OP_DMA, OP_COPY, OP_MEMSET, OP_QUANTIZE_MX, OP_MATMUL_MX)
 
-# Per NeuronCore version (shared/research/trainium_nki.md §1.2): SBUF bytes per partition, the
-# moving free size limit of one matmul, the chip section of neuron_cores.ini.
+# The hardware data file the runtime reads (torch_neuronx/data/neuron_cores.ini, shipped beside
+# this package; NRTSIM_ENGINE_MODEL overrides it, as for the runtime): the interpreter times
+# kernels with its core figures, and the tile geometry below comes from it.
+ENGINE_MODEL_PATH = os.path.join(os.path.dirname(_PACKAGE_DIR), "torch_neuronx", "data",
+                                 "neuron_cores.ini")
+_nki.set_engine_model_path(ENGINE_MODEL_PATH)
+
+# Per NeuronCore version: its chip section of the data file, whose tile geometry (runtime/
+# TensorTiles.h) gives each target's SBUF bytes per partition and the moving free size limit
+# of one matmul.
 TARGETS = {
-    "trn1": dict(version=2, sbuf_partition_bytes=192 * 1024, moving_fmax=512, chip="Trainium1"),
-    "trn2": dict(version=3, sbuf_partition_bytes=224 * 1024, moving_fmax=512, chip="Trainium2"),
-    "trn3": dict(version=4, sbuf_partition_bytes=256 * 1024, moving_fmax=4096, chip="Trainium3"),
+    name: dict(version=version, chip=chip,
+               sbuf_partition_bytes=_nki.tensor_tiles(chip)["sbuf_partition_bytes"],
+               moving_fmax=_nki.tensor_tiles(chip)["tensor_moving_columns"])
+    for name, version, chip in (("trn1", 2, "Trainium1"), ("trn2", 3, "Trainium2"),
+                                ("trn3", 4, "Trainium3"))
 }
-PMAX = 128
-STATIONARY_FMAX = 128
-PSUM_BANK_BYTES = 2048
-PSUM_BANKS = 8
+
+
+def _same_on_every_target(key):
+    """A figure of the data file that NKI's API states as one constant (nl.tile_size.pmax, ...):
+    refused if the file gives the targets different values."""
+    values = {name: _nki.tensor_tiles(t["chip"])[key] for name, t in TARGETS.items()}
+    if len(set(values.values())) != 1:
+        raise NkiError(f"{ENGINE_MODEL_PATH}: {key} differs between NeuronCore targets {values}; "
+                       f"NKI states it as one constant")
+    return next(iter(values.values()))
+
+
+PMAX = _same_on_every_target("tensor_partitions")
+STATIONARY_FMAX = _same_on_every_target("tensor_stationary_columns")
+PSUM_BANK_BYTES = _same_on_every_target("psum_bank_bytes")
+PSUM_BANKS = _same_on_every_target("psum_banks")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,10 +23,7 @@ import numpy as np
 from nki import _core
 from nki import _nki
 
-# The core figures the interpreter times kernels with: the data file shipped beside this package
-# (NRTSIM_ENGINE_MODEL overrides it, as for the runtime).
-_nki.set_engine_model_path(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))), "torch_neuronx", "data", "neuron_cores.ini"))
+# The core figures the interpreter times kernels with: _core.ENGINE_MODEL_PATH, set on import.
 
 # What DMA transfers cost (nki/data/dma.ini, with its sources; NRTSIM_DMA_MODEL overrides it).
 DMA_MODEL_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "dma.ini")

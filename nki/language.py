@@ -91,7 +91,7 @@ class _TileSize:
     @property
     def gemm_moving_fmax(self):
         t = _core.current_tracer(optional=True)
-        return t.spec["moving_fmax"] if t is not None else 512
+        return (t.spec if t is not None else _core.TARGETS["trn2"])["moving_fmax"]
 
     @property
     def sbuf_fmax_bytes(self):

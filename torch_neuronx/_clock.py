@@ -27,8 +27,10 @@ def core_links(device=None) -> dict:
     NeuronLink (``scale_up``, ``link_bytes_per_ns`` each way, ``hop_latency_ns`` per algorithm
     step, the mesh / recursive doubling-halving size limits) and EFA (``scale_out``,
     ``efa_bytes_per_ns``, ``efa_hop_latency_ns``), and ``cores_per_chip`` (the logical cores that
-    share them). From ``torch_neuronx/data/neuron_links.ini`` (or the file ``NRTSIM_LINK_MODEL``
-    names)."""
+    share them). The rates are what a collective's transfers sustain: the core's share of the
+    link's bandwidth times the link's ``efficiency``. From ``torch_neuronx/data/neuron_links.ini``
+    (or the file ``NRTSIM_LINK_MODEL`` names); the estimate prices collectives with the same
+    links and rule."""
     torch.neuron._lazy_init()
     return dict(_C._core_links(_checked_index(device)))
 

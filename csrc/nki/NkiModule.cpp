@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "nki/HostKernels.h"
+#include "nki/TilesDict.h"
 #include "nki/TimelineDict.h"
 #include "runtime/EngineModel.h"
 #include "runtime/Error.h"
@@ -194,6 +195,15 @@ PYBIND11_MODULE(_nki, m) {
       .def_property_readonly("scratch_bytes", &PyExecutable::scratch_bytes)
       .def_property_readonly("instruction_count", &PyExecutable::instruction_count);
   m.def("set_engine_model_path", &nrtsim::set_default_engine_model_path, py::arg("path"));
+  // The tile geometry of `chip` in the engine model file (runtime/TensorTiles.h): the one place
+  // the kernel checker's limits (partitions, PSUM banks, SBUF bytes, matmul sizes) come from.
+  m.def("tensor_tiles", [](const std::string& chip) {
+    try {
+      return nki_binding::tiles_dict(nrtsim::tensor_tiles_of(chip.c_str()));
+    } catch (const nrtsim::Error& e) {
+      throw py::value_error(e.what());
+    }
+  }, py::arg("chip"));
   m.def("set_dma_model_path", &nrtsim::nki::set_default_dma_model_path, py::arg("path"));
   m.def("set_host_kernels", &set_host_kernels, py::arg("capsule"));
 }

@@ -30,28 +30,24 @@ def _fresh(shape, dtype, buffer=_nl.sbuf):
     return _nl.ndarray(tuple(shape), dtype, buffer=buffer)
 
 
+def _in_sbuf(t, call, operand, engine_name):
+    """`t` where an engine that reads only SBUF can read it: a PSUM tile (a value-returning
+    call's result, which the legacy compiler placed itself) is copied to SBUF first, as that
+    compiler did; NKI 0.6 asks for the copy in the kernel."""
+    if not isinstance(t, Tensor) or t.buffer is not _nl.psum:
+        return t
+    report.use(f"{'nl' if call == 'store' else 'nisa'}.{call}({operand}=<a PSUM tile>)",
+               f"copy the tile to SBUF first (nisa.tensor_copy): the {engine_name} engine reads "
+               "only SBUF")
+    staged = _fresh(t.shape, t.dtype)
+    _isa.tensor_copy(dst=staged, src=t)
+    return staged
+
+
 def _prep(mask, *tensors):
     if mask is not None:
         report.use("mask=", "clip the slices instead (NKI 0.2 removed mask=)")
     return [masked(t, mask) if isinstance(t, Tensor) else t for t in tensors]
-
-
-def _staged_from_psum(t, name, operand, why):
-    """`t`, copied to SBUF first if it is in PSUM, which the instruction's engine cannot read.
-
-    The legacy API let its compiler place operands: AWS's legacy kernels pass PSUM tiles (a
-    transpose's or matmul's result) straight to nc_matmul and affine_select, and their tests
-    also ran them on devices, so the compiler staged such tiles through SBUF. The engines' rule
-    is unchanged (nki.isa refuses these reads); this front end emits the copy the compiler did
-    (Vector engine, which reads PSUM; timed like any copy) and the migration report names it."""
-    if not isinstance(t, Tensor) or t.buffer is not _nl.psum:
-        return t
-    report.use(f"{'nl' if name == 'store' else 'nisa'}.{name}({operand}=<a PSUM tile>)",
-               f"copy the tile to SBUF first (nisa.tensor_copy(dst=<SBUF tile>, src=<PSUM tile>, "
-               f"engine=nisa.vector_engine)): {why}")
-    staged = _fresh(t.shape, t.dtype)
-    _isa.tensor_copy(dst=staged, src=t, engine=engine.vector)
-    return staged
 
 
 def nc_matmul(stationary, moving, is_stationary_onezero=False, is_moving_onezero=False,
@@ -59,8 +55,8 @@ def nc_matmul(stationary, moving, is_stationary_onezero=False, is_moving_onezero
               perf_mode=None, **kwargs):
     _used("nc_matmul")
     stationary, moving = _prep(mask, stationary, moving)
-    stationary, moving = (_staged_from_psum(t, "nc_matmul", what, "the Tensor engine reads SBUF")
-                          for t, what in ((stationary, "stationary"), (moving, "moving")))
+    stationary = _in_sbuf(stationary, "nc_matmul", "stationary", "Tensor")
+    moving = _in_sbuf(moving, "nc_matmul", "moving", "Tensor")
     out = _fresh((_free(stationary), _free(moving)), _nl.float32, _nl.psum)
     idx = _isa.nc_matmul(out, stationary, moving, is_transpose=is_transpose,
                          tile_position=tile_position, tile_size=tile_size, perf_mode=perf_mode)
@@ -217,8 +213,7 @@ def affine_select(pred, on_true_tile, on_false_value, mask=None, dtype=None, **k
         raise error("nisa.affine_select takes one comparison of an index expression")
     expr, op = pred.conditions[0]
     (on_true_tile,) = _prep(mask, on_true_tile)
-    on_true_tile = _staged_from_psum(on_true_tile, "affine_select", "on_true_tile",
-                                     "GpSimd cannot access PSUM")
+    on_true_tile = _in_sbuf(on_true_tile, "affine_select", "on_true_tile", "GpSimd")
     from nki.language import greater, greater_equal, less, less_equal
 
     cmp = {"lt": less, "le": less_equal, "gt": greater, "ge": greater_equal}[op.__name__]

@@ -214,8 +214,8 @@ def load(src, mask=None, dtype=None, **kwargs):
 def store(dst, value, mask=None, **kwargs):
     mask = _mask(mask)
     dst, value = masked(dst, mask), masked(value, mask)
-    from nki.legacy.isa import _staged_from_psum
-    value = _staged_from_psum(value, "store", "value", "DMA does not read PSUM")
+    from nki.legacy.isa import _in_sbuf
+    value = _in_sbuf(value, "store", "value", "DMA")
     if isinstance(dst, Tensor) and dst.ndim == 0:
         dst = dst.reshape((1,))  # one element of an HBM tensor (out[b, h]) from a 1-element tile
     if isinstance(value, Tensor) and value.shape != dst.shape and value.numel() == dst.numel():

@@ -299,7 +299,7 @@ def test_assignment_is_not_folded_past_an_access_of_its_target():
 
 
 @nki.jit
-def psum_operands(a):
+def psum_operands_staged(a):
     """Legacy kernels pass PSUM results straight to nc_matmul, affine_select and nl.store."""
     out_mm = nl.ndarray((128, 128), nl.float32, buffer=nl.shared_hbm)
     out_sel = nl.ndarray((128, 128), nl.float32, buffer=nl.shared_hbm)
@@ -334,14 +334,14 @@ def runtime_gather(a, idx):
 def test_psum_operands_iota_positions_and_runtime_gathers():
     rng = np.random.default_rng(7)
     a = rng.standard_normal((128, 128), dtype=np.float32)
-    mm, sel = nki.simulate_kernel(psum_operands, a)
+    mm, sel = nki.simulate_kernel(psum_operands_staged, a)
     a64 = a.astype(np.float64)
     # stationary = a^T (K = 128 rows of a^T's partitions), moving = a: out = (a^T)^T a = a a.
     want = a64 @ a64
     assert np.all(np.abs(mm - want) <= 128 * U32 * 2 * (np.abs(a64) @ np.abs(a64)))
     q, k = np.indices((128, 128))
     np.testing.assert_array_equal(sel, np.where(q >= k, a.T, np.float32(-1.0)))
-    constructs = {c for _, _, c, _ in psum_operands.migration_report()}
+    constructs = {c for _, _, c, _ in psum_operands_staged.migration_report()}
     assert {"nisa.nc_matmul(stationary=<a PSUM tile>)", "nisa.affine_select(on_true_tile=<a PSUM "
             "tile>)", "nl.store(value=<a PSUM tile>)"} <= constructs
 
@@ -368,3 +368,56 @@ def column_totals(a):
 def test_store_of_one_element_into_a_scalar_view():
     a = np.arange(2 * 128 * 4, dtype=np.float32).reshape(2, 128, 4)  # integer sums: exact
     np.testing.assert_array_equal(nki.simulate_kernel(column_totals, a), a.sum(axis=(1, 2)))
+
+
+@nki.jit
+def psum_operands(x, w):
+    """Value-returning results in PSUM used where engines read only SBUF (the legacy compiler
+    placed them), a block tensor indexed by a leading block index, and masks decided at trace
+    time."""
+    out = nl.ndarray((2, 128, 128), nl.float32, buffer=nl.shared_hbm)
+    blocks = nl.ndarray((2, 2, nl.par_dim(128), 128), dtype=nl.float32, buffer=nl.sbuf)
+    for i in nl.affine_range(2):
+        row = blocks[i]  # (2, par_dim(128), 128): a view of blocks' tiles
+        for j in nl.affine_range(2):
+            row[j, :, :] = nl.load(x[i * 2 + j])
+    wt = nl.load(w)
+    for i in nl.affine_range(2):
+        keep = i >= 0  # a Python bool: True keeps everything
+        t = nisa.nc_transpose(blocks[i, 0, :, :], mask=keep)  # in PSUM
+        prod = nisa.nc_matmul(t, wt, mask=keep)  # stationary from PSUM
+        i_q = nl.arange(128)[:, None]
+        i_k = nl.arange(128)[None, :]
+        causal = nisa.affine_select(pred=(i_q - i_k >= 0), on_true_tile=prod,  # from PSUM
+                                    on_false_value=0.0)
+        nl.store(out[i], nl.add(causal, blocks[i, 1, :, :]))
+    return out
+
+
+def test_psum_operands_block_views_and_trace_time_masks(capsys):
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((4, 128, 128), dtype=np.float32)
+    w = rng.standard_normal((128, 128), dtype=np.float32)
+    out = nki.simulate_kernel(psum_operands, x, w)
+    q, k = np.indices((128, 128))
+    for i in range(2):
+        prod = x[2 * i].astype(np.float64) @ w.astype(np.float64)  # (x^T)^T @ w
+        bound = 129 * U32 * (np.abs(x[2 * i]).astype(np.float64) @ np.abs(w)) + U32 * np.abs(x[2 * i + 1])
+        want = np.where(q >= k, prod, 0.0) + x[2 * i + 1]
+        assert np.all(np.abs(out[i] - want) <= bound)
+    constructs = {c for _, _, c, _ in psum_operands.migration_report()}
+    assert {"nisa.nc_matmul(stationary=<a PSUM tile>)",
+            "nisa.affine_select(on_true_tile=<a PSUM tile>)"} <= constructs
+
+
+@nki.jit
+def false_mask(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.copy(nl.load(x), mask=(1 < 0)))
+    return out
+
+
+def test_reading_the_result_of_a_mask_false_at_trace_time_is_refused():
+    # mask=False turns the copy off; the store reads what it did not write.
+    with pytest.raises(nki.NkiError, match="turned off by mask=False"):
+        nki.simulate_kernel(false_mask, np.ones((128, 4), np.float32))

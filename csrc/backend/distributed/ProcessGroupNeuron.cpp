@@ -63,14 +63,7 @@ nrtsim::Work link_work(const tp::LinkBytes& link) {
   nrtsim::Work work;
   work[nrtsim::Engine::kDma].bytes_read = link.sent + link.efa;
   work[nrtsim::Engine::kDma].bytes_written = link.received + link.efa;
-  nrtsim::CollectiveTraffic& traffic = work.collective;
-  traffic.buffer_bytes = link.buffer;
-  traffic.link_bytes = std::max(link.sent, link.received);  // full duplex: the larger direction
-  traffic.network_bytes = link.efa;
-  traffic.passes = link.passes;
-  traffic.ranks = link.ranks;
-  traffic.hosts = link.hosts;
-  traffic.point_to_point = link.point_to_point;
+  work.collective = tp::collective_traffic(link);
   return work;
 }
 

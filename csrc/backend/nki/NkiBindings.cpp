@@ -33,11 +33,11 @@ using nrtsim::nki::Executable;
 
 // The interpreter's matmuls through ATen's CPU GEMM (BLAS): the same FP32 products and sums as
 // the runtime's own loop, in BLAS's summation order, at BLAS speed.
-void aten_matmul(int64_t m, int64_t n, int64_t k, const float* stationary, const float* moving,
-                 float* out, bool accumulate) {
+void aten_matmul(int64_t m, int64_t n, int64_t k, const float* stationary, int64_t srows,
+                 const float* moving, int64_t mrows, float* out, bool accumulate) {
   const auto opts = at::TensorOptions().dtype(at::kFloat);
-  const at::Tensor s = at::from_blob(const_cast<float*>(stationary), {k, m}, opts);
-  const at::Tensor mv = at::from_blob(const_cast<float*>(moving), {k, n}, opts);
+  const at::Tensor s = at::from_blob(const_cast<float*>(stationary), {k, m}, {srows, 1}, opts);
+  const at::Tensor mv = at::from_blob(const_cast<float*>(moving), {k, n}, {mrows, 1}, opts);
   at::Tensor o = at::from_blob(out, {m, n}, opts);
   if (accumulate) {
     o.addmm_(s.t(), mv);

@@ -19,6 +19,7 @@
 #include "backend/core/NeuronStream.h"
 #include "backend/core/OpTracking.h"
 #include "backend/core/VmlDispatch.h"
+#include "nki/TilesDict.h"
 #include "runtime/EngineModel.h"
 #include "runtime/Event.h"
 #include "runtime/LaunchObserver.h"
@@ -247,15 +248,8 @@ PYBIND11_MODULE(_C, m) {
     d["host_link_bytes_per_ns"] = model.host_link_bytes_per_ns();
     d["kernel_launch_ns"] = model.fixed_cost_ns(nrtsim::LaunchKind::kKernel);
     d["copy_launch_ns"] = model.fixed_cost_ns(nrtsim::LaunchKind::kCopyHostToDevice);
-    // The tile geometry of one physical core (runtime/TensorTiles.h).
-    const nrtsim::TensorTiles& t = model.tiles();
-    d["tiles"] = py::dict(py::arg("tensor_partitions") = t.partitions,
-                          py::arg("tensor_stationary_columns") = t.stationary_columns,
-                          py::arg("tensor_moving_columns") = t.moving_columns,
-                          py::arg("tensor_min_moving_columns") = t.min_moving_columns,
-                          py::arg("sbuf_partition_bytes") = t.sbuf_partition_bytes,
-                          py::arg("psum_bank_bytes") = t.psum_bank_bytes,
-                          py::arg("psum_banks") = t.psum_banks);
+    // The tile geometry of one physical core (runtime/TensorTiles.h), as nki reads it.
+    d["tiles"] = nki_binding::tiles_dict(model.tiles());
     return d;
   });
 }

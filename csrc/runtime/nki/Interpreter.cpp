@@ -5,25 +5,28 @@
 #include <atomic>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <memory>
 #include <cstring>
 #include <functional>
 #include <sstream>
 
 #include "runtime/Error.h"
+#include "runtime/nki/Alu.h"
 #include "runtime/nki/Numerics.h"
+#include "runtime/nki/TileLoops.h"
 
 namespace nrtsim::nki {
 namespace {
 
-void loop_matmul(int64_t m, int64_t n, int64_t k, const float* stationary, const float* moving,
-                 float* out, bool accumulate) {
+void loop_matmul(int64_t m, int64_t n, int64_t k, const float* stationary, int64_t srows,
+                 const float* moving, int64_t mrows, float* out, bool accumulate) {
   if (!accumulate) std::fill(out, out + m * n, 0.0f);
   // k outermost: each row of the result is updated with a contiguous row of `moving`, which the
   // compiler vectorises.
   for (int64_t kk = 0; kk < k; ++kk) {
-    const float* srow = stationary + kk * m;
-    const float* mrow = moving + kk * n;
+    const float* srow = stationary + kk * srows;
+    const float* mrow = moving + kk * mrows;
     for (int64_t i = 0; i < m; ++i) {
       const float s = srow[i];
       float* orow = out + i * n;
@@ -43,9 +46,47 @@ constexpr int64_t kSmallMatmulMacs = 16384;
   throw Error(ErrorCode::kInvalidArgument, os.str());
 }
 
+// `v` with the same elements in the same order over as few dims as they allow: size-1 dims
+// dropped, and a dim merged into the next where it steps over exactly that dim's extent (a
+// tile's free dims, contiguous, become one). The walks below then take runs as long as memory
+// allows instead of one run per innermost row.
+View coalesced(const View& v) {
+  // One result object written in place (every return names it): a copy modified field by field
+  // and then returned stalled on store forwarding, at a cost that showed in small instructions.
+  View c = v;
+  if (v.ndim <= 1) return c;
+  int n = 0;
+  for (int d = 0; d < v.ndim; ++d) {
+    const int64_t size = v.shape[d], step = v.stride[d];
+    if (size == 1) continue;
+    if (size == 0) {  // no elements: one empty dim
+      c.shape[0] = 0;
+      c.stride[0] = 1;
+      c.ndim = 1;
+      return c;
+    }
+    if (n > 0 && c.stride[n - 1] == step * size) {
+      c.shape[n - 1] *= size;
+      c.stride[n - 1] = step;
+      continue;
+    }
+    c.shape[n] = size;
+    c.stride[n] = step;
+    ++n;
+  }
+  if (n == 0) {  // one element
+    c.shape[0] = 1;
+    c.stride[0] = 1;
+    n = 1;
+  }
+  c.ndim = n;  // (dims from n on keep stale values: nothing reads past ndim)
+  return c;
+}
+
 // Calls f(element offset of the run start, run length, run stride) for each innermost run of `v`.
 template <class F>
-void for_each_run(const View& v, F&& f) {
+void for_each_run(const View& view, F&& f) {
+  const View v = coalesced(view);
   if (v.ndim == 0) {
     f(v.offset, 1, 1);
     return;
@@ -68,66 +109,6 @@ void for_each_run(const View& v, F&& f) {
   }
 }
 
-float apply_alu(Alu op, float x, float y) {
-  switch (op) {
-    case Alu::kBypass: return x;
-    case Alu::kAdd: return x + y;
-    case Alu::kSubtract: return x - y;
-    case Alu::kMultiply: return x * y;
-    case Alu::kDivide: return x / y;
-    case Alu::kMax: return std::isnan(x) || std::isnan(y) ? NAN : std::max(x, y);
-    case Alu::kMin: return std::isnan(x) || std::isnan(y) ? NAN : std::min(x, y);
-    case Alu::kPow: return std::pow(x, y);
-    case Alu::kMod: return std::fmod(x, y);
-    case Alu::kEqual: return x == y ? 1.0f : 0.0f;
-    case Alu::kNotEqual: return x != y ? 1.0f : 0.0f;
-    case Alu::kGreater: return x > y ? 1.0f : 0.0f;
-    case Alu::kGreaterEqual: return x >= y ? 1.0f : 0.0f;
-    case Alu::kLess: return x < y ? 1.0f : 0.0f;
-    case Alu::kLessEqual: return x <= y ? 1.0f : 0.0f;
-    case Alu::kLogicalAnd: return (x != 0 && y != 0) ? 1.0f : 0.0f;
-    case Alu::kLogicalOr: return (x != 0 || y != 0) ? 1.0f : 0.0f;
-    case Alu::kLogicalXor: return ((x != 0) != (y != 0)) ? 1.0f : 0.0f;
-    case Alu::kBitwiseAnd:
-      return static_cast<float>(static_cast<int64_t>(x) & static_cast<int64_t>(y));
-    case Alu::kBitwiseOr:
-      return static_cast<float>(static_cast<int64_t>(x) | static_cast<int64_t>(y));
-    case Alu::kBitwiseXor:
-      return static_cast<float>(static_cast<int64_t>(x) ^ static_cast<int64_t>(y));
-    case Alu::kAbsMax: return std::max(std::fabs(x), std::fabs(y));
-    case Alu::kAbsMin: return std::min(std::fabs(x), std::fabs(y));
-    case Alu::kShiftLeft:
-      return static_cast<float>(static_cast<uint32_t>(static_cast<int64_t>(x))
-                                << (static_cast<int64_t>(y) & 31));
-    case Alu::kShiftRight:
-      return static_cast<float>(static_cast<uint32_t>(static_cast<int64_t>(x)) >>
-                                (static_cast<int64_t>(y) & 31));
-    case Alu::kFloorMod: {
-      const float r = std::fmod(x, y);
-      return (r != 0 && ((r < 0) != (y < 0))) ? r + y : r;
-    }
-  }
-  return x;
-}
-
-// Calls body(f) with f(a, b) = a op b: the common operations as functors of their own, so the
-// loops in body inline them (no switch per element) and vectorise where they can; apply_alu for
-// the rest. Same values as apply_alu.
-template <class Body>
-void with_alu(Alu op, Body&& body) {
-  switch (op) {
-    case Alu::kAdd: return body([](float a, float b) { return a + b; });
-    case Alu::kSubtract: return body([](float a, float b) { return a - b; });
-    case Alu::kMultiply: return body([](float a, float b) { return a * b; });
-    case Alu::kDivide: return body([](float a, float b) { return a / b; });
-    case Alu::kMax:
-      return body([](float a, float b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); });
-    case Alu::kMin:
-      return body([](float a, float b) { return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b); });
-    default: return body([op](float a, float b) { return apply_alu(op, a, b); });
-  }
-}
-
 // x[i] = x[i] op y[i] (or y[i] op x[i] with `reverse`); y_step 0 repeats one scalar.
 void apply_alu_array(Alu op, float* x, const float* y, int64_t y_step, size_t n, bool reverse) {
   if (op == Alu::kBypass) return;
@@ -137,16 +118,6 @@ void apply_alu_array(Alu op, float* x, const float* y, int64_t y_step, size_t n,
       x[e] = reverse ? f(b, x[e]) : f(x[e], b);
     }
   });
-}
-
-float reduce_identity(Alu op) {
-  switch (op) {
-    case Alu::kMultiply:
-    case Alu::kLogicalAnd: return 1.0f;
-    case Alu::kMax: return -INFINITY;
-    case Alu::kMin: return INFINITY;
-    default: return 0.0f;
-  }
 }
 
 float apply_act(Act f, float x) {
@@ -202,6 +173,9 @@ float apply_act(Act f, float x) {
 struct Storage {
   std::vector<uint8_t*> base;
   std::vector<DType> dtype;
+  // Whether the external buffers' memory ranges are pairwise disjoint (the caller may pass one
+  // array twice): only then do different buffers mean different memory.
+  bool distinct = true;
   DType of(const View& v) const { return v.dtype >= 0 ? static_cast<DType>(v.dtype) : dtype[v.buffer]; }
 };
 
@@ -271,6 +245,39 @@ class Floats {
   size_t n_ = 0;
 };
 
+// A matmul operand [K, free] as K rows of `free` contiguous FP32 values: in place where the
+// view's free dims are dense FP32 (any partition stride: a window into a wider tile), else a
+// dense copy.
+class Rows {
+ public:
+  Rows(const Storage& mem, const View& v) {
+    const int64_t free = v.free_size();
+    int64_t expect = 1;
+    bool dense_free = mem.of(v) == DType::kFloat32;
+    for (int d = v.ndim - 1; d >= 1 && dense_free; --d) {
+      if (v.shape[d] == 1) continue;
+      dense_free = v.stride[d] == expect;
+      expect *= v.shape[d];
+    }
+    if (dense_free && v.ndim >= 1) {
+      p_ = reinterpret_cast<const float*>(mem.base[v.buffer]) + v.offset;
+      step_ = v.shape[0] > 1 ? v.stride[0] : free;
+    } else {
+      own_.resize(static_cast<size_t>(v.numel()));
+      gather(mem, v, own_.data());
+      p_ = own_.data();
+      step_ = free;
+    }
+  }
+  const float* data() const { return p_; }
+  int64_t step() const { return step_; }  // elements from one row to the next
+
+ private:
+  std::vector<float> own_;
+  const float* p_ = nullptr;
+  int64_t step_ = 0;
+};
+
 // The bytes of `v`'s elements in view order (a same-dtype copy moves bits, not values).
 std::vector<uint8_t> load_raw(const Storage& mem, const View& v) {
   const auto size = static_cast<int64_t>(dtype_size(mem.of(v)));
@@ -292,7 +299,8 @@ std::vector<uint8_t> load_raw(const Storage& mem, const View& v) {
 // with different run structures can be walked together.
 class RunCursor {
  public:
-  explicit RunCursor(const View& v) : v_(v) {
+  explicit RunCursor(const View& view) : v_(coalesced(view)) {
+    const View& v = v_;
     if (v.ndim == 0) {
       outer_ = 1;
       inner_ = 1;
@@ -326,20 +334,22 @@ class RunCursor {
     off_ = v_.offset;
     for (int i = 0; i + 1 < v_.ndim; ++i) off_ += idx_[i] * v_.stride[i];
   }
-  const View& v_;
+  View v_;
   std::array<int64_t, kMaxDims> idx_{};
   int64_t outer_ = 0, inner_ = 0, stride_ = 1, row_ = 0, pos_ = 0, off_ = 0;
 };
 
 // dst = src, element for element in view order, both of the same dtype: the bytes move directly
 // (no staging copy), contiguous stretches by memcpy. Views that overlap are staged (load_raw).
-bool views_may_overlap(const View& a, const View& b) { return a.buffer == b.buffer; }
+bool views_may_overlap(const Storage& mem, const View& a, const View& b) {
+  return a.buffer == b.buffer || !mem.distinct;
+}
 
 void store_raw(const Storage& mem, const View& v, const uint8_t* in);
 std::vector<uint8_t> load_raw(const Storage& mem, const View& v);
 
 void copy_raw(const Storage& mem, const View& src, const View& dst) {
-  if (views_may_overlap(src, dst)) {
+  if (views_may_overlap(mem, src, dst)) {
     const std::vector<uint8_t> raw = load_raw(mem, src);
     store_raw(mem, dst, raw.data());
     return;
@@ -374,6 +384,227 @@ void store_raw(const Storage& mem, const View& v, const uint8_t* in) {
     }
     in += n * size;
   });
+}
+
+// Elementwise instructions computed chunk by chunk from their operands' memory straight into
+// their destination's: no staging copy of whole tiles, and operands that are contiguous FP32 are
+// read in place. The staged path computes every result before writing any, so an operand may
+// overlap the destination there; here an operand may share the destination's memory only as the
+// very same view (each element is then read before its result is written over it).
+constexpr int64_t kChunk = 2048;
+
+bool same_view(const View& a, const View& b) {
+  if (a.buffer != b.buffer || a.dtype != b.dtype || a.offset != b.offset || a.ndim != b.ndim) {
+    return false;
+  }
+  for (int d = 0; d < a.ndim; ++d) {
+    if (a.shape[d] != b.shape[d] || a.stride[d] != b.stride[d]) return false;
+  }
+  return true;
+}
+
+bool streamable(const Storage& mem, const View& dst, std::initializer_list<const View*> operands) {
+  if (!mem.distinct) return false;
+  for (const View* v : operands) {
+    if (v->valid() && v->buffer == dst.buffer && !same_view(*v, dst)) return false;
+  }
+  return true;
+}
+
+// n consecutive operand elements: p[e * step], step 0 for one value repeated.
+struct Chunk {
+  const float* p;
+  int64_t step;
+};
+
+// An operand's elements in view order, chunk by chunk.
+class ChunkReader {
+ public:
+  ChunkReader(const Storage& mem, const View& v)
+      : cur_(v), dtype_(mem.of(v)), size_(static_cast<int64_t>(dtype_size(dtype_))),
+        base_(mem.base[v.buffer]) {}
+  // The next n elements: in place when they are one contiguous (or broadcast) FP32 stretch,
+  // else converted into buf (kChunk floats).
+  Chunk next(int64_t n, float* buf) {
+    if (cur_.left() >= n && (cur_.stride() == 0 || (cur_.stride() == 1 && dtype_ == DType::kFloat32))) {
+      const uint8_t* at = base_ + cur_.offset() * size_;
+      const int64_t step = cur_.stride();
+      cur_.advance(n);
+      if (dtype_ == DType::kFloat32) return {reinterpret_cast<const float*>(at), step};
+      load_run(dtype_, at, 1, 1, buf);
+      return {buf, 0};
+    }
+    float* out = buf;
+    for (int64_t left = n; left > 0;) {
+      const int64_t k = std::min(left, cur_.left());
+      load_run(dtype_, base_ + cur_.offset() * size_, cur_.stride(), k, out);
+      out += k;
+      left -= k;
+      cur_.advance(k);
+    }
+    return {buf, 1};
+  }
+
+ private:
+  RunCursor cur_;
+  DType dtype_;
+  int64_t size_;
+  const uint8_t* base_;
+};
+
+// out[e] = f(x[e], y[e]) over n elements, each operand read with its own step.
+template <class F>
+void binary(F f, float* out, Chunk x, Chunk y, int64_t n) {
+  if (x.step && y.step) {
+    for (int64_t e = 0; e < n; ++e) out[e] = f(x.p[e], y.p[e]);
+  } else if (x.step) {
+    const float b = y.p[0];
+    for (int64_t e = 0; e < n; ++e) out[e] = f(x.p[e], b);
+  } else if (y.step) {
+    const float a = x.p[0];
+    for (int64_t e = 0; e < n; ++e) out[e] = f(a, y.p[e]);
+  } else {
+    std::fill(out, out + n, f(x.p[0], y.p[0]));
+  }
+}
+
+// out = x (op) y, or y (op) x with `reverse`; bypass keeps x (as apply_alu_array does).
+void apply_chunk(Alu op, float* out, Chunk x, Chunk y, int64_t n, bool reverse) {
+  if (op == Alu::kBypass) {
+    if (x.step == 0) {
+      std::fill(out, out + n, x.p[0]);
+    } else if (out != x.p) {
+      std::memcpy(out, x.p, static_cast<size_t>(n) * sizeof(float));
+    }
+    return;
+  }
+  with_alu(op, [&](auto f) {
+    if (reverse) {
+      binary(f, out, y, x, n);
+    } else {
+      binary(f, out, x, y, n);
+    }
+  });
+}
+
+// Runs compute(out, in, n) over dst's elements in chunks, in[k] being operand k's next n
+// elements; out is dst's own memory where dst is contiguous FP32 there, else a buffer stored
+// (rounded to dst's format) after compute.
+template <size_t N, class Compute>
+void stream(const Storage& mem, const View& dst, const std::array<const View*, N>& operands,
+            Compute&& compute) {
+  // On the stack, uninitialised: every instruction streams, and a zeroed heap block per
+  // instruction cost more than small instructions' own work.
+  alignas(64) float scratch[(N + 1) * kChunk];
+  std::array<std::optional<ChunkReader>, N> readers;
+  for (size_t k = 0; k < N; ++k) {
+    if (operands[k]->valid()) readers[k].emplace(mem, *operands[k]);
+  }
+  const DType dt = mem.of(dst);
+  const auto size = static_cast<int64_t>(dtype_size(dt));
+  uint8_t* base = mem.base[dst.buffer];
+  float* staged = scratch + N * kChunk;
+  for (RunCursor d(dst); !d.done();) {
+    const int64_t n = std::min(kChunk, d.left());
+    std::array<Chunk, N> in{};
+    for (size_t k = 0; k < N; ++k) {
+      if (readers[k]) in[k] = readers[k]->next(n, scratch + k * kChunk);
+    }
+    uint8_t* at = base + d.offset() * size;
+    const bool direct = dt == DType::kFloat32 && d.stride() == 1;
+    float* out = direct ? reinterpret_cast<float*>(at) : staged;
+    compute(out, in, n);
+    if (!direct) store_run(dt, at, d.stride(), n, staged);
+    d.advance(n);
+  }
+}
+
+// The streamed forms of the elementwise instructions; false where the staged path must run.
+bool run_streamed(const Storage& mem, const Instruction& in) {
+  switch (in.op) {
+    case Opcode::kTensorCopy:
+    case Opcode::kDmaCopy:
+      // Same-dtype copies move bytes (copy_raw); conversions stream.
+      if (!streamable(mem, in.dst, {&in.a})) return false;
+      stream<1>(mem, in.dst, {&in.a}, [](float* out, const std::array<Chunk, 1>& x, int64_t n) {
+        apply_chunk(Alu::kBypass, out, x[0], x[0], n, false);
+      });
+      return true;
+    case Opcode::kTensorTensor:
+      if (!streamable(mem, in.dst, {&in.a, &in.b})) return false;
+      stream<2>(mem, in.dst, {&in.a, &in.b}, [&](float* out, const std::array<Chunk, 2>& x, int64_t n) {
+        apply_chunk(in.alu0, out, x[0], x[1], n, false);
+      });
+      return true;
+    case Opcode::kTensorScalar: {
+      if (in.alu2 != Alu::kBypass && in.e.valid()) return false;  // the reduction: staged
+      if (!streamable(mem, in.dst, {&in.a, &in.b, &in.c})) return false;
+      const float imm0 = static_cast<float>(in.imm0), imm1 = static_cast<float>(in.imm1);
+      stream<3>(mem, in.dst, {&in.a, &in.b, &in.c},
+                [&](float* out, const std::array<Chunk, 3>& x, int64_t n) {
+                  const Chunk s0 = in.b.valid() ? x[1] : Chunk{&imm0, 0};
+                  const Chunk s1 = in.c.valid() ? x[2] : Chunk{&imm1, 0};
+                  apply_chunk(in.alu0, out, x[0], s0, n, in.reverse0);
+                  apply_chunk(in.alu1, out, Chunk{out, 1}, s1, n, in.reverse1);
+                });
+      return true;
+    }
+    case Opcode::kActivation: {
+      if (in.alu2 != Alu::kBypass && in.e.valid()) return false;
+      if (!streamable(mem, in.dst, {&in.a, &in.b, &in.c})) return false;
+      const auto s0 = static_cast<float>(in.imm0), b1 = static_cast<float>(in.imm1);
+      const Alu bias_op = in.reverse0 ? Alu::kSubtract : Alu::kAdd;
+      stream<3>(mem, in.dst, {&in.a, &in.b, &in.c},
+                [&](float* out, const std::array<Chunk, 3>& x, int64_t n) {
+                  // As the staged path: scale, then bias, then the function.
+                  apply_chunk(Alu::kBypass, out, x[0], x[0], n, false);
+                  if (in.c.valid()) {
+                    apply_chunk(Alu::kMultiply, out, Chunk{out, 1}, x[2], n, false);
+                  } else if (s0 != 1.0f) {
+                    apply_chunk(Alu::kMultiply, out, Chunk{out, 1}, Chunk{&s0, 0}, n, false);
+                  }
+                  if (in.b.valid()) {
+                    apply_chunk(bias_op, out, Chunk{out, 1}, x[1], n, false);
+                  } else if (b1 != 0.0f) {
+                    apply_chunk(bias_op, out, Chunk{out, 1}, Chunk{&b1, 0}, n, false);
+                  }
+                  switch (in.act) {
+                    case Act::kCopy: break;
+                    case Act::kExp:
+                      for (int64_t e = 0; e < n; ++e) out[e] = std::exp(out[e]);
+                      break;
+                    default:
+                      for (int64_t e = 0; e < n; ++e) out[e] = apply_act(in.act, out[e]);
+                      break;
+                  }
+                });
+      return true;
+    }
+    case Opcode::kMemset: {
+      if (!mem.distinct) return false;
+      const auto v = static_cast<float>(in.imm0);
+      stream<0>(mem, in.dst, {}, [&](float* out, const std::array<Chunk, 0>&, int64_t n) {
+        std::fill(out, out + n, v);
+      });
+      return true;
+    }
+    case Opcode::kSelect: {
+      if (!streamable(mem, in.dst, {&in.a, &in.b, &in.c})) return false;
+      const auto v = static_cast<float>(in.imm0);
+      stream<3>(mem, in.dst, {&in.a, &in.b, &in.c},
+                [&](float* out, const std::array<Chunk, 3>& x, int64_t n) {
+                  // tensor_copy_predicated: a scalar source (no b) and the reversed predicate.
+                  const Chunk t = in.b.valid() ? x[1] : Chunk{&v, 0};
+                  const Chunk f = x[2], pred = x[0];
+                  for (int64_t e = 0; e < n; ++e) {
+                    out[e] = ((pred.p[e * pred.step] != 0) != in.negate) ? t.p[e * t.step]
+                                                                          : f.p[e * f.step];
+                  }
+                });
+      return true;
+    }
+    default: return false;
+  }
 }
 
 // Values read and written as integers (indices, counts): exact beyond float's 2^24.
@@ -485,37 +716,26 @@ void run_extended(const Storage& mem, const Program& p, size_t i) {
     case Opcode::kScan: {
       const Floats x(mem, in.a);
       const Floats y(mem, in.b);
-      Floats init;
-      if (in.c.valid()) init = Floats(mem, in.c);
+      // The initial values are copied: the destination may overlap them.
+      std::vector<float> init;
+      if (in.c.valid()) init = load(mem, in.c);
       const int64_t parts = parts_of(in.dst);
       const int64_t per = parts ? static_cast<int64_t>(x.size()) / parts : 0;
-      std::vector<float> out(x.size());
-      // Each partition's scan is a chain of dependent operations; eight partitions advance
-      // together so that their chains overlap in the CPU's pipeline (the same operations in the
-      // same order per partition, so the same values).
-      constexpr int64_t kLanes = 8;
-      with_alu(in.alu0, [&](auto op0) {
-        with_alu(in.alu1, [&](auto op1) {
-          for (int64_t q0 = 0; q0 < parts; q0 += kLanes) {
-            const int64_t lanes = std::min(kLanes, parts - q0);
-            std::array<float, kLanes> st{};
-            for (int64_t l = 0; l < lanes; ++l) {
-              st[static_cast<size_t>(l)] = init.empty() ? static_cast<float>(in.imm2)
-                                                        : init[static_cast<size_t>(q0 + l)];
-            }
-            for (int64_t k = 0; k < per; ++k) {
-              for (int64_t l = 0; l < lanes; ++l) {
-                const auto e = static_cast<size_t>((q0 + l) * per + k);
-                float& acc = st[static_cast<size_t>(l)];
-                const float t = in.reverse0 ? op0(acc, x[e]) : op0(x[e], acc);
-                acc = in.reverse1 ? op1(y[e], t) : op1(t, y[e]);
-                out[e] = acc;
-              }
-            }
-          }
-        });
-      });
-      scatter(mem, in.dst, out.data());
+      // Into the destination's memory where it is one contiguous FP32 stretch that shares no
+      // memory with an operand other than as the very same view.
+      auto apart = [&](const View& v) { return v.buffer != in.dst.buffer || same_view(v, in.dst); };
+      const bool direct = mem.distinct && mem.of(in.dst) == DType::kFloat32 &&
+                          is_dense(in.dst) && apart(in.a) && apart(in.b);
+      std::vector<float> staged;
+      float* out = reinterpret_cast<float*>(mem.base[in.dst.buffer]) + in.dst.offset;
+      if (!direct) {
+        staged.resize(x.size());
+        out = staged.data();
+      }
+      scan_partitions(in.alu0, in.alu1, in.reverse0, in.reverse1, x.data(), y.data(),
+                      init.empty() ? nullptr : init.data(), static_cast<float>(in.imm2), parts,
+                      per, out);
+      if (!direct) scatter(mem, in.dst, out);
       break;
     }
     case Opcode::kPartitionReduce: {
@@ -614,17 +834,23 @@ void run_extended(const Storage& mem, const Program& p, size_t i) {
     }
     case Opcode::kFindIndex8:
     case Opcode::kMatchReplace8: {
-      std::vector<float> x = load(mem, in.a);
+      const bool replace = in.op == Opcode::kMatchReplace8;
+      // nc_match_replace8 rewrites its copy of the data; nc_find_index8 reads it in place.
+      std::vector<float> copy;
+      if (replace) copy = load(mem, in.a);
+      const Floats data = replace ? Floats() : Floats(mem, in.a);
+      float* x = replace ? copy.data() : nullptr;
+      const float* xr = replace ? copy.data() : data.data();
+      const auto size = replace ? copy.size() : data.size();
       const Floats vals(mem, in.b);
       const int64_t parts = parts_of(in.a);
-      const int64_t per = parts ? static_cast<int64_t>(x.size()) / parts : 0;
-      const bool replace = in.op == Opcode::kMatchReplace8;
+      const int64_t per = parts ? static_cast<int64_t>(size) / parts : 0;
       const DType idx_type = in.op == Opcode::kFindIndex8 ? mem.of(in.dst)
                                                           : (in.d.valid() ? mem.of(in.d) : DType::kUInt32);
       const int64_t none = dtype_size(idx_type) == 2 ? 0xffff : 0xffffffffLL;
       std::vector<int64_t> idx(static_cast<size_t>(parts * 8), none);
       for (int64_t q = 0; q < parts; ++q) {
-        float* row = x.data() + q * per;
+        const float* row = xr + q * per;
         // nc_find_index8 pairs duplicate values with matches in ascending order; nc_match_replace8
         // walks the values from the last to the first. Value j (in that order) takes the first
         // element equal to it that no earlier value took: one pass over the row gives each
@@ -647,23 +873,22 @@ void run_extended(const Storage& mem, const Program& p, size_t i) {
         }
         int left = 8;
         for (int64_t k = 0; k < per && left > 0; ++k) {
+          k += find_first_of(row + k, per - k, distinct.data(), n_distinct);
+          if (k == per) break;
           const float v = row[k];
-          bool wanted = false;
-          for (int u = 0; u < n_distinct; ++u) wanted |= distinct[static_cast<size_t>(u)] == v;
-          if (!wanted) continue;
           for (int jj = 0; jj < 8; ++jj) {
             if (open[static_cast<size_t>(jj)] && want[static_cast<size_t>(jj)] == v) {
               open[static_cast<size_t>(jj)] = false;
               --left;
               idx[static_cast<size_t>(q * 8 + (replace ? 7 - jj : jj))] = k;
-              if (replace) row[k] = static_cast<float>(in.imm0);
+              if (replace) x[q * per + k] = static_cast<float>(in.imm0);
               break;
             }
           }
         }
       }
       if (replace) {
-        scatter(mem, in.dst, x.data());
+        scatter(mem, in.dst, x);
         if (in.d.valid()) store_ints(mem, in.d, idx);
       } else {
         store_ints(mem, in.dst, idx);
@@ -758,7 +983,7 @@ void run_extended(const Storage& mem, const Program& p, size_t i) {
       const std::vector<float> mv = dequant(in.b, in.d, k2, n);
       std::vector<float> out(static_cast<size_t>(m * n), 0.0f);
       if (in.accumulate) gather(mem, in.dst, out.data());
-      g_matmul.load()(m, n, k * 4, s.data(), mv.data(), out.data(), in.accumulate);
+      g_matmul.load()(m, n, k * 4, s.data(), m, mv.data(), n, out.data(), in.accumulate);
       scatter(mem, in.dst, out.data());
       break;
     }
@@ -801,6 +1026,72 @@ bool written_whole_first(const Program& p, size_t i, int32_t b) {
   const DType dt = d.dtype >= 0 ? static_cast<DType>(d.dtype) : buf.dtype;
   return d.numel() * static_cast<int64_t>(dtype_size(dt)) ==
          buf.elements * static_cast<int64_t>(dtype_size(buf.dtype));
+}
+
+// Whether the program writes every byte of buffer b before it reads any: instructions in order,
+// each operand view of b must lie in bytes already written, and the destinations of the
+// instructions that write their whole destination without reading it add to the written bytes,
+// until all of b is written. A kernel output that passes is not poisoned before the run (the
+// NaN fill would be overwritten unseen; for a large output it cost as much as the kernel's own
+// copies); one that does not (a read first, or bytes never written) is. Buffers over 256 MiB are
+// not analysed (the byte map would be 32 MiB): they are poisoned.
+bool written_before_read(const Program& p, int32_t b) {
+  const Buffer& buf = p.buffers[static_cast<size_t>(b)];
+  const int64_t bytes = buf.elements * static_cast<int64_t>(dtype_size(buf.dtype));
+  if (bytes > (int64_t{1} << 28)) return false;
+  std::vector<uint64_t> done(static_cast<size_t>((bytes + 63) / 64), 0);
+  int64_t left = bytes;
+  // Calls f(lo, hi) for each byte range of v.
+  auto ranges = [&](const View& v, auto&& f) {
+    const auto size = static_cast<int64_t>(dtype_size(v.dtype >= 0 ? static_cast<DType>(v.dtype)
+                                                                   : buf.dtype));
+    for_each_run(v, [&](int64_t off, int64_t n, int64_t stride) {
+      if (stride == 1) return f(off * size, (off + n) * size);
+      for (int64_t e = 0; e < n; ++e) f((off + e * stride) * size, (off + e * stride + 1) * size);
+    });
+  };
+  auto bit = [&](int64_t i) { return (done[static_cast<size_t>(i >> 6)] >> (i & 63)) & 1u; };
+  for (const Instruction& in : p.instructions) {
+    bool unread = true;
+    for (const View* v : {&in.a, &in.b, &in.c, &in.d, &in.e, &in.f}) {
+      if (!v->valid() || v->buffer != b) continue;
+      ranges(*v, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi && unread; ++i) unread = bit(i);
+      });
+    }
+    if (!unread) return false;
+    if (in.dst.buffer != b) continue;
+    bool whole = false;
+    switch (in.op) {
+      case Opcode::kDmaCopy: case Opcode::kTensorCopy: case Opcode::kTensorTensor:
+      case Opcode::kTensorScalar: case Opcode::kActivation: case Opcode::kTensorReduce:
+      case Opcode::kTranspose: case Opcode::kIota: case Opcode::kMemset: case Opcode::kSelect:
+      case Opcode::kScan:
+        whole = true;
+        break;
+      case Opcode::kMatmul: whole = !in.accumulate; break;
+      default: break;
+    }
+    if (!whole) {  // reads or partly writes its destination: it must already be written
+      ranges(in.dst, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi && unread; ++i) unread = bit(i);
+      });
+      if (!unread) return false;
+      continue;
+    }
+    ranges(in.dst, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi;) {
+        uint64_t& word = done[static_cast<size_t>(i >> 6)];
+        const int64_t k = std::min<int64_t>(hi - i, 64 - (i & 63));
+        const uint64_t mask = (k == 64 ? ~uint64_t{0} : ((uint64_t{1} << k) - 1)) << (i & 63);
+        left -= __builtin_popcountll(mask & ~word);
+        word |= mask;
+        i += k;
+      }
+    });
+    if (left == 0) return true;
+  }
+  return false;
 }
 
 void set_matmul_kernel(MatmulKernel kernel) { g_matmul.store(kernel ? kernel : &loop_matmul); }
@@ -863,7 +1154,11 @@ Executable::Executable(Program program) : program_(std::move(program)) {
   std::vector<std::vector<int32_t>> release_after(p.instructions.size());
   poison_.assign(nb, 0);
   for (size_t b = 0; b < nb; ++b) {
-    if (p.buffers[b].binding >= 0 || first[b] < 0) continue;
+    if (p.buffers[b].binding >= 0) {  // a kernel output (the caller's memory): see run()
+      poison_[b] = p.buffers[b].poison && !written_before_read(p, static_cast<int32_t>(b));
+      continue;
+    }
+    if (first[b] < 0) continue;
     poison_before_[static_cast<size_t>(first[b])].push_back(static_cast<int32_t>(b));
     poison_[b] = !written_whole_first(p, static_cast<size_t>(first[b]), static_cast<int32_t>(b));
     release_after[static_cast<size_t>(last[b])].push_back(static_cast<int32_t>(b));
@@ -880,7 +1175,8 @@ Executable::Executable(Program program) : program_(std::move(program)) {
       } else {
         slot_of_[static_cast<size_t>(b)] = static_cast<int64_t>(slot_bytes_.size());
         slot_bytes_.push_back(bytes);
-        scratch_bytes_ += bytes;
+        slot_offset_.push_back(scratch_bytes_);
+        scratch_bytes_ += (bytes + 63) / 64 * 64;  // each slot 64-byte aligned in the block
       }
     }
     for (int32_t b : release_after[i]) {
@@ -897,10 +1193,26 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
   mem.dtype.resize(p.buffers.size());
   // Uninitialised: every buffer is poisoned before its first use (poison_before_), so zeroing
   // the slots first would only cost a pass over them.
-  std::vector<std::unique_ptr<uint8_t[]>> slots(slot_bytes_.size());
-  for (size_t s = 0; s < slots.size(); ++s) {
-    slots[s].reset(new uint8_t[static_cast<size_t>(slot_bytes_[s])]);
+  // One block for every slot, from the pool where a finished run left one.
+  std::unique_ptr<uint8_t[]> block;
+  {
+    std::lock_guard<std::mutex> lock(pool_->mu);
+    if (!pool_->idle.empty()) {
+      block = std::move(pool_->idle.back());
+      pool_->idle.pop_back();
+    }
   }
+  if (!block && scratch_bytes_ > 0) block.reset(new uint8_t[static_cast<size_t>(scratch_bytes_)]);
+  // Given back when the run ends, also by an error.
+  struct GiveBack {
+    ScratchPool& pool;
+    std::unique_ptr<uint8_t[]>& block;
+    ~GiveBack() {
+      if (!block) return;
+      std::lock_guard<std::mutex> lock(pool.mu);
+      if (pool.idle.empty()) pool.idle.push_back(std::move(block));
+    }
+  } give_back{*pool_, block};
   for (size_t b = 0; b < p.buffers.size(); ++b) {
     const Buffer& buf = p.buffers[b];
     mem.dtype[b] = buf.dtype;
@@ -920,9 +1232,23 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
                         std::to_string(bytes));
       }
       mem.base[b] = ext.data;
-      if (buf.poison) poison(buf.dtype, ext.data, buf.elements);
+      if (poison_[b]) poison(buf.dtype, ext.data, buf.elements);
     } else if (slot_of_[b] >= 0) {
-      mem.base[b] = slots[static_cast<size_t>(slot_of_[b])].get();
+      mem.base[b] = block.get() + slot_offset_[static_cast<size_t>(slot_of_[b])];
+    }
+  }
+  // The kernel's own buffers never share memory while both are live (slots); the caller's
+  // arguments may (one array passed twice, or views of one array).
+  {
+    std::vector<std::pair<const uint8_t*, const uint8_t*>> ranges;
+    for (size_t b = 0; b < p.buffers.size(); ++b) {
+      const Buffer& buf = p.buffers[b];
+      const int64_t bytes = buf.elements * static_cast<int64_t>(dtype_size(buf.dtype));
+      if (buf.binding >= 0 && bytes > 0) ranges.emplace_back(mem.base[b], mem.base[b] + bytes);
+    }
+    std::sort(ranges.begin(), ranges.end());
+    for (size_t k = 1; k < ranges.size(); ++k) {
+      if (ranges[k].first < ranges[k - 1].second) mem.distinct = false;
     }
   }
 
@@ -935,13 +1261,15 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
              p.buffers[static_cast<size_t>(b)].elements);
     }
     const Instruction& in = p.instructions[i];
+    if ((in.op == Opcode::kDmaCopy || in.op == Opcode::kTensorCopy) &&
+        mem.of(in.a) == mem.of(in.dst)) {
+      copy_raw(mem, in.a, in.dst);
+      continue;
+    }
+    if (run_streamed(mem, in)) continue;
     switch (in.op) {
       case Opcode::kDmaCopy:
       case Opcode::kTensorCopy: {
-        if (mem.of(in.a) == mem.of(in.dst)) {
-          copy_raw(mem, in.a, in.dst);
-          break;
-        }
         std::vector<float> x = load(mem, in.a);
         scatter(mem, in.dst, x.data());
         break;
@@ -1020,15 +1348,8 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
         const bool trailing = first_reduced < in.a.ndim &&
                               (in.axes & ((1u << first_reduced) - 1u)) == 0;
         if (trailing && out_n > 0) {
-          const auto inner = x.size() / static_cast<size_t>(out_n);
-          with_alu(in.alu0, [&](auto f) {
-            for (size_t o = 0; o < out.size(); ++o) {
-              float acc = out[o];
-              const float* row = x.data() + o * inner;
-              for (size_t e = 0; e < inner; ++e) acc = f(acc, row[e]);
-              out[o] = acc;
-            }
-          });
+          const auto inner = static_cast<int64_t>(x.size()) / out_n;
+          reduce_rows(in.alu0, x.data(), out_n, inner, out.data());
         } else {
           std::array<int64_t, kMaxDims> idx{};
           for (size_t e = 0; e < x.size(); ++e) {
@@ -1055,15 +1376,25 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
         const int64_t k = in.a.shape[0];
         const int64_t m = in.a.free_size();
         const int64_t n = in.b.free_size();
-        const Floats s(mem, in.a);
-        const Floats mv(mem, in.b);
-        std::vector<float> out(static_cast<size_t>(m * n), 0.0f);
-        if (in.accumulate) gather(mem, in.dst, out.data());
+        const Rows s(mem, in.a);
+        const Rows mv(mem, in.b);
+        // Into the destination's own memory where it is one dense FP32 stretch apart from the
+        // operands (a PSUM tile, as a rule), else through a staged copy.
+        const bool direct = mem.distinct && mem.of(in.dst) == DType::kFloat32 &&
+                            is_dense(in.dst) && in.dst.buffer != in.a.buffer &&
+                            in.dst.buffer != in.b.buffer;
+        std::vector<float> staged;
+        float* out = reinterpret_cast<float*>(mem.base[in.dst.buffer]) + in.dst.offset;
+        if (!direct) {
+          staged.resize(static_cast<size_t>(m * n));
+          if (in.accumulate) gather(mem, in.dst, staged.data());
+          out = staged.data();
+        }
         // A small product costs less in the loop than the lent GEMM's call (tensor set-up and
         // dispatch, several microseconds): both accumulate in FP32.
         const MatmulKernel kernel = m * n * k <= kSmallMatmulMacs ? &loop_matmul : matmul;
-        kernel(m, n, k, s.data(), mv.data(), out.data(), in.accumulate);
-        scatter(mem, in.dst, out.data());
+        kernel(m, n, k, s.data(), s.step(), mv.data(), mv.step(), out, in.accumulate);
+        if (!direct) scatter(mem, in.dst, out);
         break;
       }
       case Opcode::kTranspose: {

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -14,10 +16,14 @@
 
 namespace nrtsim::nki {
 
-// out[M,N] (+)= stationary[K,M]^T @ moving[K,N], all row-major FP32. The runtime's own loop is
-// the default; a host with a tuned GEMM (the backend installs ATen's) can replace it.
+// out[M,N] (+)= stationary[K,M]^T @ moving[K,N], all FP32: out row-major and dense; row kk of
+// stationary at stationary + kk * stationary_rows (M contiguous values), of moving at
+// moving + kk * moving_rows (N contiguous values), so that a window into a wider tile is read in
+// place. The runtime's own loop is the default; a host with a tuned GEMM (the backend installs
+// ATen's) can replace it.
 using MatmulKernel = void (*)(int64_t m, int64_t n, int64_t k, const float* stationary,
-                              const float* moving, float* out, bool accumulate);
+                              int64_t stationary_rows, const float* moving, int64_t moving_rows,
+                              float* out, bool accumulate);
 void set_matmul_kernel(MatmulKernel kernel);
 
 // Memory the caller owns: a kernel input or output in HBM (or host memory for standalone runs).
@@ -44,8 +50,20 @@ class Executable {
   std::vector<int64_t> slot_of_;        // per buffer: its slot in scratch, -1 for external ones
   std::vector<int64_t> slot_bytes_;     // per slot
   std::vector<std::vector<int32_t>> poison_before_;  // per instruction: buffers allocated there
-  std::vector<char> poison_;  // per buffer: poisoned when allocated (not when written whole first)
+  // per buffer: poisoned when allocated (a kernel buffer not written whole by its first
+  // instruction) or before the run (a kernel output not written whole before it is read)
+  std::vector<char> poison_;
   int64_t scratch_bytes_ = 0;
+  std::vector<int64_t> slot_offset_;    // per slot: its offset in a run's scratch block
+
+  // Scratch blocks that finished runs gave back, for the next run: a fresh block per run was
+  // fresh pages from the OS, and faulting them in cost as much as small kernels' own work. At
+  // most one is kept idle per executable (more only while runs overlap).
+  struct ScratchPool {
+    std::mutex mu;
+    std::vector<std::unique_ptr<uint8_t[]>> idle;
+  };
+  std::shared_ptr<ScratchPool> pool_ = std::make_shared<ScratchPool>();
 };
 
 }  // namespace nrtsim::nki

@@ -44,6 +44,18 @@ int GroupPlace::local_size() const {
   return static_cast<int>(std::count(host_of.begin(), host_of.end(), host_of[rank]));
 }
 
+CollectiveTraffic collective_traffic(const LinkBytes& link) {
+  CollectiveTraffic traffic;
+  traffic.buffer_bytes = link.buffer;
+  traffic.link_bytes = std::max(link.sent, link.received);
+  traffic.network_bytes = link.efa;
+  traffic.passes = link.passes;
+  traffic.ranks = link.ranks;
+  traffic.hosts = link.hosts;
+  traffic.point_to_point = link.point_to_point;
+  return traffic;
+}
+
 LinkBytes link_bytes(const VerbCall& call, const GroupPlace& place) {
   const uint64_t n = static_cast<uint64_t>(place.size);
   const uint64_t l = static_cast<uint64_t>(place.local_size());

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "runtime/CollectiveTraffic.h"
+
 namespace nrtsim::transport {
 
 enum class Verb : uint8_t {
@@ -84,5 +86,10 @@ struct LinkBytes {
   bool point_to_point = false;
 };
 LinkBytes link_bytes(const VerbCall& call, const GroupPlace& place);
+// What the runtime's link model prices a call from (runtime/CollectiveTraffic.h, LinkModel.h):
+// the larger direction over NeuronLink (full duplex), the EFA bytes, and the buffer, passes,
+// ranks and hosts above. The process group puts it on the call's launch record; the estimate's
+// guard test compares its own statement of a collective with it.
+CollectiveTraffic collective_traffic(const LinkBytes& link);
 
 }  // namespace nrtsim::transport

@@ -42,19 +42,9 @@ const Shipped& files() {
   return s;
 }
 
-// A process group's report of one call (ProcessGroupNeuron.cpp, link_work): the larger direction
-// over NeuronLink, the EFA bytes, the verb table's buffer, passes, ranks and hosts.
-CollectiveTraffic reported(const tp::LinkBytes& b) {
-  CollectiveTraffic t;
-  t.buffer_bytes = b.buffer;
-  t.link_bytes = std::max(b.sent, b.received);
-  t.network_bytes = b.efa;
-  t.passes = b.passes;
-  t.ranks = b.ranks;
-  t.hosts = b.hosts;
-  t.point_to_point = b.point_to_point;
-  return t;
-}
+// A process group's report of one call: the verb table's link bytes as the runtime prices them
+// (transport::collective_traffic, what ProcessGroupNeuron's link_work puts on the record).
+CollectiveTraffic reported(const tp::LinkBytes& b) { return tp::collective_traffic(b); }
 
 // The simulated clock of rank 0's core on `instance` at its default LNC, as the runtime builds it
 // (Runtime.cpp: the engine model's core, the link model's chip shared by its logical cores).

@@ -1,0 +1,192 @@
+"""The interpreter's fast paths give the values of its plain ones: instructions that stream from
+their operands' memory into the destination's (no staging), scans that advance many partitions
+at once, max / min folds over several lanes, and arguments that share memory (one tensor passed
+twice, or views of one tensor), where nothing may be overwritten before it is read."""
+
+import numpy as np
+import torch
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def _copy(src, dst):
+    nisa.dma_copy(dst=dst, src=src)
+
+
+def test_a_copy_between_overlapping_arguments_reads_before_it_writes():
+    # bf16 -> fp32 into the same memory: each result is wider than its source, so a copy that
+    # wrote before reading would overwrite sources not yet converted.
+    x = torch.empty(1, 8192)
+    a = x.view(torch.bfloat16)[:, :8192]
+    a.copy_(torch.randn(1, 8192, generator=torch.Generator().manual_seed(0)))
+    want = a.float().clone()
+    nki.simulate(_copy)(a, x)
+    torch.testing.assert_close(x, want, rtol=0, atol=0)
+
+    # Same dtype, the destination 100 elements past the source in one tensor.
+    y = torch.randn(8200, generator=torch.Generator().manual_seed(1))
+    want = y[0:8000].clone()
+    nki.simulate(_copy)(y[0:8000], y[100:8100])
+    torch.testing.assert_close(y[100:8100], want, rtol=0, atol=0)
+
+
+def test_scan_in_place_over_partitions_and_blocks_of_any_size():
+    # 100 partitions (not a multiple of the lanes advanced together), 131 elements (not a
+    # multiple of the blocks), the result written over data0's own tile.
+    @nki.jit
+    def k(a, b, init):
+        out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+        x, y, s0 = nl.load(a), nl.load(b), nl.load(init)
+        nisa.tensor_tensor_scan(dst=x, data0=x, data1=y, initial=s0, op0=nl.multiply,
+                                op1=nl.add)
+        nl.store(out, x)
+        return out
+
+    rng = np.random.default_rng(4)
+    a = rng.uniform(0.5, 1.0, (100, 131)).astype(np.float32)
+    b = rng.standard_normal((100, 131), dtype=np.float32)
+    init = rng.standard_normal((100, 1), dtype=np.float32)
+    want = np.empty_like(a)
+    s = init[:, 0].copy()
+    for i in range(a.shape[1]):
+        s = (a[:, i] * s + b[:, i]).astype(np.float32)
+        want[:, i] = s
+    np.testing.assert_array_equal(nki.simulate(k)(a, b, init), want)
+
+
+def _fold(values, pick):
+    # The engine's fold: NaN wherever an operand is NaN, else the first of equal values kept.
+    acc = np.float32(-np.inf if pick is max else np.inf)
+    for v in values:
+        if np.isnan(acc) or np.isnan(v):
+            acc = np.float32(np.nan)
+        elif (acc < v) if pick is max else (v < acc):
+            acc = v
+    return acc
+
+
+def test_max_and_min_folds_keep_nan_and_the_first_signed_zero():
+    @nki.jit
+    def k(a):
+        hi = nl.ndarray((a.shape[0], 1), nl.float32, buffer=nl.shared_hbm)
+        lo = nl.ndarray((a.shape[0], 1), nl.float32, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        nl.store(hi, nl.max(x, axis=1, keepdims=True))
+        nl.store(lo, nl.min(x, axis=1, keepdims=True))
+        return hi, lo
+
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((8, 100)).astype(np.float32)
+    a[1, 37] = np.nan                          # NaN mid-row
+    a[2] = -np.abs(a[2])                       # all negative but a -0 then a +0: max is -0
+    a[2, 10], a[2, 60] = -0.0, 0.0
+    a[3] = np.abs(a[3])                        # all positive but a +0 then a -0: min is +0
+    a[3, 5], a[3, 90] = 0.0, -0.0
+    a[4] = 0.0                                 # zeros of both signs only
+    a[4, ::3] = -0.0
+    a[5, 99] = np.inf
+    a[6, 0] = np.nan                           # NaN first
+    hi, lo = nki.simulate(k)(a)
+    for r in range(a.shape[0]):
+        for got, pick in ((hi[r, 0], max), (lo[r, 0], min)):
+            want = _fold(a[r], pick)
+            assert (np.isnan(got) and np.isnan(want)) or (
+                got == want and np.signbit(got) == np.signbit(want)), (r, pick, got, want)
+
+
+def test_streamed_instructions_convert_broadcast_operands_and_narrow_results():
+    # Per-partition scale and bias tiles, a bf16 source and a bf16 result: the operands are
+    # converted and broadcast chunk by chunk, the result rounded as it is stored.
+    @nki.jit
+    def k(a, s, b):
+        out = nl.ndarray(a.shape, nl.bfloat16, buffer=nl.shared_hbm)
+        x, sc, bi = nl.load(a), nl.load(s), nl.load(b)
+        y = nl.ndarray(a.shape, nl.bfloat16, buffer=nl.sbuf)
+        nisa.activation(dst=y, op=nl.copy, data=x, bias=bi, scale=sc)
+        z = nl.ndarray(a.shape, nl.bfloat16, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=z, data=y, op0=nl.multiply, operand0=sc, op1=nl.subtract,
+                           operand1=1.5)
+        nl.store(out, z)
+        return out
+
+    g = torch.Generator().manual_seed(6)
+    a = torch.randn(128, 3000, generator=g).bfloat16()
+    s = torch.rand(128, 1, generator=g)
+    b = torch.rand(128, 1, generator=g)
+    y = (a.float() * s + b).bfloat16()  # FP32 inside (exact steps), rounded to bf16 when stored
+    want = (y.float() * s - 1.5).bfloat16()
+    torch.testing.assert_close(nki.simulate(k)(a, s, b), want, rtol=0, atol=0)
+
+
+def _windowed_matmuls(k, m, n, taps):
+    # A 1-D convolution as the library writes it: each tap's moving operand is a window into one
+    # wider tile (its partition stride is the tile's width, not the window's), the stationary
+    # operand a column block of a wider weight tile, the taps accumulating in one PSUM tile.
+    @nki.jit
+    def kern(x, w):
+        out = nl.ndarray((m, n), nl.float32, buffer=nl.shared_hbm)
+        xt = nl.load(x)  # [k, n + taps - 1]
+        wt = nl.load(w)  # [k, taps * m + 3]
+        acc = nl.ndarray((m, n), nl.float32, buffer=nl.psum)
+        for t in range(taps):
+            nisa.nc_matmul(dst=acc, stationary=wt[:, t * m:(t + 1) * m], moving=xt[:, t:t + n])
+        res = nl.ndarray((m, n), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+        nl.store(out, res)
+        return out
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((k, n + taps - 1), dtype=np.float32)
+    w = rng.standard_normal((k, taps * m + 3), dtype=np.float32)
+    want = sum(w[:, t * m:(t + 1) * m].astype(np.float64).T @ x[:, t:t + n].astype(np.float64)
+               for t in range(taps))
+    got = nki.simulate(kern)(x, w)
+    # FP32 products summed over taps * k terms in some order: each sum within (taps * k) units
+    # of FP32 rounding of the sum of its terms' magnitudes.
+    bound = np.abs(w[:, :taps * m]).reshape(k, taps, m).transpose(1, 0, 2).reshape(taps * k, m).T \
+        .astype(np.float64) @ np.abs(np.concatenate([x[:, t:t + n] for t in range(taps)]))
+    assert np.all(np.abs(got - want) <= taps * k * np.finfo(np.float32).eps * bound)
+
+
+def test_matmuls_read_windows_of_wider_tiles_in_place():
+    _windowed_matmuls(4, 1, 509, 4)      # small: the interpreter's own loop
+
+
+def test_matmuls_read_windows_of_wider_tiles_through_the_lent_gemm():
+    import torch_neuronx  # noqa: F401  (lends ATen's GEMM to the interpreter)
+    _windowed_matmuls(128, 128, 510, 3)  # large: the lent GEMM, with row strides
+
+
+def test_outputs_and_tiles_are_poisoned_unless_written_whole_before_read():
+    # The NaN fill of an output is skipped only where the program writes all of it before
+    # reading any of it; an output written in part, or read first, still shows NaN.
+    @nki.jit
+    def k(x):
+        whole = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)   # two stores cover it
+        part = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)    # the last column is never written
+        early = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)   # read before it is written
+        t = nl.load(x)
+        nl.store(whole[:, 0:5], t[:, 0:5])
+        nl.store(whole[:, 5:8], t[:, 5:8])
+        nl.store(part[:, 0:7], t[:, 0:7])
+        seen = nl.load(early)
+        nl.store(early, nl.add(seen, t))
+        half = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        h = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)  # its right half is never written
+        nisa.tensor_copy(dst=h[:, 0:4], src=t[:, 0:4])
+        nl.store(half, h)
+        return whole, part, early, half
+
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    # Run twice: the second run's tiles reuse the first's scratch memory, values and all.
+    for _ in range(2):
+        whole, part, early, half = nki.simulate(k)(torch.from_numpy(x))
+        torch.testing.assert_close(whole, torch.from_numpy(x), rtol=0, atol=0)
+        torch.testing.assert_close(part[:, :7], torch.from_numpy(x[:, :7]), rtol=0, atol=0)
+        assert torch.isnan(part[:, 7]).all()
+        assert torch.isnan(early).all()
+        torch.testing.assert_close(half[:, :4], torch.from_numpy(x[:, :4]), rtol=0, atol=0)
+        assert torch.isnan(half[:, 4:]).all()
