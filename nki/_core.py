@@ -518,8 +518,8 @@ class Tensor(NKIObject):
             current_tracer().instructions[ins.index].fold = True
         elif isinstance(value, (int, float, bool)):
             HOOKS["memset"](dst=dst, value=value)
-        elif hasattr(value, "assign_to"):
-            value.assign_to(dst)  # a value computed into its destination (legacy loop_reduce)
+        elif hasattr(value, "_assign_into"):
+            value._assign_into(dst)  # a front end's deferred write (nki.legacy: loop_reduce)
         else:
             raise error(f"cannot assign {type(value).__name__} to an NKI tensor")
 
@@ -783,6 +783,8 @@ class Tensor(NKIObject):
     def __matmul__(self, o): return self._nl("matmul", self, o)
 
     def _inplace(self, name, other):
+        if getattr(other, "_masked_off", False):
+            return self  # nki.legacy: `acc += <instruction with mask=False>` writes nothing
         if (name == "add" and self.buffer is psum and isinstance(other, Tensor)
                 and other._pending_matmul is not None and other.shape == self.shape):
             # `acc += nl.matmul(...)`: the matmul accumulates into acc in PSUM instead of writing
@@ -1031,6 +1033,11 @@ class Tracer:
                 continue
             prod = self.instructions[used[0]]
             if prod.dst is None or prod.dst._buffer is not buf or not prod.dst.same_view(src):
+                continue
+            if any(used[0] < j < i for j in uses.get(dst._buffer.id, ())):
+                # Something between the producer and the copy reads or writes t (a memset of a
+                # block-dim tile allocated at this assignment, say): writing t at the producer
+                # would reorder it past that access.
                 continue
             if any(v._buffer is buf for k, v in prod.views.items() if k != "dst" and v is not None):
                 continue

@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 import operator
 
+import numpy as np
+
 from nki import _core
 from nki._core import Tensor, error
 from nki.legacy import report
@@ -203,6 +205,10 @@ def grid_index(tensor, key):
             offset += int(k) * st
         elif isinstance(k, slice) and k == slice(None) and tensor.shape[d] == 1:
             continue
+        elif isinstance(k, Tensor):
+            raise error(f"dim {d} is indexed with a tile of runtime values (an indirect DMA "
+                        "gather): this interpreter runs no runtime-indexed DMA yet (NKI 0.6 "
+                        "spells it .ap(vector_offset=...) or nl.gather_flattened, refused too)")
         else:
             raise error("indexing with index grids and slices together is not supported: use "
                         "grids for every dim, or slices for every dim")
@@ -227,13 +233,56 @@ def grid_index(tensor, key):
     return view
 
 
+class MaskedOff(Exception):
+    """Raised by `masked` for ``mask=False``: the instruction does not run."""
+
+
+class _MaskedOffResult:
+    """What an instruction with ``mask=False`` returns. The legacy API's masks may compare loop
+    variables (``mask=i * 128 >= j * 512``); loops unroll here, so such a mask is a Python bool,
+    and False turns the instruction off: it writes nothing. Assigning or accumulating this
+    result leaves the destination as it was; reading it anywhere else is refused (on the device
+    it would be a tile nothing wrote)."""
+
+    _masked_off = True
+
+    def _assign_into(self, dst):
+        pass
+
+    def __repr__(self):
+        return "<result of an instruction with mask=False>"
+
+
+MASKED_OFF = _MaskedOffResult()
+
+
+def skip_masked_off(fn):
+    """Wrap an instruction so that ``mask=False`` makes it return MASKED_OFF unrun."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except MaskedOff:
+            return MASKED_OFF
+
+    return wrapped
+
+
 def masked(t, mask):
-    """`t` narrowed to what `mask` keeps: dims from grid axes by axis, others by position."""
-    if mask is None or mask is True or not isinstance(t, Tensor):
-        return t  # a condition the kernel's trace already decided true (mask=i >= j) keeps all
-    if mask is False:
-        raise error("mask= is a condition false at trace time (it would skip the instruction); "
-                    "skip it with a Python if instead")
+    """`t` narrowed to what `mask` keeps: dims from grid axes by axis, others by position.
+    A bool mask (a comparison of unrolled loop variables) keeps all (True) or turns the
+    instruction off (False: raises MaskedOff for skip_masked_off)."""
+    if t is MASKED_OFF and mask is not False:
+        raise error("this operand is the result of an instruction turned off by mask=False "
+                    "(it wrote nothing); read it only under the same mask")
+    if isinstance(mask, (bool, np.bool_)):
+        if not bool(mask):
+            raise MaskedOff()
+        return t
+    if mask is None or not isinstance(t, Tensor):
+        return t
     bounds = mask.axis_bounds()
     grid = getattr(t, "_grid_axes", None)
     by_position = {a.position: b for a, b in bounds.items()}

@@ -13,7 +13,7 @@ from nki.isa import (  # noqa: F401  (enums and queries, the same in both APIs)
     dge_mode, engine, get_nc_version, matmul_perf_mode, nc_version, oob_mode, reduce_cmd,
 )
 from nki.legacy import report
-from nki.legacy.grids import IndexExpr, Predicate, masked
+from nki.legacy.grids import IndexExpr, Predicate, masked, skip_masked_off
 
 # Legacy module-level engine names.
 tensor_engine, vector_engine, scalar_engine, gpsimd_engine = (
@@ -185,16 +185,22 @@ def iota(expr, dtype, mask=None, **kwargs):
                "nisa.iota(dst, pattern=[[step, count], ...], offset=, channel_multiplier=)")
     if not isinstance(expr, IndexExpr):
         raise error("nisa.iota takes an index expression of nl.arange / nl.mgrid axes")
-    axes = sorted(expr.terms, key=lambda a: a.position)
-    part = [a for a in axes if a.position == 0]
-    free = [a for a in axes if a.position != 0]
-    p = part[0].count if part else 1
-    shape = (p,) + tuple(a.count for a in free) if free else (p, 1)
+    # The result has one dim per grid position up to the last the expression uses: an axis's
+    # count at its position, 1 where the expression has no axis (it broadcasts there, as
+    # NumPy's broadcasting of the grid axes would). 3 * g.y + g.z over nl.mgrid[0:P, 0:W, 0:3,
+    # 0:3] is a (1, 1, 3, 3) tile.
+    by_pos = {}
+    for a in expr.terms:
+        if a.position in by_pos:
+            raise error("nisa.iota: two grid axes of the expression share a position")
+        by_pos[a.position] = a
+    ndim = max(2, max(by_pos, default=0) + 1)
+    part = by_pos.get(0)
+    shape = tuple((by_pos[d].count if d in by_pos else 1) for d in range(ndim))
     out = _fresh(shape, dtype)
-    offset = expr.value_at_zero()
-    pattern = [[expr.terms[a], a.count] for a in free] or [[0, 1]]
-    _isa.iota(out, pattern, offset=offset,
-              channel_multiplier=expr.terms[part[0]] if part else 0)
+    pattern = [[expr.terms[by_pos[d]] if d in by_pos else 0, shape[d]] for d in range(1, ndim)]
+    _isa.iota(out, pattern, offset=expr.value_at_zero(),
+              channel_multiplier=expr.terms[part] if part else 0)
     return out
 
 
@@ -314,3 +320,11 @@ def dma_copy(dst=None, src=None, mask=None, dst_rmw_op=None, oob_mode=None, dge_
                     "0.3 moved it to nisa.dma_compute")
     dst, src = _prep(mask, dst, src)
     return _isa.dma_copy(dst=dst, src=src)
+
+
+# mask=False (a comparison of unrolled loop variables that is false) turns an instruction off.
+for _name, _fn in list(globals().items()):
+    if (callable(_fn) and not _name.startswith("_") and getattr(_fn, "__module__", None) == __name__
+            and not isinstance(_fn, type)):
+        globals()[_name] = skip_masked_off(_fn)
+del _name, _fn

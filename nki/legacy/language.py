@@ -23,7 +23,7 @@ from nki.language import (  # noqa: F401  (the same in both APIs)
 )
 from nki._core import Tensor, error
 from nki.legacy import report
-from nki.legacy.grids import arange, masked, mgrid  # noqa: F401
+from nki.legacy.grids import MASKED_OFF, arange, masked, mgrid, skip_masked_off  # noqa: F401
 
 _MASK = ("mask=", "clip the slices instead: t[p0:min(P, p0 + 128), f0:min(F, f0 + 512)] "
          "(NKI 0.2 removed mask=)")
@@ -49,18 +49,20 @@ class par_dim(int):
 class BlockTensor:
     """An on-chip tensor with block dims before its partition dim (``(B, par_dim(P), F)``): a
     grid of independent [P, F...] tiles, each allocated when first used, as NKI's allocator
-    treats block dims (NKI 0.6 spells it as a Python list of tiles)."""
+    treats block dims (NKI 0.6 spells it as a Python list of tiles).
 
-    def __init__(self, blocks, tile_shape, dtype, buffer, fill=None, tiles=None, prefix=()):
-        self.blocks = tuple(blocks)
+    Indexing fewer block dims than it has, or block dims with slices (``t[h]``, ``t[0:2, i]``),
+    gives a view over the same tiles (the legacy API passes such sub-tensors to helpers)."""
+
+    def __init__(self, blocks, tile_shape, dtype, buffer, fill=None, _tiles=None, _dims=None):
         self.tile_shape = tuple(tile_shape)
         self.dtype = _core.as_dtype(dtype)
         self.buffer = buffer
         self.fill = fill
-        # The tiles by their full block index; a view of some leading block dims (t[i] of
-        # (A, B, par_dim(P), F)) shares its parent's tiles under its `prefix`.
-        self.tiles = {} if tiles is None else tiles
-        self.prefix = tuple(prefix)
+        self.tiles = {} if _tiles is None else _tiles
+        # One entry per block dim of the allocation: a fixed int, or the range this view spans.
+        self._dims = [range(int(n)) for n in blocks] if _dims is None else _dims
+        self.blocks = tuple(len(d) for d in self._dims if isinstance(d, range))
 
     @property
     def shape(self):
@@ -70,15 +72,42 @@ class BlockTensor:
     def ndim(self):
         return len(self.shape)
 
+    def _block_key(self, d, k):
+        n = self.blocks[d]
+        if isinstance(k, slice):
+            for v in (k.start, k.stop, k.step):
+                if v is not None and not _core._is_int(v):
+                    raise error(f"block dim {d}: slice bound {v!r} is not an integer known when "
+                                "the kernel specialises")
+            return range(*k.indices(n))
+        if not _core._is_int(k):
+            raise error(f"index block dim {d} of a par_dim tensor with an integer (a loop "
+                        f"variable) or a slice, not {type(k).__name__}")
+        i = int(k)
+        if not 0 <= i < n:
+            raise error(f"block index {i} is out of range for block dim {d} of size {n} "
+                        f"(blocks {self.blocks})")
+        return i
+
+    def _view(self, index):
+        """The tile at `index` (ints on every block dim) or a view over the blocks it selects."""
+        keys = iter(self._block_key(d, k) for d, k in enumerate(index))
+        dims = []
+        for d in self._dims:
+            if isinstance(d, range):
+                k = next(keys, None)
+                if isinstance(k, int):
+                    d = d[k]
+                elif k is not None:
+                    d = range(d.start + k.start * d.step, d.start + k.stop * d.step,
+                              k.step * d.step)
+            dims.append(d)
+        if builtins.all(isinstance(d, int) for d in dims):
+            return self._tile(tuple(dims))
+        return BlockTensor((), self.tile_shape, self.dtype, self.buffer, self.fill,
+                           _tiles=self.tiles, _dims=dims)
+
     def _tile(self, index):
-        if len(index) != len(self.blocks) or not builtins.all(_core._is_int(i) for i in index):
-            raise error("index the block dims of a par_dim tensor with integers (a loop "
-                        "variable)")
-        index = tuple(int(i) for i in index)
-        for i, n in zip(index, self.blocks):
-            if not 0 <= i < n:
-                raise error(f"block index {index} is out of range for blocks {self.blocks}")
-        index = self.prefix + index
         t = self.tiles.get(index)
         if t is None:
             t = _nl.ndarray(self.tile_shape, self.dtype, buffer=self.buffer)
@@ -90,31 +119,25 @@ class BlockTensor:
     def _split(self, key):
         key = key if isinstance(key, tuple) else (key,)
         nb = len(self.blocks)
-        return self._tile(key[:nb]), key[nb:]
-
-    def _leading(self, key):
-        """The view that integers for only some leading block dims select (t[i] of
-        (A, B, par_dim(P), F) is (B, par_dim(P), F)), or None."""
-        key = key if isinstance(key, tuple) else (key,)
-        if not 0 < len(key) < len(self.blocks) or not builtins.all(_core._is_int(i) for i in key):
-            return None
-        index = tuple(int(i) for i in key)
-        for i, n in zip(index, self.blocks):
-            if not 0 <= i < n:
-                raise error(f"block index {index} is out of range for blocks {self.blocks}")
-        return BlockTensor(self.blocks[len(index):], self.tile_shape, self.dtype, self.buffer,
-                           self.fill, tiles=self.tiles, prefix=self.prefix + index)
+        return self._view(key[:nb]), key[nb:]
 
     def __getitem__(self, key):
-        view = self._leading(key)
-        if view is not None:
-            return view
-        tile, rest = self._split(key)
-        return tile[rest] if rest else tile
+        sub, rest = self._split(key)
+        if not rest:
+            return sub
+        if isinstance(sub, BlockTensor):
+            if builtins.all(isinstance(k, slice) and k == slice(None) for k in rest):
+                return sub
+            raise error("a par_dim tensor indexed with a slice on a block dim can be narrowed "
+                        "on its tile dims only after its block dims are integers")
+        return sub[rest]
 
     def __setitem__(self, key, value):
-        tile, rest = self._split(key)
-        tile[rest if rest else ...] = value
+        sub, rest = self._split(key)
+        if isinstance(sub, BlockTensor):
+            raise error("assign to one tile of a par_dim tensor at a time: index every block "
+                        f"dim with an integer (blocks {self.blocks})")
+        sub[rest if rest else ...] = value
 
 
 def _alloc(shape, dtype, buffer, name, fill):
@@ -180,15 +203,19 @@ def _keep_axes(out, like):
     return out
 
 
+@skip_masked_off
 def load(src, mask=None, dtype=None, **kwargs):
     """A fresh SBUF tile holding src (an HBM view, possibly indexed by grids)."""
     src = masked(src, _mask(mask))
     return _keep_axes(_nl.load(src, dtype=dtype), src)
 
 
+@skip_masked_off
 def store(dst, value, mask=None, **kwargs):
     mask = _mask(mask)
     dst, value = masked(dst, mask), masked(value, mask)
+    if isinstance(dst, Tensor) and dst.ndim == 0:
+        dst = dst.reshape((1,))  # one element of an HBM tensor (out[b, h]) from a 1-element tile
     if isinstance(value, Tensor) and value.shape != dst.shape and value.numel() == dst.numel():
         if dst.ndim < value.ndim and not dst._buffer.on_chip and dst.is_contiguous():
             dst = dst.reshape(value.shape)  # one HBM element (or row) from a [P, F] tile
@@ -199,6 +226,7 @@ def store(dst, value, mask=None, **kwargs):
     _nl.store(dst, _in_sbuf(value, "store", "value", "DMA", api="nl"))
 
 
+@skip_masked_off
 def load_transpose2d(src, mask=None, dtype=None, **kwargs):
     return _nl.load_transpose2d(masked(src, _mask(mask)), dtype=dtype)
 
@@ -210,6 +238,7 @@ class LegacyOp:
         self._op = op
         self.name, self.alu, self.act = op.name, op.alu, op.act
 
+    @skip_masked_off
     def __call__(self, *args, mask=None, **kwargs):
         mask = _mask(mask)
         args = [masked(a, mask) for a in args]
@@ -225,6 +254,7 @@ for _op in _ops.ALL:
 
 
 def _with_mask(fn):
+    @skip_masked_off
     def wrapped(*args, mask=None, **kwargs):
         mask = _mask(mask)
         args = [masked(a, mask) for a in args]
@@ -264,29 +294,26 @@ def spmd_dim(*args, **kwargs):
                 "kernel[grid] and split work with nl.program_id")
 
 
-class _LoopReduce:
-    """``nl.loop_reduce(x, op, loop_indices)``'s value: assigned to its destination d
-    (``d[...] = nl.loop_reduce(...)``) it computes d = op(d, x), the equivalence AWS's API
-    documentation gives (``nisa.tensor_tensor(data1=d, data2=x, op=op)``; the destination is
-    the kernel's to initialise)."""
+class _LoopReduction:
+    """``dst[...] = nl.loop_reduce(x, op, loop_indices)``: dst = x op dst. The destination is
+    also the reduction's right operand (AWS's loop_reduce reference); loops unroll here, so the
+    reduction across iterations is this accumulation repeated."""
 
-    def __init__(self, x, op, mask):
-        self.x, self.op, self.mask = x, op, mask
+    def __init__(self, x, op):
+        self.x, self.op = x, op
 
-    def assign_to(self, dst):
-        dst, x = masked(dst, self.mask), masked(self.x, self.mask)
-        _isa.tensor_tensor(dst=dst, data1=dst, data2=x, op=self.op)
-
-    def __getattr__(self, name):
-        raise error("assign nl.loop_reduce's result to its destination tile "
-                    "(acc[...] = nl.loop_reduce(x, ...)): the destination is also its input")
+    def _assign_into(self, dst):
+        _isa.tensor_tensor(dst=dst, data1=self.x, data2=dst, op=self.op)
 
 
+@skip_masked_off
 def loop_reduce(x, op, loop_indices, mask=None, dtype=None, **kwargs):
-    report.use("nl.loop_reduce(x, op, loop_indices)",
-               "acc[...] = nl.add(acc, x) (or nisa.tensor_tensor(dst=acc, data1=acc, data2=x, "
-               "op=...)), acc initialised before the loop")
-    return _LoopReduce(x, op, _mask(mask))
+    report.use("nl.loop_reduce", "accumulate explicitly: nisa.tensor_tensor(dst=acc, data1=x, "
+               "data2=acc, op=...) (or acc += x)")
+    x = masked(x, _mask(mask))
+    if not isinstance(x, Tensor):
+        raise error("nl.loop_reduce reduces a tile; got " + type(x).__name__)
+    return _LoopReduction(x, op)
 
 
 def static_cast(ndarray, dtype):

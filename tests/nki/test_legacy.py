@@ -210,6 +210,166 @@ def test_numpy_reduction_as_op():
     assert any(c == "np.max as op=" for _, _, c, _ in negated_row_max.migration_report())
 
 
+def _accumulate_into(acc_of_head, x, h):
+    """Takes a block-dim view acc[h] (one block dim left), as AWS's backward kernels pass."""
+    for j in nl.affine_range(acc_of_head.shape[0]):
+        for k in nl.affine_range(3):
+            t = nl.load(x[h, k, 0:128, 0:64])
+            # k <= j compares unrolled loop variables: a Python bool; False turns both off.
+            scaled = nl.multiply(t, float(j + 1), mask=(k <= j))
+            acc_of_head[j, :, :] = nl.loop_reduce(scaled, op=np.add, loop_indices=(k,),
+                                                  mask=(k <= j))
+
+
+@nki.jit
+def block_views_and_loop_reduce(x):
+    """acc has two block dims; helpers get acc[h]; nl.loop_reduce accumulates under bool masks."""
+    H = x.shape[0]
+    out = nl.ndarray((H, 2, 128, 64), nl.float32, buffer=nl.shared_hbm)
+    acc = nl.zeros((H, 2, nl.par_dim(128), 64), dtype=nl.float32)
+    for h in nl.affine_range(H):
+        _accumulate_into(acc[h], x, h)
+    whole = acc[:, 1]  # a slice on a block dim: a view over the same tiles
+    assert whole.shape == (H, 128, 64)
+    for h in nl.affine_range(H):
+        nl.store(out[h, 0], value=acc[h, 0, :, :])
+        nl.store(out[h, 1], value=whole[h])
+    return out
+
+
+def test_block_dim_views_bool_masks_and_loop_reduce(capsys):
+    x = np.random.default_rng(5).standard_normal((2, 3, 128, 64), dtype=np.float32)
+    got = nki.simulate_kernel(block_views_and_loop_reduce, x)
+    want = np.zeros((2, 2, 128, 64), np.float32)
+    for h in range(2):
+        for j in range(2):
+            for k in range(j + 1):  # the iterations whose mask is True, in loop order
+                want[h, j] = x[h, k] * np.float32(j + 1) + want[h, j]
+    np.testing.assert_array_equal(got, want)
+    constructs = {c for _, _, c, _ in block_views_and_loop_reduce.migration_report()}
+    assert "nl.loop_reduce" in constructs and "nl.par_dim block dims" in constructs
+
+
+def test_block_dim_errors_name_the_problem():
+    @nki.jit
+    def out_of_range(a):
+        acc = nl.zeros((2, nl.par_dim(128), 8), dtype=nl.float32)
+        acc[2, :, :] = nl.load(a)
+
+    @nki.jit
+    def write_several_blocks(a):
+        acc = nl.zeros((2, nl.par_dim(128), 8), dtype=nl.float32)
+        acc[0:2] = nl.load(a)
+
+    @nki.jit
+    def read_masked_off(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        for i in nl.affine_range(2):
+            y = nl.multiply(t, 2.0, mask=(i > 0))
+            nl.store(out, value=nl.add(y, 1.0))
+        return out
+
+    a = np.zeros((128, 8), np.float32)
+    with pytest.raises(nki.NkiError, match="block index 2 is out of range for block dim 0"):
+        nki.simulate_kernel(out_of_range, a)
+    with pytest.raises(nki.NkiError, match="one tile of a par_dim tensor at a time"):
+        nki.simulate_kernel(write_several_blocks, a)
+    with pytest.raises(nki.NkiError, match="turned off by mask=False"):
+        nki.simulate_kernel(read_masked_off, a)
+
+
+@nki.jit
+def assign_into_zeroed_blocks(a):
+    """blk[i] = <fresh tile>: the block's tile is allocated (and zeroed) at this assignment,
+    after the value's producer ran; the zeroing must stay before the write."""
+    out = nl.ndarray((2,) + a.shape, a.dtype, buffer=nl.shared_hbm)
+    blk = nl.zeros((2, nl.par_dim(a.shape[0]), a.shape[1]), dtype=a.dtype)
+    for i in nl.affine_range(2):
+        blk[i, :, :] = nl.multiply(nl.load(a), float(i + 2))
+    for i in nl.affine_range(2):
+        nl.store(out[i], value=blk[i, :, :])
+    return out
+
+
+def test_assignment_is_not_folded_past_an_access_of_its_target():
+    a = np.random.default_rng(6).random((128, 32), dtype=np.float32)
+    got = nki.simulate_kernel(assign_into_zeroed_blocks, a)
+    np.testing.assert_array_equal(got, np.stack([a * np.float32(2), a * np.float32(3)]))
+
+
+@nki.jit
+def psum_operands_staged(a):
+    """Legacy kernels pass PSUM results straight to nc_matmul, affine_select and nl.store."""
+    out_mm = nl.ndarray((128, 128), nl.float32, buffer=nl.shared_hbm)
+    out_sel = nl.ndarray((128, 128), nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    t_t = nisa.nc_transpose(t)  # a PSUM tile
+    nl.store(out_mm, value=nisa.nc_matmul(t_t, t))  # stationary from PSUM; the result in PSUM
+    i_q, i_k = nl.mgrid[0:128, 0:128]
+    nl.store(out_sel, value=nisa.affine_select(i_q - i_k >= 0, t_t, -1.0))
+    return out_mm, out_sel
+
+
+@nki.jit
+def iota_over_inner_axes(a):
+    """nisa.iota of an expression over the last two axes of a 4-D grid, used with a full tile."""
+    out = nl.ndarray((128, 4, 3, 3), nl.float32, buffer=nl.shared_hbm)
+    g = nl.mgrid[0:128, 0:4, 0:3, 0:3]
+    lin = nisa.iota(3 * g.y + g.z, dtype=nl.float32)
+    assert lin.shape == (1, 1, 3, 3)
+    nl.store(out, value=nl.where(nl.load(a) > 0.5, lin, -1.0))
+    return out
+
+
+@nki.jit
+def runtime_gather(a, idx):
+    out = nl.ndarray((128, 8), a.dtype, buffer=nl.shared_hbm)
+    rows = nl.load(idx)
+    i_f = nl.arange(8)[None, :]
+    nl.store(out, value=nl.load(a[rows, i_f]))
+    return out
+
+
+def test_psum_operands_iota_positions_and_runtime_gathers():
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((128, 128), dtype=np.float32)
+    mm, sel = nki.simulate_kernel(psum_operands_staged, a)
+    a64 = a.astype(np.float64)
+    # stationary = a^T (K = 128 rows of a^T's partitions), moving = a: out = (a^T)^T a = a a.
+    want = a64 @ a64
+    assert np.all(np.abs(mm - want) <= 128 * U32 * 2 * (np.abs(a64) @ np.abs(a64)))
+    q, k = np.indices((128, 128))
+    np.testing.assert_array_equal(sel, np.where(q >= k, a.T, np.float32(-1.0)))
+    constructs = {c for _, _, c, _ in psum_operands_staged.migration_report()}
+    assert {"nisa.nc_matmul(stationary=<a PSUM tile>)", "nisa.affine_select(on_true_tile=<a PSUM "
+            "tile>)", "nl.store(value=<a PSUM tile>)"} <= constructs
+
+    x = rng.random((128, 4, 3, 3), dtype=np.float32)
+    lin = (3 * np.arange(3)[:, None] + np.arange(3)[None, :]).astype(np.float32)
+    np.testing.assert_array_equal(nki.simulate_kernel(iota_over_inner_axes, x),
+                                  np.where(x > 0.5, lin, np.float32(-1.0)))
+
+    with pytest.raises(nki.NkiError, match="runtime values .an indirect DMA gather"):
+        nki.simulate_kernel(runtime_gather, np.zeros((256, 8), np.float32),
+                            np.zeros((128, 1), np.int32))
+
+
+@nki.jit
+def column_totals(a):
+    """One number per head into out[h] (a 0-d view of HBM) from a 1-element tile."""
+    out = nl.ndarray((a.shape[0],), nl.float32, buffer=nl.shared_hbm)
+    for h in nl.affine_range(a.shape[0]):
+        rows = nl.sum(nl.load(a[h]), axis=1)
+        nl.store(out[h], value=nisa.tensor_partition_reduce(np.add, rows))
+    return out
+
+
+def test_store_of_one_element_into_a_scalar_view():
+    a = np.arange(2 * 128 * 4, dtype=np.float32).reshape(2, 128, 4)  # integer sums: exact
+    np.testing.assert_array_equal(nki.simulate_kernel(column_totals, a), a.sum(axis=(1, 2)))
+
+
 @nki.jit
 def psum_operands(x, w):
     """Value-returning results in PSUM used where engines read only SBUF (the legacy compiler
@@ -257,8 +417,9 @@ def false_mask(x):
     return out
 
 
-def test_a_mask_false_at_trace_time_is_refused():
-    with pytest.raises(Exception, match="false at trace time"):
+def test_reading_the_result_of_a_mask_false_at_trace_time_is_refused():
+    # mask=False turns the copy off; the store reads what it did not write.
+    with pytest.raises(nki.NkiError, match="turned off by mask=False"):
         nki.simulate_kernel(false_mask, np.ones((128, 4), np.float32))
 
 
@@ -296,7 +457,7 @@ def test_loop_reduce_accumulates_into_its_destination():
     s = (x[0] + x[1]) + x[2]  # the FP32 order of the accumulation
     np.testing.assert_array_equal(out, s + s)
     constructs = {c for _, _, c, _ in loop_reduced.migration_report()}
-    assert "nl.loop_reduce(x, op, loop_indices)" in constructs
+    assert "nl.loop_reduce" in constructs
 
 
 @nki.jit
