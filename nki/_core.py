@@ -1035,9 +1035,10 @@ class Tracer:
             if prod.dst is None or prod.dst._buffer is not buf or not prod.dst.same_view(src):
                 continue
             if any(used[0] < j < i for j in uses.get(dst._buffer.id, ())):
-                # Something between the producer and the copy reads or writes t (a memset of a
-                # block-dim tile allocated at this assignment, say): writing t at the producer
-                # would reorder it past that access.
+                # The producer's write to t would move back to the producer's place: no
+                # instruction in between may read or write t's buffer (a memset of `nl.zeros`
+                # tiles that a block tensor allocates on first use, between a load and its
+                # assignment, would otherwise land after the load's data and zero it).
                 continue
             if any(v._buffer is buf for k, v in prod.views.items() if k != "dst" and v is not None):
                 continue
@@ -1046,14 +1047,6 @@ class Tracer:
             if prod.engine == GPSIMD and dst.buffer is psum:
                 continue
             if prod.op in (OP_MATMUL, OP_MATMUL_MX, OP_TRANSPOSE) and dst.buffer is not psum:
-                continue
-            # The producer's write to t moves back to the producer's place: no instruction in
-            # between may touch t's buffer (a memset of `nl.zeros` tiles that a block tensor
-            # allocates on first use, between a load and its assignment, would otherwise land
-            # after the load's data and zero it).
-            if any(v is not None and v._buffer is dst._buffer
-                   for mid in self.instructions[used[0] + 1:i]
-                   for v in list(mid.views.values())):
                 continue
             prod.views["dst"] = dst
             drop.add(i)
