@@ -47,7 +47,7 @@ int GroupPlace::local_size() const {
 CollectiveTraffic collective_traffic(const LinkBytes& link) {
   CollectiveTraffic traffic;
   traffic.buffer_bytes = link.buffer;
-  traffic.link_bytes = std::max(link.sent, link.received);
+  traffic.link_bytes = std::max(link.sent, link.received);  // full duplex: the larger direction
   traffic.network_bytes = link.efa;
   traffic.passes = link.passes;
   traffic.ranks = link.ranks;
