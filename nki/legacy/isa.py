@@ -12,7 +12,8 @@ from nki._core import Tensor, error
 from nki.isa import (  # noqa: F401  (enums and queries, the same in both APIs)
     dge_mode, engine, get_nc_version, matmul_perf_mode, nc_version, oob_mode, reduce_cmd,
 )
-from nki.legacy import report
+from nki.legacy import indirect, report
+from nki.legacy.indirect import IndirectAccess
 from nki.legacy.grids import IndexExpr, Predicate, masked, skip_masked_off
 
 # Legacy module-level engine names.
@@ -318,6 +319,10 @@ def dma_copy(dst=None, src=None, mask=None, dst_rmw_op=None, oob_mode=None, dge_
     if dst_rmw_op is not None:
         raise error("nisa.dma_copy(dst_rmw_op=) (read-modify-write DMA) is not modelled; NKI "
                     "0.3 moved it to nisa.dma_compute")
+    if isinstance(dst, IndirectAccess) or isinstance(src, IndirectAccess):
+        if mask is not None:
+            report.use("mask=", "clip the slices instead (NKI 0.2 removed mask=)")
+        return indirect.copy(masked(dst, mask), masked(src, mask))
     dst, src = _prep(mask, dst, src)
     return _isa.dma_copy(dst=dst, src=src)
 

@@ -641,6 +641,35 @@ void store_ints(const Storage& mem, const View& v, const std::vector<int64_t>& i
   });
 }
 
+// The values of an integer view, exactly (an index may exceed float's 2^24), in view order.
+std::vector<int64_t> load_ints(const Storage& mem, const View& v) {
+  const DType dt = mem.of(v);
+  const auto size = static_cast<int64_t>(dtype_size(dt));
+  const uint8_t* base = mem.base[v.buffer];
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(v.numel()));
+  for_each_run(v, [&](int64_t off, int64_t n, int64_t stride) {
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t* p = base + (off + i * stride) * size;
+      switch (dt) {
+        case DType::kInt32: { int32_t w; std::memcpy(&w, p, 4); out.push_back(w); break; }
+        case DType::kUInt32: { uint32_t w; std::memcpy(&w, p, 4); out.push_back(w); break; }
+        case DType::kInt16: { int16_t w; std::memcpy(&w, p, 2); out.push_back(w); break; }
+        case DType::kUInt16: { uint16_t w; std::memcpy(&w, p, 2); out.push_back(w); break; }
+        case DType::kInt8: out.push_back(static_cast<int8_t>(*p)); break;
+        case DType::kUInt8: out.push_back(*p); break;
+        default: {
+          float f = 0;
+          load_run(dt, p, 1, 1, &f);
+          out.push_back(static_cast<int64_t>(f));
+          break;
+        }
+      }
+    }
+  });
+  return out;
+}
+
 // The per-partition fold of an instruction's result into the engine's accumulators (e) under
 // reduce_cmd, and the accumulated value out to d (negated with `negate`).
 void reduce_into(const Storage& mem, const Instruction& in, const std::vector<float>& x) {
@@ -949,6 +978,41 @@ void run_extended(const Storage& mem, const Program& p, size_t i) {
       store_raw(mem, in.d, scales.data());
       break;
     }
+    case Opcode::kDmaIndirect: {
+      // One row per partition, at the row its index names: every index is checked before any
+      // row moves, so a bad one leaves the destination as it was.
+      const bool scatter_rows = (in.axes & 1u) != 0;
+      const View& indexed = scatter_rows ? in.dst : in.a;
+      const View& dense = scatter_rows ? in.a : in.dst;
+      const std::vector<int64_t> rows = load_ints(mem, in.b);
+      const int64_t n = indexed.shape[0];
+      for (size_t q = 0; q < rows.size(); ++q) {
+        if (rows[q] < 0 || rows[q] >= n) {
+          fail(p, i, "index " + std::to_string(rows[q]) + " at partition " + std::to_string(q) +
+                         " of the index tile is outside [0, " + std::to_string(n) + ") of the " +
+                         (scatter_rows ? "destination's" : "source's") +
+                         " indexed dim (the DMA engines' bounds check raises this on a device "
+                         "too; mask the partitions whose indices are not valid)");
+        }
+      }
+      const bool same = mem.of(in.a) == mem.of(in.dst);
+      for (size_t q = 0; q < rows.size(); ++q) {
+        View far = indexed, near = dense;
+        far.offset += rows[q] * indexed.stride[0];
+        far.shape[0] = 1;
+        near.offset += static_cast<int64_t>(q) * dense.stride[0];
+        near.shape[0] = 1;
+        const View& src = scatter_rows ? near : far;
+        const View& dst = scatter_rows ? far : near;
+        if (same) {
+          copy_raw(mem, src, dst);
+        } else {
+          const std::vector<float> x = load(mem, src);
+          scatter(mem, dst, x.data());
+        }
+      }
+      break;
+    }
     case Opcode::kMatmulMx: {
       // Dequantise both operands (value x 2^(scale - 127); scale of partition k at scale-tile
       // partition (k / 32) * 32 + (k % 32) / 8) into FP32 [4K, M] / [4K, N] and multiply them.
@@ -1124,6 +1188,29 @@ Executable::Executable(Program program) : program_(std::move(program)) {
       case Opcode::kTranspose:
       case Opcode::kTensorCopy:
       case Opcode::kDmaCopy: require_same_numel(p, i, in.a, in.dst, "source"); break;
+      case Opcode::kDmaIndirect: {
+        const bool scatter_rows = (in.axes & 1u) != 0;
+        const View& indexed = scatter_rows ? in.dst : in.a;
+        const View& dense = scatter_rows ? in.a : in.dst;
+        if (!in.b.valid() || !indexed.valid() || !dense.valid() || indexed.ndim < 1 ||
+            dense.ndim < 1) {
+          fail(p, i, "an indirect DMA needs a source, a destination and an index tile");
+        }
+        if (in.b.numel() != dense.shape[0]) {
+          fail(p, i, "the index tile holds " + std::to_string(in.b.numel()) + " indices for " +
+                         std::to_string(dense.shape[0]) + " partitions (one per partition)");
+        }
+        if (indexed.free_size() != dense.free_size()) {
+          fail(p, i, "an indexed row has " + std::to_string(indexed.free_size()) +
+                         " elements, a partition of the tile " + std::to_string(dense.free_size()));
+        }
+        const DType it = in.b.dtype >= 0 ? static_cast<DType>(in.b.dtype)
+                                         : p.buffers[static_cast<size_t>(in.b.buffer)].dtype;
+        if (dtype_is_float(it) || dtype_is_packed(it)) {
+          fail(p, i, "the index tile must hold integers");
+        }
+        break;
+      }
       case Opcode::kScan:
         require_same_numel(p, i, in.a, in.dst, "data0");
         require_same_numel(p, i, in.b, in.dst, "data1");

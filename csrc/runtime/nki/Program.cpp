@@ -96,6 +96,7 @@ const char* opcode_name(Opcode op) {
     case Opcode::kMatchReplace8: return "nc_match_replace8";
     case Opcode::kQuantizeMx: return "quantize_mx";
     case Opcode::kMatmulMx: return "nc_matmul_mx";
+    case Opcode::kDmaIndirect: return "dma_indirect";
   }
   return "?";
 }

@@ -105,6 +105,11 @@ enum class Opcode : uint8_t {
   kMatchReplace8, // dst <- a with the first match of each b[p, j] replaced by imm0; d <- indices
   kQuantizeMx,    // dst (x4) <- a / scale, d <- scale bytes, per group of 8 partitions x 4 values
   kMatmulMx,      // dst[M,N] (+)= sum over k, q of a[k,m,q] * 2^sa * b[k,n,q] * 2^sb; scales c, d
+  kDmaIndirect,   // a DMA whose rows are picked at run time by the integer values of b ([P,1] in
+                  // SBUF, one per partition): gather (axes 0) dst[p, ...] <- a[b[p], ...], or
+                  // scatter (axes 1) dst[b[p], ...] <- a[p, ...]. The indexed view spans the
+                  // whole indexed dim (dim 0, every row an index may name); an index outside
+                  // [0, its size) is an error, as the DMA engines' bounds check raises it
 };
 const char* opcode_name(Opcode op);
 

@@ -177,7 +177,11 @@ Timeline schedule(const Program& p, const CoreSpec& spec) {
                         static_cast<uint64_t>(in.b.free_size());
     }
     if (in.engine == Engine::kDma) {
-      t.dma_bytes += static_cast<uint64_t>(in.dst.numel()) * dtype_size(dtype_of(p, in.dst));
+      // What moves: the destination, or for a scatter the tile it scatters (its destination
+      // view spans every row an index may name).
+      const bool scatter_rows = in.op == Opcode::kDmaIndirect && (in.axes & 1u) != 0;
+      const View& moved = scatter_rows ? in.a : in.dst;
+      t.dma_bytes += static_cast<uint64_t>(moved.numel()) * dtype_size(dtype_of(p, moved));
     }
 
     auto record = [&](const View& v, bool write) {
