@@ -39,8 +39,8 @@ PARTIAL = {
     "nki.language.NkiTensor.select": "a tensor index (a runtime select) is refused",
     "nki.language.fori_loop": "register (runtime) bounds are refused; integer bounds unroll",
     "nki.language.dynamic_range": "register (runtime) bounds are refused; integer bounds unroll",
-    "nki.isa.nc_matmul": "perf_mode=double_row runs at the BF16 rate; tile_position / tile_size "
-                         "are checked but tiles do not run concurrently",
+    "nki.isa.nc_matmul": "tile_position / tile_size are checked but tiles do not run "
+                         "concurrently",
     "nki.isa.dma_copy": "dge_mode, priority and engine do not change the modelled time",
 }
 

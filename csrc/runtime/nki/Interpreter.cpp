@@ -250,10 +250,11 @@ class Floats {
 // dense copy.
 class Rows {
  public:
-  Rows(const Storage& mem, const View& v) {
+  // `staged`: always a dense copy, rows of free_size() elements in view order.
+  Rows(const Storage& mem, const View& v, bool staged = false) {
     const int64_t free = v.free_size();
     int64_t expect = 1;
-    bool dense_free = mem.of(v) == DType::kFloat32;
+    bool dense_free = !staged && mem.of(v) == DType::kFloat32;
     for (int d = v.ndim - 1; d >= 1 && dense_free; --d) {
       if (v.shape[d] == 1) continue;
       dense_free = v.stride[d] == expect;
@@ -1181,7 +1182,12 @@ Executable::Executable(Program program) : program_(std::move(program)) {
             in.a.shape[0] != in.b.shape[0]) {
           fail(p, i, "stationary and moving need the same contraction (partition) size");
         }
-        if (in.dst.numel() != in.a.free_size() * in.b.free_size()) {
+        if ((in.axes & 1u) != 0 &&
+            (in.a.free_size() % 2 != 0 || in.b.free_size() % 2 != 0 ||
+             in.dst.numel() != in.a.free_size() / 2 * (in.b.free_size() / 2))) {
+          fail(p, i, "a double-row matmul takes [K, 2, M] and [K, 2, N] into [M, N]");
+        }
+        if ((in.axes & 1u) == 0 && in.dst.numel() != in.a.free_size() * in.b.free_size()) {
           fail(p, i, "destination must hold stationary free x moving free elements");
         }
         break;
@@ -1460,11 +1466,15 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
         break;
       }
       case Opcode::kMatmul: {
-        const int64_t k = in.a.shape[0];
-        const int64_t m = in.a.free_size();
-        const int64_t n = in.b.free_size();
-        const Rows s(mem, in.a);
-        const Rows mv(mem, in.b);
+        // FP8 double-row mode (axes bit 0): operands [K, 2, M] and [K, 2, N] contract over
+        // (k, r), a K = 2K matmul whose rows are the operands' rows in view order.
+        const int64_t pair = (in.axes & 1u) != 0 ? 2 : 1;
+        const int64_t k = in.a.shape[0] * pair;
+        const int64_t m = in.a.free_size() / pair;
+        const int64_t n = in.b.free_size() / pair;
+        const Rows s(mem, in.a, pair == 2);
+        const Rows mv(mem, in.b, pair == 2);
+        const int64_t s_step = pair == 2 ? m : s.step(), mv_step = pair == 2 ? n : mv.step();
         // Into the destination's own memory where it is one dense FP32 stretch apart from the
         // operands (a PSUM tile, as a rule), else through a staged copy.
         const bool direct = mem.distinct && mem.of(in.dst) == DType::kFloat32 &&
@@ -1480,7 +1490,7 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
         // A small product costs less in the loop than the lent GEMM's call (tensor set-up and
         // dispatch, several microseconds): both accumulate in FP32.
         const MatmulKernel kernel = m * n * k <= kSmallMatmulMacs ? &loop_matmul : matmul;
-        kernel(m, n, k, s.data(), s.step(), mv.data(), mv.step(), out, in.accumulate);
+        kernel(m, n, k, s.data(), s_step, mv.data(), mv_step, out, in.accumulate);
         if (!direct) scatter(mem, in.dst, out);
         break;
       }
