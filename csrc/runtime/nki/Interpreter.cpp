@@ -1300,12 +1300,13 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
   struct GiveBack {
     ScratchPool& pool;
     std::unique_ptr<uint8_t[]>& block;
+    int64_t bytes;
     ~GiveBack() {
-      if (!block) return;
+      if (!block || bytes > kPooledScratchBytes) return;
       std::lock_guard<std::mutex> lock(pool.mu);
       if (pool.idle.empty()) pool.idle.push_back(std::move(block));
     }
-  } give_back{*pool_, block};
+  } give_back{*pool_, block, scratch_bytes_};
   for (size_t b = 0; b < p.buffers.size(); ++b) {
     const Buffer& buf = p.buffers[b];
     mem.dtype[b] = buf.dtype;
