@@ -315,31 +315,44 @@ def shared_constant(constant, dtype=None, **kwargs):
 shared_identity_matrix = _nl.shared_identity_matrix
 
 
-def _loop(bounds, static):
-    """The loop's iterations, unrolled as every loop here is, with the loop (its source line, and
-    the iteration where AWS's tracer unrolls it too) on the tracer's loop stack while its body
-    runs: AWS's tracer traces an nl.affine_range / nl.sequential_range body once, so a statement
-    in it is one allocation however many times it runs (nki.legacy.allocation keys placements
-    by it); nl.static_range unrolls, each iteration its own."""
-    loop = range(*bounds)
-    tracer = _core.current_tracer(optional=True)
-    if tracer is None:
-        return iter(loop)
-    location = _core.caller_location()
+class _Loop:
+    """The iterations of an nl.affine_range / sequential_range / static_range, unrolled as every
+    loop is here, with the loop (its source line, and the iteration where AWS's tracer unrolls it
+    too) on the tracer's loop stack while its body runs: AWS's tracer traces an affine or
+    sequential loop's body once, so a statement in it is one allocation however many times it
+    runs (nki.legacy.allocation keys placements by it); static_range unrolls, each iteration its
+    own. Iterable more than once, like the range it stands for."""
 
-    def iterations():
+    def __init__(self, bounds, static):
+        self.range = range(*bounds)
+        self.static = static
+        self.location = _core.caller_location()
+
+    def __len__(self):
+        return len(self.range)
+
+    def __repr__(self):
+        return f"<legacy loop {self.range}>"
+
+    def __iter__(self):
+        tracer = _core.current_tracer(optional=True)
+        if tracer is None:
+            yield from self.range
+            return
         stack = tracer.__dict__.setdefault("legacy_loops", [])
-        entry = [location, static, None]
+        entry = [self.location, self.static, None]
         stack.append(entry)
         try:
-            for i in loop:
+            for i in self.range:
                 entry[2] = i
                 yield i
         finally:
             if entry in stack:
                 stack.remove(entry)
 
-    return iterations()
+
+def _loop(bounds, static):
+    return _Loop(bounds, static)
 
 
 def _bounds(start, stop, step):

@@ -213,3 +213,21 @@ def test_shared_constant_takes_a_dtype():
     np.testing.assert_array_equal(got, np.identity(128, dtype=np.float32))
     constructs = {c for _, _, c, _ in identity_from_constant.migration_report()}
     assert "nl.shared_constant(constant, dtype=...)" in constructs
+
+
+@nki.jit
+def sum_twice_over_one_loop(a):
+    out = nl.ndarray((128, a.shape[2]), dtype=a.dtype, buffer=nl.shared_hbm)
+    blocks = nl.affine_range(a.shape[0])  # iterated twice below, like the range it stands for
+    acc = nl.zeros((128, a.shape[2]), nl.float32)
+    for i in blocks:
+        acc[...] = nl.add(acc, nl.load(a[i]))
+    for i in blocks:
+        acc[...] = nl.add(acc, nl.load(a[i]))
+    nl.store(out, value=acc)
+    return out
+
+
+def test_a_loop_object_iterates_more_than_once():
+    a = np.arange(3 * 128 * 4, dtype=np.float32).reshape(3, 128, 4)
+    np.testing.assert_array_equal(nki.simulate_kernel(sum_twice_over_one_loop, a), 2 * a.sum(0))
