@@ -210,7 +210,8 @@ PYBIND11_MODULE(_nki, m) {
   // The threads the interpreter splits a large instruction's partitions over
   // (runtime/nki/PartitionWorkers.h): NRTSIM_NKI_THREADS, else OMP_NUM_THREADS, else the CPUs;
   // set_interpreter_threads(n) overrides it for the process (0: back to that) and returns the
-  // count in effect before. split_instruction_count(): instructions run split so far.
+  // count in effect before. split_instruction_count(): instructions run split so far;
+  // worker_task_count(): partition ranges that worker threads ran.
   m.def("interpreter_threads", &nrtsim::nki::partition_threads);
   m.def("set_interpreter_threads", [](int n) {
     if (n < 0) {
@@ -220,4 +221,5 @@ PYBIND11_MODULE(_nki, m) {
     return nrtsim::nki::set_partition_threads(n);
   }, py::arg("threads"));
   m.def("split_instruction_count", &nrtsim::nki::split_instruction_count);
+  m.def("worker_task_count", &nrtsim::nki::worker_task_count);
 }

@@ -1269,11 +1269,12 @@ bool run_split(const Storage& mem, const Program& p, size_t i, const Instruction
     }
     if (kept != in.dst.numel()) return false;
   }
-  // Up to two ranges per thread (a thread that gets its core late leaves fewer for the others
-  // to wait on), each of whole blocks of 16 partitions where there are enough (the blocks that
-  // scans advance together).
+  // Up to four ranges per thread: a worker that loses its core in the middle of a range holds
+  // up the instruction by that range only, and one that wakes late finds less left to share.
+  // Each range is whole blocks of 16 partitions where there are enough (the blocks that scans
+  // advance together).
   const int64_t ranges =
-      std::min<int64_t>({2 * static_cast<int64_t>(threads), parts, largest / kSplitMinElements});
+      std::min<int64_t>({4 * static_cast<int64_t>(threads), parts, largest / kSplitMinElements});
   if (ranges < 2) return false;
   const int n = static_cast<int>(ranges);
   const int64_t unit = parts >= 16 * ranges ? 16 : 1;

@@ -54,6 +54,7 @@ int configured_threads() {
 
 std::atomic<int> g_override{0};
 std::atomic<uint64_t> g_splits{0};
+std::atomic<uint64_t> g_worker_ranges{0};
 
 // Ranges are claimed, not assigned: the caller and each worker that wakes in time take the next
 // unclaimed range until none is left. On a busy host a worker may not get a core for a while;
@@ -90,8 +91,11 @@ class Pool {
   }
 
  private:
-  void claim(const std::function<void(int)>& task, int n) {
-    for (int r; (r = next_.fetch_add(1, std::memory_order_relaxed)) < n;) task(r);
+  // Returns how many tasks this thread ran.
+  int claim(const std::function<void(int)>& task, int n) {
+    int ran = 0;
+    for (int r; (r = next_.fetch_add(1, std::memory_order_relaxed)) < n; ++ran) task(r);
+    return ran;
   }
 
   void work() {
@@ -106,7 +110,7 @@ class Pool {
       const std::function<void(int)>& task = *task_;
       const int n = count_;
       lock.unlock();
-      claim(task, n);
+      g_worker_ranges.fetch_add(claim(task, n), std::memory_order_relaxed);
       lock.lock();
       if (--joined_ == 0) left_.notify_one();
     }
@@ -160,6 +164,7 @@ void run_on_workers(int n, int threads, const std::function<void(int)>& task) {
 }
 
 uint64_t split_instruction_count() { return g_splits.load(std::memory_order_relaxed); }
+uint64_t worker_task_count() { return g_worker_ranges.load(std::memory_order_relaxed); }
 void count_split_instruction() { g_splits.fetch_add(1, std::memory_order_relaxed); }
 
 }  // namespace nrtsim::nki

@@ -29,9 +29,11 @@ int set_partition_threads(int threads);
 // throw.
 void run_on_workers(int n, int threads, const std::function<void(int)>& task);
 
-// Instructions run as partition ranges on several threads since the process started: lets a
-// test see that the split path ran.
+// Instructions run as partition ranges on several threads since the process started, and the
+// ranges (tasks) that worker threads (not the callers) ran: let a test see that the split path
+// ran, and a benchmark how much of it the workers took.
 uint64_t split_instruction_count();
+uint64_t worker_task_count();
 void count_split_instruction();
 
 }  // namespace nrtsim::nki
