@@ -14,7 +14,9 @@ nki._nki.interpreter_threads(), which split its large instructions over partitio
 each is compared with the other at the same count, and the faster of each with the faster of the
 other. The last column compares the calling
 thread's CPU time of the one-thread kernel and one-thread torch: on a shared host it leaves out
-the time either waited for a core.
+the time either waited for a core. The one before it, the kernel's calling-thread CPU time at its
+default thread count over that at one thread, is the share of the work its thread kept (the
+workers ran the rest): on a host with a free core per worker, the wall time follows it.
 """
 
 import argparse
@@ -140,8 +142,9 @@ def main():
           f"{args.reps} alternating repetitions; load average {os.getloadavg()[0]:.1f}")
     print(f"| kernel | shape | interpreter ms (1 / {kernel_threads} threads) | torch ms "
           f"(1 / {default_threads}) | 1 thread: kernel / torch | default threads: kernel / torch "
-          "| faster of each: kernel / torch | CPU time, 1 thread: kernel / torch |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| faster of each: kernel / torch | CPU time, 1 thread: kernel / torch | kernel's calling "
+          f"thread CPU, {kernel_threads} / 1 threads |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, shape, kernel, peer in cases(dtype):
         if args.only and name not in args.only:
             continue
@@ -154,7 +157,7 @@ def main():
             if len(got) != len(want) or not err <= 1e-2 * max(scale, 1.0):
                 sys.exit(f"{name}: kernel and torch peer disagree (max abs error {err:g} of "
                          f"{scale:g}); the comparison would be meaningless")
-        k1, kn, t1, tn, ck, c1 = [], [], [], [], [], []
+        k1, kn, t1, tn, ck, ckn, c1 = [], [], [], [], [], [], []
         for _ in range(args.reps):
             torch.set_num_threads(1)
             _nki.set_interpreter_threads(1)
@@ -162,12 +165,13 @@ def main():
             t1.append(_time(peer, c1))
             torch.set_num_threads(default_threads)
             _nki.set_interpreter_threads(0)
-            kn.append(_time(kernel))
+            kn.append(_time(kernel, ckn))
             tn.append(_time(peer))
-        mk1, mkn, m1, mn, mck, mc1 = (statistics.median(t) * 1e3 for t in (k1, kn, t1, tn, ck, c1))
+        mk1, mkn, m1, mn, mck, mckn, mc1 = (statistics.median(t) * 1e3
+                                            for t in (k1, kn, t1, tn, ck, ckn, c1))
         print(f"| {name} | {shape} | {mk1:.2f} / {mkn:.2f} | {m1:.2f} / {mn:.2f} | "
               f"{mk1 / m1:.2f}x | {mkn / mn:.2f}x | {min(mk1, mkn) / min(m1, mn):.2f}x | "
-              f"{mck / mc1:.2f}x ({mck:.2f} / {mc1:.2f} ms) |",
+              f"{mck / mc1:.2f}x ({mck:.2f} / {mc1:.2f} ms) | {mckn / mck:.2f}x |",
               flush=True)
 
 
