@@ -345,3 +345,21 @@ def test_small_instructions_and_overlapping_views_stay_on_one_thread():
     want = big.copy()
     want[:, 1:] = big[:, :-1] + big[:, 1:]
     np.testing.assert_array_equal(got, want)
+
+
+def test_the_thread_count_comes_from_nrtsim_nki_threads_and_a_bad_value_is_refused():
+    import os
+    import subprocess
+    import sys
+
+    code = "from nki import _nki; print(_nki.interpreter_threads())"
+    env = dict(os.environ, NRTSIM_NKI_THREADS="3", OMP_NUM_THREADS="1")
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert got.returncode == 0 and got.stdout.strip() == "3", got.stderr
+    env = dict(os.environ, OMP_NUM_THREADS="1,1")  # OpenMP's list form: its first count
+    env.pop("NRTSIM_NKI_THREADS", None)
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert got.returncode == 0 and got.stdout.strip() == "1", got.stderr
+    env = dict(os.environ, NRTSIM_NKI_THREADS="two")
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert got.returncode != 0 and "NRTSIM_NKI_THREADS='two'" in got.stderr, got.stderr

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -70,15 +71,19 @@ class Pool {
     if (!busy.owns_lock()) return false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      while (static_cast<int>(threads_.size()) < threads - 1) {
-        threads_.emplace_back([this] { work(); });
-        threads_.back().detach();
+      // A thread the system refuses to start leaves the work to those there are.
+      try {
+        while (static_cast<int>(threads_.size()) < threads - 1) {
+          threads_.emplace_back([this] { work(); });
+          threads_.back().detach();
+        }
+      } catch (const std::system_error&) {
       }
       task_ = &task;
       count_ = n;
       next_.store(0, std::memory_order_relaxed);
       open_ = true;
-      wanted_ = threads - 1;
+      wanted_ = std::min(threads - 1, static_cast<int>(threads_.size()));
       ++generation_;
     }
     wake_.notify_all();
