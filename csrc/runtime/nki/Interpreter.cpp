@@ -707,6 +707,22 @@ void require_same_numel(const Program& p, size_t index, const View& a, const Vie
 }
 
 
+// Calls f(e, imm0 + p * imm1 + sum over the free dims d of pattern[d] * i_d) for the first n
+// elements e of dst in view order, (p, i_1, ...) being element e's index (iota, affine_select).
+template <class F>
+void for_each_affine(const Instruction& in, size_t n, F&& f) {
+  std::array<int64_t, kMaxDims> idx{};
+  for (size_t e = 0; e < n; ++e) {
+    double v = in.imm0 + static_cast<double>(idx[0]) * in.imm1;
+    for (int d = 1; d < in.dst.ndim; ++d) v += static_cast<double>(in.pattern[d] * idx[d]);
+    f(e, v);
+    for (int d = in.dst.ndim - 1; d >= 0; --d) {
+      if (++idx[d] < in.dst.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
 // Per-partition access to a view: its elements in view order, partition by partition.
 int64_t parts_of(const View& v) { return v.ndim > 0 ? v.shape[0] : 1; }
 
@@ -757,16 +773,9 @@ void run_extended(const Storage& mem, const Program& p, size_t i, const Instruct
     }
     case Opcode::kAffineSelect: {
       std::vector<float> x = load(mem, in.a);
-      std::array<int64_t, kMaxDims> idx{};
-      for (size_t e = 0; e < x.size(); ++e) {
-        double v = in.imm0 + static_cast<double>(idx[0]) * in.imm1;
-        for (int d = 1; d < in.dst.ndim; ++d) v += static_cast<double>(in.pattern[d] * idx[d]);
+      for_each_affine(in, x.size(), [&](size_t e, double v) {
         if (apply_alu(in.alu0, static_cast<float>(v), 0.0f) == 0.0f) x[e] = static_cast<float>(in.imm2);
-        for (int d = in.dst.ndim - 1; d >= 0; --d) {
-          if (++idx[d] < in.dst.shape[d]) break;
-          idx[d] = 0;
-        }
-      }
+      });
       scatter(mem, in.dst, x.data());
       break;
     }
@@ -1144,16 +1153,7 @@ void execute(const Storage& mem, const Program& p, size_t i, const Instruction& 
     }
     case Opcode::kIota: {
       std::vector<float> out(static_cast<size_t>(in.dst.numel()));
-      std::array<int64_t, kMaxDims> idx{};
-      for (size_t e = 0; e < out.size(); ++e) {
-        double v = in.imm0 + static_cast<double>(idx[0]) * in.imm1;
-        for (int d = 1; d < in.dst.ndim; ++d) v += static_cast<double>(in.pattern[d] * idx[d]);
-        out[e] = static_cast<float>(v);
-        for (int d = in.dst.ndim - 1; d >= 0; --d) {
-          if (++idx[d] < in.dst.shape[d]) break;
-          idx[d] = 0;
-        }
-      }
+      for_each_affine(in, out.size(), [&](size_t e, double v) { out[e] = static_cast<float>(v); });
       scatter(mem, in.dst, out.data());
       break;
     }
