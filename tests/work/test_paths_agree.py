@@ -260,9 +260,10 @@ def test_decode_step_eager_estimate_compiled():
     # Compiled: eager's launches under the fusion rule, every engine's arithmetic and the Tensor,
     # Vector, Scalar and DMA bytes exactly (the functionalized KV-cache update, copied back into
     # the cache, counts as the in-place update eager makes: program_work._updates_in_place);
-    # GpSimd may write less (16 bytes here: a small op eager launches that the graph does not
-    # contain). A program loaded from the program cache counts what it counted when compiled
-    # (program_work prices both on plain meta tensors; tests/compile/test_cached_program_work.py).
+    # GpSimd may write less (16 bytes here: two one-element aranges eager launches that the
+    # graph does not contain). A program loaded from the program cache counts what it counted
+    # when compiled (program_work prices both on plain meta tensors;
+    # tests/compile/test_cached_program_work.py).
     for e in ("tensor", "vector", "scalar", "dma"):
         assert comp[e] == fused[e], (e, comp[e], fused[e])
     assert comp["gpsimd"][0] == fused["gpsimd"][0] and comp["gpsimd"][2] <= fused["gpsimd"][2], (
