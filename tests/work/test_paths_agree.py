@@ -28,10 +28,15 @@ What may differ, and only this:
   make inside a decomposed call counts with that call (program_work._adopt_rewritten:
   nll_loss_backward's scatter rewritten as where(iota == target) had counted twice, +4,162
   elements).
-- The estimate traces on fake tensors, whose fused-attention meta function returns its output
-  in a different layout from the eager kernel's: in the backward one transpose-and-reshape
-  around attention is a view eager and a copy in the trace. That copy (B·L·hidden elements each
-  way per layer, DMA) is the one difference allowed there.
+- The estimate traces on fake tensors, whose fused-attention backward (torch's meta function)
+  lays each gradient out as its input, where the neuron kernel (ATen's CPU flash backward)
+  returns them laid out (B, L, heads, head_dim). The value enters attention as the KV cache's
+  cat with its empty initial tensor, contiguous (B, heads, L, head_dim): its gradient's
+  transpose-and-reshape back to (B, L, hidden) is a view eager and a copy in the trace. That
+  copy (B·L·hidden elements each way per layer, DMA) is the one difference allowed there. (The
+  compiled graph escapes it: Inductor's decomposition of that cat is a clone of the value,
+  which keeps the value's (B, L, heads, head_dim) layout. A meta function for the neuron
+  kernel's layout would remove it; torch registers that op's meta in three places.)
 
 Not compared: the module compiled whole (torch.compile(model)) and its loss taken outside. Its
 graph returns the logits and the KV cache's key and value too, differentiable outputs the loss
