@@ -221,12 +221,14 @@ def test_training_step_eager_estimate_compiled(monkeypatch):
             assert comp["compiled, no recompute"][p][e] == fused[p][e], (
                 p, e, comp["compiled, no recompute"][p][e], fused[p][e])
     # The shipped pipeline: the forward program's arithmetic is the eager forward's; recompute
-    # only adds to the backward program's (and never on the Tensor engine, asserted above).
+    # only adds to the backward program's work and bytes written (never on the Tensor engine,
+    # asserted above).
     shipped = comp["compiled"]
     for e in ("tensor", "vector", "scalar"):
         assert shipped["forward"][e] == fused["forward"][e], (e, shipped["forward"][e])
     for e in ENGINES:
-        assert shipped["backward"][e][0] >= fused["backward"][e][0], (e, shipped["backward"][e])
+        grown = [shipped["backward"][e][i] - fused["backward"][e][i] for i in (0, 2)]
+        assert min(grown) >= 0, (e, shipped["backward"][e], fused["backward"][e])
 
 
 def decoding(m, cache):
