@@ -27,7 +27,7 @@ What may differ, and only this:
   (forward GpSimd 12,416 against 21,632 bytes written, DMA 1,600 against 576). A node the passes
   make inside a decomposed call counts with that call (program_work._adopt_rewritten:
   nll_loss_backward's scatter rewritten as where(iota == target) had counted twice, +4,162
-  elements).
+  elements; tests/work/test_rewritten_calls.py holds that).
 - The estimate traces on fake tensors, whose fused-attention backward (torch's meta function)
   lays each gradient out as its input, where the neuron kernel (ATen's CPU flash backward)
   returns them laid out (B, L, heads, head_dim). The value enters attention as the KV cache's
