@@ -5,7 +5,8 @@ shapes.
 
 An op of a graph is an FX node, or, for an op Inductor's decompositions split into parts (silu
 into neg/exp/add/div, log_softmax, nll_loss, slice_backward, ...), the op the parts stand for:
-:func:`marking` wraps those decompositions so that the nodes one call produced carry the call.
+:func:`marking` wraps those decompositions so that the nodes one call produced carry the call,
+and nodes Inductor's joint-graph passes make among those parts carry it too (_adopt_rewritten).
 Each op counts the launches eager makes for it (torch_neuronx/_op_work.py): one, asked of the
 table, when neuron has a kernel of its own for it (silu is one Scalar-engine activation, not four
 instructions); its composite kernel's parts otherwise (embedding is an index_select), found by
