@@ -97,11 +97,16 @@ TEST(Verb, AcrossHostsTheInterHostLegIsSharedByTheHostsCores) {
   const LinkBytes ar = link_bytes(call(Verb::kAllreduce, 1000), two_hosts(2));
   EXPECT_EQ(ar.sent, 1000u);
   EXPECT_EQ(ar.efa, 500u);
-  // All-gather of 100-byte parts: the host's other part over NeuronLink, the other host's two
-  // parts over EFA, shared by 2 cores.
+  // All-gather of 100-byte parts (400 in all): the other host's two parts cross EFA, one on each
+  // core's rail; each core then receives its host's other part and the other host's part its
+  // peer carried over NeuronLink, 1/2 of the whole. It ends with 100 + 100 + 200 = 400 bytes.
+  // Reduce-scatter sends what an all-gather receives.
   const LinkBytes ag = link_bytes(call(Verb::kAllgather, 100), two_hosts(0));
-  EXPECT_EQ(ag.received, 100u);
+  EXPECT_EQ(ag.received, 200u);
   EXPECT_EQ(ag.efa, 100u);
+  const LinkBytes rs = link_bytes(call(Verb::kReduceScatter, 100), two_hosts(3));
+  EXPECT_EQ(rs.sent, 200u);
+  EXPECT_EQ(rs.efa, 100u);
   // A gather to rank 1 (host 1): rank 0's part crosses EFA; rank 3 (host 1) sends over NeuronLink.
   EXPECT_EQ(link_bytes(call(Verb::kGather, 64, 1), two_hosts(0)).efa, 64u);
   EXPECT_EQ(link_bytes(call(Verb::kGather, 64, 1), two_hosts(3)).sent, 64u);
@@ -126,4 +131,8 @@ TEST(Verb, AlltoallCountsWhatGoesToAndComesFromOthers) {
   EXPECT_EQ(spread.sent, 4u);
   EXPECT_EQ(spread.received, 40u);
   EXPECT_EQ(spread.efa, 10u + 30);  // the larger direction to host 0
+  // A mesh pattern for the link model, as the estimate states an all-to-all.
+  EXPECT_TRUE(one.all_to_all);
+  EXPECT_TRUE(collective_traffic(one).all_to_all);
+  EXPECT_FALSE(collective_traffic(link_bytes(call(Verb::kAllgather, 8), one_host(0, 4))).all_to_all);
 }
