@@ -88,15 +88,22 @@ LinkBytes link_bytes(const VerbCall& call, const GroupPlace& place) {
       break;
     }
     case Verb::kBroadcast:
-      b.sent = is_root ? s : 0;
-      b.received = is_root ? 0 : s;
+    case Verb::kReduce: {
+      // On the root's host the root sends (broadcast) or receives (reduce) the buffer once, the
+      // other ranks the opposite (a pipelined chain). Across hosts the buffer crosses EFA on
+      // the rails, each rank carrying its 1/L shard; on a host without the root the ranks then
+      // all-gather (broadcast) or first reduce-scatter (reduce) the shards: (L-1)/L of the
+      // buffer each way over NeuronLink, nothing for a rank alone on its host.
+      const bool out = call.verb == Verb::kBroadcast;
+      if (place.local(call.root)) {
+        b.sent = is_root == out ? s : 0;
+        b.received = is_root == out ? 0 : s;
+      } else {
+        b.sent = b.received = (l - 1) * s / l;
+      }
       b.efa = spans ? s / l : 0;
       break;
-    case Verb::kReduce:
-      b.sent = is_root ? 0 : s;
-      b.received = is_root ? s : 0;
-      b.efa = spans ? s / l : 0;
-      break;
+    }
     case Verb::kGather:
     case Verb::kScatter: {
       // One-to-all or all-to-one: the root moves every part but its own, the others their

@@ -107,6 +107,24 @@ TEST(Verb, AcrossHostsTheInterHostLegIsSharedByTheHostsCores) {
   const LinkBytes rs = link_bytes(call(Verb::kReduceScatter, 100), two_hosts(3));
   EXPECT_EQ(rs.sent, 200u);
   EXPECT_EQ(rs.efa, 100u);
+  // A broadcast from rank 0 of 1000 bytes: on its host (ranks 0, 2) the root sends the buffer
+  // and rank 2 receives it, each carrying 500 bytes out over EFA; on host 1 each rank receives
+  // its 500-byte shard over EFA and the other shard from its peer. A reduce mirrors it.
+  EXPECT_EQ(link_bytes(call(Verb::kBroadcast, 1000, 0), two_hosts(0)).sent, 1000u);
+  EXPECT_EQ(link_bytes(call(Verb::kBroadcast, 1000, 0), two_hosts(2)).received, 1000u);
+  const LinkBytes far_leaf = link_bytes(call(Verb::kBroadcast, 1000, 0), two_hosts(1));
+  EXPECT_EQ(far_leaf.received, 500u);
+  EXPECT_EQ(far_leaf.efa, 500u);
+  const LinkBytes far_part = link_bytes(call(Verb::kReduce, 1000, 0), two_hosts(3));
+  EXPECT_EQ(far_part.sent, 500u);
+  EXPECT_EQ(far_part.efa, 500u);
+  EXPECT_EQ(link_bytes(call(Verb::kReduce, 1000, 0), two_hosts(0)).received, 1000u);
+  // A rank alone on its host has no NeuronLink peer: the whole buffer crosses EFA.
+  GroupPlace alone = two_hosts(1);
+  alone.host_of = {0, 1, 0, 0};
+  const LinkBytes lone = link_bytes(call(Verb::kBroadcast, 1000, 0), alone);
+  EXPECT_EQ(lone.received, 0u);
+  EXPECT_EQ(lone.efa, 1000u);
   // A gather to rank 1 (host 1): rank 0's part crosses EFA; rank 3 (host 1) sends over NeuronLink.
   EXPECT_EQ(link_bytes(call(Verb::kGather, 64, 1), two_hosts(0)).efa, 64u);
   EXPECT_EQ(link_bytes(call(Verb::kGather, 64, 1), two_hosts(3)).sent, 64u);
