@@ -10,7 +10,7 @@
 //   all-reduce            passes 2, link_bytes 2 (ranks-1)/ranks B   (hierarchical_bytes below)
 //   all-gather            passes 1, link_bytes (ranks-1)/ranks B     (hierarchical_bytes below)
 //   reduce-scatter        passes 1, link_bytes (ranks-1)/ranks B     (hierarchical_bytes below)
-//   broadcast, reduce     passes 1, link_bytes B on the ranks that send or receive it
+//   broadcast, reduce     passes 1, link_bytes B on the root's host, (ranks-1)/ranks B on others
 //   all-to-all            passes 1, link_bytes what it sends to (or receives from) the others
 //   send, recv            point_to_point, link_bytes the message
 #pragma once
