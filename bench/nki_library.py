@@ -142,8 +142,8 @@ def main():
           f"{args.reps} alternating repetitions; load average {os.getloadavg()[0]:.1f}")
     print(f"| kernel | shape | interpreter ms (1 / {kernel_threads} threads) | torch ms "
           f"(1 / {default_threads}) | 1 thread: kernel / torch | default threads: kernel / torch "
-          "| faster of each: kernel / torch | CPU time, 1 thread: kernel / torch | kernel's calling "
-          f"thread CPU, {kernel_threads} / 1 threads |")
+          "| faster of each: kernel / torch | CPU time, 1 thread: kernel / torch "
+          f"| kernel's calling thread CPU, {kernel_threads} / 1 threads |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name, shape, kernel, peer in cases(dtype):
         if args.only and name not in args.only:

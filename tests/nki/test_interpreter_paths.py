@@ -1,12 +1,19 @@
 """The interpreter's fast paths give the values of its plain ones: instructions that stream from
 their operands' memory into the destination's (no staging), scans that advance many partitions
 at once, max / min folds over several lanes, and arguments that share memory (one tensor passed
-twice, or views of one tensor), where nothing may be overwritten before it is read."""
+twice, or views of one tensor), where nothing may be overwritten before it is read; large
+instructions split over partition ranges on several threads give one thread's values bit for
+bit."""
+
+import os
+import subprocess
+import sys
 
 import numpy as np
 import torch
 
 import nki
+from nki import _nki
 import nki.isa as nisa
 import nki.language as nl
 
@@ -211,7 +218,6 @@ def test_an_assignment_is_not_folded_past_a_write_to_its_destination():
 
 # Large instructions run as partition ranges on several threads (runtime/nki/PartitionWorkers.h):
 # every element must come out as on one thread, bit for bit, and as the plain reference.
-from nki import _nki  # noqa: E402
 
 
 @nki.jit
@@ -348,10 +354,6 @@ def test_small_instructions_and_overlapping_views_stay_on_one_thread():
 
 
 def test_the_thread_count_comes_from_nrtsim_nki_threads_and_a_bad_value_is_refused():
-    import os
-    import subprocess
-    import sys
-
     code = "from nki import _nki; print(_nki.interpreter_threads())"
     env = dict(os.environ, NRTSIM_NKI_THREADS="3", OMP_NUM_THREADS="1")
     got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)

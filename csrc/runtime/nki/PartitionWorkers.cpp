@@ -34,8 +34,10 @@ int omp_threads() {
   int n = 0;
   size_t i = 0;
   while (i < text->size() && std::isspace(static_cast<unsigned char>((*text)[i]))) ++i;
-  for (; i < text->size() && std::isdigit(static_cast<unsigned char>((*text)[i])) && n < 100000; ++i) {
-    n = n * 10 + ((*text)[i] - '0');
+  for (; i < text->size() && n < 100000; ++i) {
+    const char c = (*text)[i];
+    if (!std::isdigit(static_cast<unsigned char>(c))) break;
+    n = n * 10 + (c - '0');
   }
   return n;
 }
