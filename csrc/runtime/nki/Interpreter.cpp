@@ -9,6 +9,7 @@
 #include <memory>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <sstream>
 
 #include "runtime/Error.h"
@@ -165,6 +166,7 @@ float apply_act(Act f, float x) {
     }
     case Act::kErfDx: return 1.12837916709551257f * std::exp(-x * x);
     case Act::kLogicalNot: return x == 0 ? 1.0f : 0.0f;
+    case Act::kPrelu: return x;  // its slope comes with the instruction (run_selection)
   }
   return x;
 }
@@ -708,6 +710,8 @@ void require_same_numel(const Program& p, size_t index, const View& a, const Vie
 // Per-partition access to a view: its elements in view order, partition by partition.
 int64_t parts_of(const View& v) { return v.ndim > 0 ? v.shape[0] : 1; }
 
+void run_selection(const Storage& mem, const Program& p, size_t i);
+
 // The instructions beyond the basic arithmetic: scans, cross-partition reductions, statistics,
 // top-8 search, MX quantisation and MX matmul.
 void run_extended(const Storage& mem, const Program& p, size_t i) {
@@ -987,9 +991,11 @@ void run_extended(const Storage& mem, const Program& p, size_t i) {
       scatter(mem, in.dst, out.data());
       break;
     }
-    default: fail(p, i, "unknown opcode");
+    default: run_selection(mem, p, i); break;
   }
 }
+
+#include "runtime/nki/Selection.inc"
 
 }  // namespace
 
