@@ -210,10 +210,10 @@ ENGINE_NAMES = ("tensor", "vector", "scalar", "gpsimd", "dma")
  OP_SELECT, OP_PRINT, OP_SCAN, OP_PARTITION_REDUCE, OP_AFFINE_SELECT, OP_BN_STATS, OP_BN_AGGR,
  OP_MAX8, OP_FIND_INDEX8, OP_MATCH_REPLACE8, OP_QUANTIZE_MX, OP_MATMUL_MX, OP_CUMULATIVE,
  OP_SELECT_REDUCE, OP_RANGE_SELECT, OP_NONZERO_WITH_COUNT, OP_SEQUENCE_BOUNDS, OP_STREAM_SHUFFLE,
- OP_LOCAL_GATHER, OP_N_GATHER, OP_DMA_COMPUTE, OP_ACTIVATE2) = range(32)
+ OP_LOCAL_GATHER, OP_N_GATHER, OP_DMA_COMPUTE, OP_ACTIVATE2, OP_TOPK) = range(33)
 # Instructions that write only part of their destination (the rest keeps its contents): an
 # assignment of their fresh result is a copy of the whole tile, never folded into them.
-PARTIAL_WRITE_OPS = (OP_NONZERO_WITH_COUNT, OP_STREAM_SHUFFLE)
+PARTIAL_WRITE_OPS = (OP_NONZERO_WITH_COUNT, OP_STREAM_SHUFFLE, OP_TOPK)
 # Instructions that take MX x4 operands (the rest refuse them).
 PACKED_OPS = (OP_DMA, OP_COPY, OP_MEMSET, OP_QUANTIZE_MX, OP_MATMUL_MX)
 

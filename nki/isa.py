@@ -1268,6 +1268,36 @@ def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=Fals
                  reverse1=bool(reverse1), imm0=i0, imm1=i1, imm2=ir, **red)
 
 
+def topk(val_dst, idx_dst, src, n, name=None):
+    """The K largest of each 16-partition group's snake of n BF16 values (value e at partition
+    e % 16, column e // 16), K = val_dst's free size, in ascending order and in the same snake
+    layout (result j at partition j % 16, column j // 16), with their snake indices (uint32) in
+    idx_dst (GpSimd engine, SBUF)."""
+    what = "topk"
+    tracer = _core.current_tracer()
+    for w, x in (("val_dst", val_dst), ("idx_dst", idx_dst), ("src", src)):
+        _in_sbuf(x, w, what)
+    _dtypes(src, ("bfloat16",), "src", what)
+    _dtypes(val_dst, ("bfloat16",), "val_dst", what)
+    _dtypes(idx_dst, ("uint32",), "idx_dst", what)
+    p = src.shape[0]
+    if p % 16 or val_dst.shape[0] != p or idx_dst.shape[0] != p:
+        raise error(f"{what}: src, val_dst and idx_dst must have the same partitions, a multiple "
+                    f"of 16 (one snake per 16); got {src.shape}, {val_dst.shape}, {idx_dst.shape}")
+    if not _core._is_int(n) or not 8 <= int(n) < 65536:
+        raise error(f"{what}: n must be an integer in [8, 65536), got {n!r}")
+    n = int(n)
+    k = _free(val_dst)
+    if _free(idx_dst) != k:
+        raise error(f"{what}: idx_dst must hold as many results as val_dst ({k}) per partition")
+    if not 1 <= k < 32768 or k > n:
+        raise error(f"{what}: K (val_dst's free size, {k}) must be in [1, 32768) and <= n ({n})")
+    if _free(src) < -(-n // 16):
+        raise error(f"{what}: a snake of {n} values needs {-(-n // 16)} columns; src has "
+                    f"{_free(src)}")
+    return _emit(tracer, name, _core.OP_TOPK, GPSIMD, val_dst, src, d=idx_dst, imm0=float(n))
+
+
 # ---------------------------------------------------------------------------------------------
 # Instructions this interpreter refuses, each with the reason (docs/nki.md lists them)
 
@@ -1306,13 +1336,7 @@ register_alloc = _refused("register_alloc", _RUNTIME, ["x"])
 register_move = _refused("register_move", _RUNTIME, ["dst", "src"])
 register_load = _refused("register_load", _RUNTIME, ["dst", "src"])
 register_store = _refused("register_store", _RUNTIME, ["dst", "src"])
-topk = _refused("topk",
-                "AWS's reference contradicts itself on its layout (each partition operates "
-                "independently, yet the source is one snake across 16 partitions whose n "
-                "elements yield a [par_dim, K] result) and no published kernel or example "
-                "settles which partitions receive which top K; max8 / nc_find_index8 / "
-                "nc_match_replace8 give a partition's top 8",
-                ["val_dst", "idx_dst", "src", "n", "name"])
+
 
 
 # Tensors' assignments and in-place operators run these instructions (nki._core.HOOKS).

@@ -577,3 +577,69 @@ def test_activate2_gelu_against_its_definition():
     expect = 0.5 * v * (1 + np.vectorize(math.erf)(v / math.sqrt(2)))
     # FP32 evaluation: erf to a few ulp, then three roundings.
     np.testing.assert_allclose(run(k, a), expect, rtol=16 * U32, atol=16 * U32)
+
+
+def topk_reference(src, n, k, vals, idx):
+    """AWS's snake layout: per 16-partition group, value e at (e % 16, e // 16); the K largest
+    in ascending order back in that layout; the last column's slots past K unspecified (NaN /
+    all-ones here); later columns untouched. Ties: the lower index ranks higher."""
+    vals, idx = vals.copy(), idx.copy()
+    for g in range(src.shape[0] // 16):
+        snake = [src[g * 16 + e % 16, e // 16] for e in range(n)]
+        order = sorted(range(n), key=lambda e: (-snake[e], e))[:k][::-1]
+        for j in range(-(-k // 16) * 16):
+            at = (g * 16 + j % 16, j // 16)
+            vals[at], idx[at] = (snake[order[j]], order[j]) if j < k else (np.nan, 0xFFFFFFFF)
+    return vals, idx
+
+
+def test_topk_per_16_partition_snake():
+    n, k = 42, 20
+
+    @nki.jit
+    def kern(a):
+        vals = nl.ndarray((32, k), nl.float32, buffer=nl.shared_hbm)
+        idx = nl.ndarray((32, k), nl.uint32, buffer=nl.shared_hbm)
+        s = nl.ndarray(a.shape, nl.bfloat16, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=s, src=nl.load(a))
+        v = nl.ndarray((32, k), nl.bfloat16, buffer=nl.sbuf)
+        i = nl.ndarray((32, k), nl.uint32, buffer=nl.sbuf)
+        nisa.memset(dst=v, value=5.0)
+        nisa.memset(dst=i, value=7)
+        nisa.topk(val_dst=v, idx_dst=i, src=s, n=n)
+        v32 = nl.ndarray((32, k), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=v32, src=v)
+        nl.store(vals, v32)
+        nl.store(idx, i)
+        return vals, idx
+
+    rng = np.random.default_rng(40)
+    # Integers below 256 are exact in bfloat16; a few repeats exercise ties.
+    a = rng.integers(0, 60, (32, 3)).astype(np.float32)
+    vals, idx = run(kern, a)
+    ev, ei = topk_reference(a, n, k, np.full((32, k), 5, np.float32),
+                            np.full((32, k), 7, np.uint32))
+    np.testing.assert_array_equal(vals, ev)
+    np.testing.assert_array_equal(idx, ei)
+
+
+def test_topk_rules():
+    def kernel(parts=32, n=42, k=8, dtype=nl.bfloat16):
+        @nki.jit
+        def kern(a):
+            s = nl.ndarray((parts, 3), dtype, buffer=nl.sbuf)
+            v = nl.ndarray((parts, k), nl.bfloat16, buffer=nl.sbuf)
+            i = nl.ndarray((parts, k), nl.uint32, buffer=nl.sbuf)
+            nisa.topk(val_dst=v, idx_dst=i, src=s, n=n)
+            return a
+        return kern
+
+    a = np.zeros((1, 1), np.float32)
+    with pytest.raises(nki.NkiError, match="a multiple of 16"):
+        run(kernel(parts=24), a)
+    with pytest.raises(nki.NkiError, match="needs 4 columns"):
+        run(kernel(n=50), a)
+    with pytest.raises(nki.NkiError, match=r"<= n \(42\)"):
+        run(kernel(k=43), a)
+    with pytest.raises(nki.NkiError, match="src is float32; allowed: bfloat16"):
+        run(kernel(dtype=nl.float32), a)

@@ -106,6 +106,7 @@ const char* opcode_name(Opcode op) {
     case Opcode::kNGather: return "nc_n_gather";
     case Opcode::kDmaCompute: return "dma_compute";
     case Opcode::kActivate2: return "activate2";
+    case Opcode::kTopk: return "topk";
   }
   return "?";
 }

@@ -123,6 +123,8 @@ enum class Opcode : uint8_t {
   kDmaCompute,    // dst <- sum of the valid views a..f, in FP32, on the DMA engines
   kActivate2,     // dst <- act((a (alu0) b|imm0) (alu1) c|imm1; slope f|imm2); reduction as
                   // kActivation (reduce_cmd, e, d)
+  kTopk,          // per group of 16 partitions: the top K (dst's free size) of the group's snake
+                  // of imm0 values in a, ascending, in the same snake layout; their indices to d
 };
 const char* opcode_name(Opcode op);
 
