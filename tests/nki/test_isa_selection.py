@@ -643,3 +643,66 @@ def test_topk_rules():
         run(kernel(k=43), a)
     with pytest.raises(nki.NkiError, match="src is float32; allowed: bfloat16"):
         run(kernel(dtype=nl.float32), a)
+
+
+def test_each_instruction_runs_on_its_documented_engine():
+    @nki.jit(platform_target="trn3")
+    def k(a):
+        x = nl.load(a)
+        d = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+        pred = nl.ndarray(a.shape, nl.uint8, buffer=nl.sbuf)
+        nisa.memset(dst=pred, value=1, engine=nisa.engine.gpsimd)
+        nisa.tensor_scalar_cumulative(dst=d, src=x, op0=nl.add, op1=nl.add, imm0=0.0)  # vector
+        nisa.select_reduce(dst=d, predicate=pred, on_true=x, on_false=0.0)  # vector
+        nisa.nc_stream_shuffle(dst=d, src=x, shuffle_mask=list(range(32)))  # vector
+        ids = nl.ndarray((128, 17), nl.int32, buffer=nl.sbuf)
+        nisa.nonzero_with_count(dst=ids, src=x)  # gpsimd
+        nisa.activate2(dst=d, op=nl.prelu, data=x, imm0=1.0, imm1=0.0, op0=nl.multiply,
+                       op1=nl.bypass, relu_param=0.1)  # scalar
+        out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_compute(dst=out, srcs=[d, x], reduce_op=nl.add)  # dma
+        return out
+
+    run(k, np.ones((128, 16), np.float32))
+    counts = k.last_run.instructions
+    assert counts["vector"] == 3 and counts["gpsimd"] == 2 and counts["scalar"] == 1
+    assert counts["dma"] == 2 and counts["tensor"] == 0
+
+
+def test_modelled_costs_follow_the_nearest_instruction():
+    """dma_compute pays a copy's descriptors once per source; a gather costs the elements it
+    writes, not the size of the tile it reads from."""
+    def dma(sources):
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+            if sources == 0:
+                nisa.dma_copy(dst=out, src=a)
+            else:
+                nisa.dma_compute(dst=out, srcs=[a] * sources, reduce_op=nl.add)
+            return out
+        return k.specialize((np.ones((128, 512), np.float32),), {}).timeline()["dma_descriptors"]
+
+    copy, two, four = dma(0), dma(2), dma(4)
+    assert two == 2 * copy and four == 4 * copy
+
+    def gather(data_free):
+        @nki.jit
+        def k(a):
+            x = nl.ndarray((128, data_free), nl.float32, buffer=nl.sbuf)
+            nisa.memset(dst=x, value=0.0, engine=nisa.engine.gpsimd)
+            i = nl.ndarray((128, 64), nl.uint32, buffer=nl.sbuf)
+            nisa.memset(dst=i, value=0, engine=nisa.engine.gpsimd)
+            d = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+            nisa.nc_n_gather(dst=d, data=x, indices=i)
+            return a
+        return nki.jit(k.fn).specialize((np.ones((1, 1), np.float32),), {}).timeline()
+
+    small, large = gather(64), gather(4096)
+    # Same gather, sources of 64 and 4096 elements per partition: the gather itself costs the
+    # same (the memsets differ).
+    def last(t):
+        start, end = t["instruction_times_ns"][-1]
+        return end - start
+
+    assert last(small) == pytest.approx(last(large))
