@@ -978,6 +978,9 @@ def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=red
         if imm1 is None:
             raise error(f"{what}: reduce_cmd.load_reduce starts from imm1; pass it")
         v1, i1 = _per_partition(imm1, dst, "imm1", what)
+    for w, v in (("imm0", v0), ("imm1", v1)):
+        if v is not None and v.dtype != float32:
+            raise error(f"{what}: an {w} tile must be float32, got {v.dtype}")
     return _emit(tracer, name, _core.OP_CUMULATIVE, VECTOR, dst, _view_like(src, dst), v0, v1,
                  None, tracer.accumulator(VECTOR), alu0=a0, alu1=a1, imm0=i0, imm1=i1,
                  reduce_cmd=cmd.value)

@@ -90,6 +90,16 @@ def test_tensor_scalar_cumulative_rules():
     with pytest.raises(nki.NkiError, match="op1 must be"):
         run(kernel(nl.bitwise_or), a)
 
+    @nki.jit
+    def int_operand(a):
+        x = nl.load(a)
+        s = nl.ndarray((a.shape[0], 1), nl.int16, buffer=nl.sbuf)
+        nisa.tensor_scalar_cumulative(dst=x, src=x, op0=nl.add, op1=nl.add, imm0=s)
+        return a
+
+    with pytest.raises(nki.NkiError, match="an imm0 tile must be float32"):
+        run(int_operand, a)
+
 
 def test_select_reduce_selects_and_reduces_the_maximum():
     @nki.jit
