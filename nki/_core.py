@@ -45,8 +45,8 @@ PARTIAL = {
     "nki.isa.tensor_scalar_cumulative": "op1=nl.subtract is refused: AWS's reference writes the "
                                         "step as op1(x, r), and nothing published says whether "
                                         "x - r or r - x is meant",
-    "nki.isa.dma_compute": "read-modify-write through .ap(vector_offset=) and more than 6 "
-                           "sources are refused",
+    "nki.isa.dma_compute": "read-modify-write through .ap(vector_offset=) is refused; more "
+                           "than 6 sources need a float32 dst",
     "nki.language.gather_flattened": "axis other than 0 (the default, a gather along each "
                                      "partition's flattened free dims) is refused: the "
                                      "reference defines no other",

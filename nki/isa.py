@@ -1197,9 +1197,10 @@ def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode
         raise error(f"{what}: srcs is empty")
     if len(srcs) > 16:
         raise error(f"{what}: {len(srcs)} sources; at most 16")
-    if len(srcs) > 6:
-        raise error(f"{what}: {len(srcs)} sources are not modelled (one instruction here "
-                    "carries at most 6); split the sum")
+    if len(srcs) > 6 and dst.dtype != float32:
+        raise error(f"{what}: more than 6 sources are summed here in steps through dst, which "
+                    f"keeps the FP32 sum exact only when dst is float32 (it is {dst.dtype}); "
+                    "sum into a float32 tile and convert")
     if _alu(reduce_op) != _ops.add.alu:
         raise error(f"{what}: reduce_op must be nl.add (the only reduction DMA engines do), got "
                     f"{reduce_op!r}")
@@ -1216,7 +1217,12 @@ def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode
         if x.numel() != dst.numel():
             raise error(f"{what}: {w} {x.shape} and dst {dst.shape} hold different numbers of "
                         "elements")
-    return _emit(tracer, name, _core.OP_DMA_COMPUTE, DMA, dst, *srcs)
+    # An instruction here carries at most 6 operands: more sources continue the sum from dst
+    # (float32, so the running sum is the one the DMA engines keep in FP32), in source order.
+    first = _emit(tracer, name, _core.OP_DMA_COMPUTE, DMA, dst, *srcs[:6])
+    for k in range(6, len(srcs), 5):
+        _emit(tracer, name, _core.OP_DMA_COMPUTE, DMA, dst, dst, *srcs[k:k + 5])
+    return first
 
 
 _ACTIVATE2_STAGES = {(_ops.multiply.alu, _ops.add.alu), (_ops.multiply.alu, _ops.subtract.alu),

@@ -504,6 +504,25 @@ def test_dma_compute_rules():
         run(kernel(reduce_op=nl.add, scales=[1.0, 2.0]), a)
 
 
+def test_dma_compute_with_sixteen_sources():
+    def kernel(dtype):
+        @nki.jit
+        def k(*srcs):
+            out = nl.ndarray(srcs[0].shape, dtype, buffer=nl.shared_hbm)
+            nisa.dma_compute(dst=out, srcs=list(srcs), reduce_op=nl.add)
+            return out
+        return k
+
+    rng = np.random.default_rng(41)
+    srcs = [rng.standard_normal((64, 32)).astype(np.float32) for _ in range(16)]
+    expect = srcs[0]
+    for x in srcs[1:]:
+        expect = expect + x  # FP32, in source order
+    np.testing.assert_array_equal(run(kernel(nl.float32), *srcs), expect)
+    with pytest.raises(nki.NkiError, match="exact only when dst is float32"):
+        run(kernel(nl.float16), *srcs)
+
+
 def test_activate2_pipeline_prelu_and_reduction():
     @nki.jit(platform_target="trn3")
     def k(a, slope, bias):
