@@ -819,8 +819,13 @@ class Tensor(NKIObject):
     def __itruediv__(self, o): return self._inplace("divide", o)
 
     def __bool__(self):
-        raise error("an NKI tensor has no truth value at specialisation time: data-dependent "
-                    "control flow needs nl.where or device-side loops")
+        # An HBM tensor is true, as in AWS's NKI: kernels test optional arguments with `if t`
+        # (AWS's library, e.g. the MoE token-generation kernels, and AWS's own ISA examples). A
+        # tile's truth would be its values, which do not exist while the kernel specialises.
+        if not self._buffer.on_chip:
+            return True
+        raise error("an on-chip NKI tensor has no truth value at specialisation time: "
+                    "data-dependent control flow needs nl.where or device-side loops")
 
     def __iter__(self):
         raise error("NKI tensors cannot be iterated; index them with slices")

@@ -323,8 +323,8 @@ def dma_copy(dst=None, src=None, mask=None, dst_rmw_op=None, oob_mode=None, dge_
 
 
 # The selection and gather instructions AWS documented for the legacy API (Neuron SDK 2.24-2.26):
-# sequence_bounds, range_select and local_gather return their result; select_reduce and
-# nc_stream_shuffle already took dst.
+# sequence_bounds, range_select and local_gather return their result; select_reduce,
+# tensor_scalar_cumulative and nc_stream_shuffle already took dst.
 
 
 def sequence_bounds(segment_ids, dtype=None, mask=None, **kwargs):
@@ -365,6 +365,13 @@ def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd
     return _isa.select_reduce(dst, predicate, on_true, on_false, reduce_res=reduce_res,
                               reduce_cmd=reduce_cmd, reduce_op=reduce_op,
                               reverse_pred=reverse_pred)
+
+
+def tensor_scalar_cumulative(src, dst, op0, op1, imm0, imm1=None,
+                             reduce_cmd=reduce_cmd.reset_reduce, mask=None, **kwargs):
+    dst, src = _prep(mask, dst, src)
+    return _isa.tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=imm1,
+                                         reduce_cmd=reduce_cmd)
 
 
 def nc_stream_shuffle(src, dst, shuffle_mask, mask=None, dtype=None, **kwargs):

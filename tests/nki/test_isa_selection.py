@@ -735,3 +735,29 @@ def test_modelled_costs_follow_the_nearest_instruction():
         return end - start
 
     assert last(small) == pytest.approx(last(large))
+
+
+def test_optional_hbm_arguments_are_true_and_tiles_have_no_truth_value():
+    """AWS's kernels test optional arguments with `if t` (the MoE kernels of AWS's library, the
+    tensor_scalar_cumulative examples): an HBM tensor is true. A tile's truth would depend on
+    values that do not exist at specialisation time: refused."""
+    @nki.jit
+    def k(a, b):
+        out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        if b:
+            x = nl.add(x, nl.load(b))
+        nl.store(out, x)
+        return out
+
+    a = np.ones((128, 4), np.float32)
+    np.testing.assert_array_equal(run(k, a, a), a + a)
+
+    @nki.jit
+    def tile_truth(a):
+        if nl.load(a):
+            pass
+        return a
+
+    with pytest.raises(nki.NkiError, match="on-chip NKI tensor has no truth value"):
+        run(tile_truth, a)
