@@ -10,6 +10,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <sstream>
 
 #include "runtime/Error.h"
@@ -167,6 +168,7 @@ float apply_act(Act f, float x) {
     }
     case Act::kErfDx: return 1.12837916709551257f * std::exp(-x * x);
     case Act::kLogicalNot: return x == 0 ? 1.0f : 0.0f;
+    case Act::kPrelu: return x;  // its slope comes with the instruction (run_selection)
   }
   return x;
 }
@@ -726,6 +728,8 @@ void for_each_affine(const Instruction& in, size_t n, F&& f) {
 // Per-partition access to a view: its elements in view order, partition by partition.
 int64_t parts_of(const View& v) { return v.ndim > 0 ? v.shape[0] : 1; }
 
+void run_selection(const Storage& mem, const Program& p, size_t i);
+
 // The instructions beyond the basic arithmetic: scans, cross-partition reductions, statistics,
 // top-8 search, MX quantisation and MX matmul.
 void run_extended(const Storage& mem, const Program& p, size_t i, const Instruction& in) {
@@ -997,7 +1001,7 @@ void run_extended(const Storage& mem, const Program& p, size_t i, const Instruct
       scatter(mem, in.dst, out.data());
       break;
     }
-    default: fail(p, i, "unknown opcode");
+    default: run_selection(mem, p, i); break;
   }
 }
 
@@ -1305,6 +1309,9 @@ bool run_split(const Storage& mem, const Program& p, size_t i, const Instruction
   }
   return true;
 }
+
+#include "runtime/nki/Selection.inc"
+
 }  // namespace
 
 // Whether instruction i, the first to use kernel buffer b, writes every byte of b before anything
