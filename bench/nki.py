@@ -38,10 +38,13 @@ def main():
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None,
-                        help="torch.set_num_threads for SDPA (the interpreter uses one thread)")
+                        help="threads for both sides: torch.set_num_threads for SDPA and the "
+                        "interpreter's partition threads (default: each side's own default)")
     args = parser.parse_args()
+    from nki import _nki
     if args.threads:
         torch.set_num_threads(args.threads)
+        _nki.set_interpreter_threads(args.threads)
     torch.manual_seed(0)
     q, k, v = (torch.randn(args.seq, args.head_dim, dtype=torch.bfloat16) for _ in range(3))
     qn, kn, vn = q.to("neuron"), k.to("neuron"), v.to("neuron")
@@ -66,7 +69,8 @@ def main():
         rows.append((name, med, sd))
     base = min(rows[0][1], rows[1][1])
     print(f"flash attention forward, seq {args.seq}, head dim {args.head_dim}, bf16 inputs; "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads, medians of {args.reps}")
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads, interpreter "
+          f"{_nki.interpreter_threads()}, medians of {args.reps}")
     for name, med, sd in rows:
         print(f"  {name:50s} {med * 1e3:8.2f} ms (sd {sd * 1e3:.2f})  {med / base:5.2f}x")
     run = flash_attention_fwd.last_run

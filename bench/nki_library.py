@@ -8,10 +8,15 @@ The library (github.com/aws-neuron/nki-library) is not part of this repository; 
 library harness's simulation mode); each torch peer is the straightforward torch expression of
 the kernel's documented result. Every kernel's output is checked against its peer first. After
 one warm-up call each (the kernel's specialisation), kernel and peer take turns --reps times;
-the table gives medians and the ratio kernel / peer. torch runs with one thread and with its
-default thread count, and the faster of the two is the peer (the interpreter runs on one thread).
-The last column compares the calling thread's CPU time of the kernel and of one-thread torch:
-on a shared host it leaves out the time either waited for a core.
+the table gives medians. Both sides run at one thread and at their
+default thread count (torch's intra-op threads; the interpreter's partition threads,
+nki._nki.interpreter_threads(), which split its large instructions over partition ranges), and
+each is compared with the other at the same count, and the faster of each with the faster of the
+other. The last column compares the calling
+thread's CPU time of the one-thread kernel and one-thread torch: on a shared host it leaves out
+the time either waited for a core. The one before it, the kernel's calling-thread CPU time at its
+default thread count over that at one thread, is the share of the work its thread kept (the
+workers ran the rest): on a host with a free core per worker, the wall time follows it.
 """
 
 import argparse
@@ -130,12 +135,16 @@ def main():
     _library_path(args.nki_library)
     dtype = getattr(torch, args.dtype)
     default_threads = torch.get_num_threads()
-    print(f"NKI library kernels vs torch CPU, {args.dtype}; torch {torch.__version__}, "
-          f"peer = faster of 1 and {default_threads} threads; medians of {args.reps} "
-          f"alternating repetitions; load average {os.getloadavg()[0]:.1f}")
-    print("| kernel | shape | interpreter ms | torch ms (1 thread / "
-          f"{default_threads}) | kernel / peer | CPU time: kernel / 1-thread torch |")
-    print("|---|---|---|---|---|---|")
+    from nki import _nki
+    kernel_threads = _nki.interpreter_threads()
+    print(f"NKI library kernels vs torch CPU, {args.dtype}; torch {torch.__version__}; "
+          f"threads: torch 1 / {default_threads}, interpreter 1 / {kernel_threads}; medians of "
+          f"{args.reps} alternating repetitions; load average {os.getloadavg()[0]:.1f}")
+    print(f"| kernel | shape | interpreter ms (1 / {kernel_threads} threads) | torch ms "
+          f"(1 / {default_threads}) | 1 thread: kernel / torch | default threads: kernel / torch "
+          "| faster of each: kernel / torch | CPU time, 1 thread: kernel / torch "
+          f"| kernel's calling thread CPU, {kernel_threads} / 1 threads |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, shape, kernel, peer in cases(dtype):
         if args.only and name not in args.only:
             continue
@@ -148,16 +157,22 @@ def main():
             if len(got) != len(want) or not err <= 1e-2 * max(scale, 1.0):
                 sys.exit(f"{name}: kernel and torch peer disagree (max abs error {err:g} of "
                          f"{scale:g}); the comparison would be meaningless")
-        tk, t1, tn, ck, c1 = [], [], [], [], []
+        k1, kn, t1, tn, ck, ckn, c1 = [], [], [], [], [], [], []
         for _ in range(args.reps):
-            tk.append(_time(kernel, ck))
             torch.set_num_threads(1)
+            _nki.set_interpreter_threads(1)
+            k1.append(_time(kernel, ck))
             t1.append(_time(peer, c1))
             torch.set_num_threads(default_threads)
+            _nki.set_interpreter_threads(0)
+            kn.append(_time(kernel, ckn))
             tn.append(_time(peer))
-        mk, m1, mn, mck, mc1 = (statistics.median(t) * 1e3 for t in (tk, t1, tn, ck, c1))
-        print(f"| {name} | {shape} | {mk:.2f} | {m1:.2f} / {mn:.2f} | {mk / min(m1, mn):.2f}x "
-              f"| {mck / mc1:.2f}x ({mck:.2f} / {mc1:.2f} ms) |", flush=True)
+        mk1, mkn, m1, mn, mck, mckn, mc1 = (statistics.median(t) * 1e3
+                                            for t in (k1, kn, t1, tn, ck, ckn, c1))
+        print(f"| {name} | {shape} | {mk1:.2f} / {mkn:.2f} | {m1:.2f} / {mn:.2f} | "
+              f"{mk1 / m1:.2f}x | {mkn / mn:.2f}x | {min(mk1, mkn) / min(m1, mn):.2f}x | "
+              f"{mck / mc1:.2f}x ({mck:.2f} / {mc1:.2f} ms) | {mckn / mck:.2f}x |",
+              flush=True)
 
 
 if __name__ == "__main__":

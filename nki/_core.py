@@ -42,6 +42,14 @@ PARTIAL = {
     "nki.isa.nc_matmul": "tile_position / tile_size are checked but tiles do not run "
                          "concurrently",
     "nki.isa.dma_copy": "dge_mode, priority and engine do not change the modelled time",
+    "nki.isa.tensor_scalar_cumulative": "op1=nl.subtract is refused: AWS's reference writes the "
+                                        "step as op1(x, r), and nothing published says whether "
+                                        "x - r or r - x is meant",
+    "nki.isa.dma_compute": "read-modify-write through .ap(vector_offset=) is refused; more "
+                           "than 6 sources need a float32 dst",
+    "nki.language.gather_flattened": "axis other than 0 (the default, a gather along each "
+                                     "partition's flattened free dims) is refused: the "
+                                     "reference defines no other",
 }
 
 
@@ -200,8 +208,13 @@ ENGINE_NAMES = ("tensor", "vector", "scalar", "gpsimd", "dma")
 # nrtsim::nki::Opcode
 (OP_DMA, OP_COPY, OP_TT, OP_TS, OP_ACT, OP_REDUCE, OP_MATMUL, OP_TRANSPOSE, OP_IOTA, OP_MEMSET,
  OP_SELECT, OP_PRINT, OP_SCAN, OP_PARTITION_REDUCE, OP_AFFINE_SELECT, OP_BN_STATS, OP_BN_AGGR,
- OP_MAX8, OP_FIND_INDEX8, OP_MATCH_REPLACE8, OP_QUANTIZE_MX, OP_MATMUL_MX,
- OP_DMA_INDIRECT) = range(23)
+ OP_MAX8, OP_FIND_INDEX8, OP_MATCH_REPLACE8, OP_QUANTIZE_MX, OP_MATMUL_MX, OP_CUMULATIVE,
+ OP_SELECT_REDUCE, OP_RANGE_SELECT, OP_NONZERO_WITH_COUNT, OP_SEQUENCE_BOUNDS, OP_STREAM_SHUFFLE,
+ OP_LOCAL_GATHER, OP_N_GATHER, OP_DMA_COMPUTE, OP_ACTIVATE2, OP_TOPK,
+ OP_DMA_INDIRECT) = range(34)
+# Instructions that write only part of their destination (the rest keeps its contents): an
+# assignment of their fresh result is a copy of the whole tile, never folded into them.
+PARTIAL_WRITE_OPS = (OP_NONZERO_WITH_COUNT, OP_STREAM_SHUFFLE, OP_TOPK)
 # Instructions that take MX x4 operands (the rest refuse them).
 PACKED_OPS = (OP_DMA, OP_COPY, OP_MEMSET, OP_QUANTIZE_MX, OP_MATMUL_MX)
 
@@ -825,8 +838,13 @@ class Tensor(NKIObject):
     def __itruediv__(self, o): return self._inplace("divide", o)
 
     def __bool__(self):
-        raise error("an NKI tensor has no truth value at specialisation time: data-dependent "
-                    "control flow needs nl.where or device-side loops")
+        # An HBM tensor is true, as in AWS's NKI: kernels test optional arguments with `if t`
+        # (AWS's library, e.g. the MoE token-generation kernels, and AWS's own ISA examples). A
+        # tile's truth would be its values, which do not exist while the kernel specialises.
+        if not self._buffer.on_chip:
+            return True
+        raise error("an on-chip NKI tensor has no truth value at specialisation time: "
+                    "data-dependent control flow needs nl.where or device-side loops")
 
     def __iter__(self):
         raise error("NKI tensors cannot be iterated; index them with slices")
@@ -1071,6 +1089,8 @@ class Tracer:
             if prod.engine == GPSIMD and dst.buffer is psum:
                 continue
             if prod.op in (OP_MATMUL, OP_MATMUL_MX, OP_TRANSPOSE) and dst.buffer is not psum:
+                continue
+            if prod.op in PARTIAL_WRITE_OPS:
                 continue
             prod.views["dst"] = dst
             drop.add(i)

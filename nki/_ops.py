@@ -121,13 +121,11 @@ left_shift = _binary_op("left_shift", 23, operator.lshift)
 right_shift = _binary_op("right_shift", 24, operator.rshift)
 mod = _binary_op("mod", 25, lambda a, b: a % b)
 # Operation names used as `op=` arguments only: bypass (pass data through a tensor_scalar stage),
-# average (tensor_partition_reduce), prelu (an activation with a slope; not modelled).
+# average (tensor_partition_reduce), prelu (x > 0 ? x : relu_param * x; nisa.activate2 takes its
+# slope).
 bypass = Op("bypass", "argument", alu=0, act=0)
 average = Op("average", "argument", alu=1)
-prelu = Op("prelu", "refused")
-_core.refused("nki.language.prelu",
-              "nl.prelu (an activation with a slope, relu_param) is not modelled by this "
-              "interpreter")
+prelu = Op("prelu", "argument", act=32)
 
 
 # Reductions also name their ALU operation, so nisa.tensor_reduce(op=nl.max) works.

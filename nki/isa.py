@@ -36,6 +36,10 @@ class reduce_cmd(enum.Enum):
     load_reduce = 4
 
 
+# The enum under a second name, for functions whose reduce_cmd parameter hides it.
+_ReduceCmd = reduce_cmd
+
+
 class dge_mode(enum.Enum):
     unknown = 0
     swdge = 1
@@ -385,6 +389,9 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
     act = getattr(_ops.resolve(op), "act", None)
     if act is None:
         raise error(f"{name}: {op!r} is not an activation function (nl.exp, nl.tanh, nl.copy, ...)")
+    if act == _ops.prelu.act:
+        raise error(f"{name}: nl.prelu takes its slope from relu_param, which nisa.activation "
+                    "does not have; use nisa.activate2(op=nl.prelu, relu_param=...)")
     _same_elements(dst, data, name, "data")
     data = _view_like(data, dst)
     bias_view, bias_imm = (None, 0.0) if bias is None else _operand(bias, dst, "bias", name)
@@ -913,6 +920,431 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
 
 
 # ---------------------------------------------------------------------------------------------
+# Selection, gathers and cumulative reductions (NKI 0.6). Their semantics and rules follow AWS's
+# API reference for each; docs/nki.md ("Selection and gather instructions") records the
+# readings chosen where the reference leaves a choice.
+
+FP32_MIN = -3.4028234663852886e38
+# The arithmetic ALU operations (not comparisons, logical or bit operations).
+_ARITHMETIC = {_ops.add.alu, _ops.subtract.alu, _ops.multiply.alu, _ops.divide.alu,
+               _ops.maximum.alu, _ops.minimum.alu, _ops.power.alu, _ops.fmod.alu, _ops.mod.alu,
+               _ops.abs_max.alu, _ops.abs_min.alu}
+_COMPARISONS = {_ops.equal.alu, _ops.less.alu, _ops.less_equal.alu, _ops.greater.alu,
+                _ops.greater_equal.alu}
+
+
+def _per_partition(value, dst, what, op):
+    """A number, or a tile with one element per partition (as a [P, 1] view): (view, imm)."""
+    view, imm = _operand(value, dst, what, op)
+    if view is None:
+        return None, imm
+    stride = value.strides[0] if value.ndim else 0
+    return Tensor(value._buffer, (dst.shape[0], 1), (stride, 0), value.offset, value._dtype), 0.0
+
+
+def _dtypes(x, allowed, what, op):
+    if x.dtype.name not in allowed:
+        raise error(f"{op}: {what} is {x.dtype}; allowed: {', '.join(allowed)}")
+
+
+def _in_sbuf(x, what, op):
+    _on_chip(x, what, op)
+    if x.buffer is not sbuf:
+        raise error(f"{op}: {what} must be in SBUF (the GpSimd engine cannot access PSUM); it is "
+                    f"in {x.buffer.name}")
+
+
+def _need(version, what):
+    tracer = _core.current_tracer()
+    if tracer.spec["version"] < version:
+        raise error(f"{what} needs NeuronCore-v{version} or later; this kernel specialises for "
+                    f"NeuronCore-v{tracer.spec['version']} ({tracer.target})")
+    return tracer
+
+
+def _max_reduction(tracer, dst, reduce_op, reduce_res, cmd, what):
+    """select_reduce / range_select: a max reduction through the Vector engine's accumulators."""
+    if reduce_op is not None and _alu(reduce_op) != _ops.maximum.alu:
+        raise error(f"{what}: reduce_op must be nl.maximum (the only reduction the instruction "
+                    f"has), got {reduce_op!r}")
+    cmd = reduce_cmd(cmd) if not isinstance(cmd, reduce_cmd) else cmd
+    if cmd == reduce_cmd.load_reduce:
+        raise error(f"{what}: reduce_cmd.load_reduce takes an initial value this instruction has "
+                    "no parameter for; use reset_reduce or reduce")
+    if reduce_res is not None and not reduce_res.dtype.is_float:
+        raise error(f"{what}: reduce_res must have a float dtype, got {reduce_res.dtype}")
+    return _reduction(tracer, VECTOR, dst, _ops.maximum, reduce_res, cmd, op=what)
+
+
+def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=reduce_cmd.reset_reduce,
+                             name=None):
+    """Per partition, along the free dims: r = op1(src[i] op0 imm0, r); dst[i] = r (Vector
+    engine, FP32 inside). r starts at op1's identity (reset_reduce), continues from the Vector
+    engine's accumulators (reduce) or starts at imm1 (load_reduce), and is left in the
+    accumulators. op1: nl.add, nl.multiply, nl.maximum or nl.minimum."""
+    what = "tensor_scalar_cumulative"
+    tracer = _core.current_tracer()
+    _on_chip(src, "src", what)
+    _on_chip(dst, "dst", what)
+    _same_elements(dst, src, what, "src")
+    allowed = ("float32", "bfloat16", "float16", "float8_e4m3", "float8_e4m3fn", "float8_e5m2",
+               "uint8", "uint16", "int8", "int16", "bool_")
+    _dtypes(src, allowed, "src", what)
+    _dtypes(dst, allowed, "dst", what)
+    if src.ndim > 4 or dst.ndim > 4:
+        raise error(f"{what}: src and dst have at most three free dims")
+    a0, a1 = _alu(op0), _alu(op1)
+    if a0 not in _ARITHMETIC:
+        raise error(f"{what}: op0 must be an arithmetic operation, got {op0!r}")
+    if a1 == _ops.subtract.alu:
+        raise error(f"{what}: op1=nl.subtract is refused: AWS's reference writes the step as "
+                    "op1(x, r), which for subtract is x - r (an alternating sum) where a running "
+                    "difference r - x may be meant, and nothing published settles which; use "
+                    "nl.add with op0 negating the input")
+    if a1 not in (_ops.add.alu, _ops.multiply.alu, _ops.maximum.alu, _ops.minimum.alu):
+        raise error(f"{what}: op1 must be nl.add, nl.multiply, nl.maximum or nl.minimum, got "
+                    f"{op1!r}")
+    cmd = _ReduceCmd(reduce_cmd) if not isinstance(reduce_cmd, enum.Enum) else reduce_cmd
+    if cmd not in (_ReduceCmd.reset_reduce, _ReduceCmd.reduce,
+                   _ReduceCmd.load_reduce):
+        raise error(f"{what}: reduce_cmd must be reset_reduce, reduce or load_reduce (where the "
+                    f"running value starts), got {cmd}")
+    v0, i0 = _per_partition(imm0, dst, "imm0", what)
+    v1, i1 = None, 0.0
+    if cmd == _ReduceCmd.load_reduce:
+        if imm1 is None:
+            raise error(f"{what}: reduce_cmd.load_reduce starts from imm1; pass it")
+        v1, i1 = _per_partition(imm1, dst, "imm1", what)
+    for w, v in (("imm0", v0), ("imm1", v1)):
+        if v is not None and v.dtype != float32:
+            raise error(f"{what}: an {w} tile must be float32, got {v.dtype}")
+    return _emit(tracer, name, _core.OP_CUMULATIVE, VECTOR, dst, _view_like(src, dst), v0, v1,
+                 None, tracer.accumulator(VECTOR), alu0=a0, alu1=a1, imm0=i0, imm1=i1,
+                 reduce_cmd=cmd.value)
+
+
+def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+                  reduce_op=_ops.maximum, reverse_pred=False, name=None):
+    """dst = predicate (!= 0, inverted with reverse_pred) ? on_true : on_false on the Vector
+    engine; on_false a number or a [P, 1] tile. With reduce_res or a reduce_cmd, the max of each
+    partition's result through the Vector engine's accumulators."""
+    what = "select_reduce"
+    tracer = _core.current_tracer()
+    for w, x in (("dst", dst), ("predicate", predicate), ("on_true", on_true)):
+        _on_chip(x, w, what)
+    _same_elements(dst, on_true, what, "on_true")
+    _same_elements(dst, predicate, what, "predicate")
+    if on_true.buffer is psum and predicate.buffer is psum:
+        raise error(f"{what}: on_true and predicate cannot both be in PSUM")
+    _dtypes(predicate, ("int8", "uint8", "int16", "uint16", "bool_"), "predicate", what)
+    if on_true.dtype.name in ("int32", "uint32"):
+        raise error(f"{what}: on_true cannot be {on_true.dtype} (int32 / uint32 are not selected "
+                    "by the Vector engine's select path)")
+    fview, fimm = _per_partition(on_false, dst, "on_false", what)
+    red = _max_reduction(tracer, dst, reduce_op, reduce_res, reduce_cmd, what)
+    return _emit(tracer, name, _core.OP_SELECT_REDUCE, VECTOR, dst, _view_like(predicate, dst),
+                 _view_like(on_true, dst), fview, imm0=fimm, reverse0=bool(reverse_pred), **red)
+
+
+def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1,
+                 reduce_cmd=reduce_cmd.reset_reduce, reduce_res=None, reduce_op=_ops.maximum,
+                 range_start=0, on_false_value=FP32_MIN, name=None):
+    """dst = on_true_tile where comp_op0(range_start + i, bound0) and comp_op1(range_start + i,
+    bound1), i the element's index along the (flattened) free dims, else on_false_value (which
+    must be FP32_MIN); the max of each partition's result through the Vector engine's
+    accumulators into reduce_res (NeuronCore-v3 and later)."""
+    what = "range_select"
+    tracer = _need(3, what)
+    _on_chip(dst, "dst", what)
+    _on_chip(on_true_tile, "on_true_tile", what)
+    _same_elements(dst, on_true_tile, what, "on_true_tile")
+    if not on_true_tile.dtype.is_float:
+        raise error(f"{what}: on_true_tile must have a float dtype, got {on_true_tile.dtype}")
+    views = []
+    for w, b in (("bound0", bound0), ("bound1", bound1)):
+        if not isinstance(b, Tensor):
+            raise error(f"{what}: {w} must be a [{dst.shape[0]}, 1] float32 tile")
+        _dtypes(b, ("float32",), w, what)
+        views.append(_per_partition(b, dst, w, what)[0])
+    c0, c1 = _alu(comp_op0), _alu(comp_op1)
+    for w, c in (("comp_op0", c0), ("comp_op1", c1)):
+        if c not in _COMPARISONS:
+            raise error(f"{what}: {w} must be nl.equal, nl.less, nl.less_equal, nl.greater or "
+                        "nl.greater_equal")
+    if not _core._is_int(range_start):
+        raise error(f"{what}: range_start must be an integer known when the kernel specialises")
+    if abs(int(range_start)) + _free(dst) > 1 << 24:
+        raise error(f"{what}: range_start + index reaches {int(range_start) + _free(dst)}; the "
+                    "comparison runs in FP32, exact only below 2^24")
+    import numpy as np
+
+    if np.float32(on_false_value) != np.float32(FP32_MIN):
+        raise error(f"{what}: on_false_value must be FP32_MIN (-3.4028235e+38), a hardware "
+                    f"constraint; got {on_false_value}")
+    red = _max_reduction(tracer, dst, reduce_op, reduce_res, reduce_cmd, what)
+    return _emit(tracer, name, _core.OP_RANGE_SELECT, VECTOR, dst, _view_like(on_true_tile, dst),
+                 views[0], views[1], alu0=c0, alu1=c1, imm0=float(range_start),
+                 imm1=float(FP32_MIN), **red)
+
+
+def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None):
+    """On partitions 0, 16, ..., 112 (each GpSimd core's first): dst = the indices (+
+    index_offset) of src's nonzero elements, then padding_val, then their count, in one more
+    element than src has per partition. Other partitions of dst are left as they are.
+    NeuronCore-v3 and later."""
+    what = "nonzero_with_count"
+    tracer = _need(3, what)
+    _in_sbuf(src, "src", what)
+    _in_sbuf(dst, "dst", what)
+    _dtypes(src, ("float32", "int32"), "src", what)
+    _dtypes(dst, ("int32",), "dst", what)
+    if dst.shape[0] != src.shape[0] or _free(dst) != _free(src) + 1:
+        raise error(f"{what}: dst must be [{src.shape[0]}, {_free(src) + 1}] (one more element "
+                    f"than src per partition, for the count); got {dst.shape}")
+    for w, x in (("src", src), ("dst", dst)):
+        if _partition_of(x) % 16:
+            raise error(f"{what}: {w} starts at partition {_partition_of(x)}; each GpSimd core "
+                        "works on its first partition (0, 16, ..., 112), so tiles start at a "
+                        "multiple of 16")
+    for w, v in (("index_offset", index_offset), ("padding_val", padding_val)):
+        if not _core._is_int(v) or not -(1 << 31) <= int(v) < (1 << 31):
+            raise error(f"{what}: {w} must be an int32, got {v!r}")
+    return _emit(tracer, name, _core.OP_NONZERO_WITH_COUNT, GPSIMD, dst, src,
+                 imm0=float(index_offset), imm1=float(padding_val))
+
+
+def sequence_bounds(dst, segment_ids, name=None):
+    """For each element of segment_ids [1, n], the [start, end) of its run of equal ids, as
+    dst[0, 0, i] and dst[0, 1, i]; id 0 is padding (start n, end -1). GpSimd engine; float32 or
+    int32."""
+    what = "sequence_bounds"
+    tracer = _core.current_tracer()
+    _in_sbuf(segment_ids, "segment_ids", what)
+    _in_sbuf(dst, "dst", what)
+    for w, x in (("segment_ids", segment_ids), ("dst", dst)):
+        _dtypes(x, ("float32", "int32"), w, what)
+        if x.shape[0] != 1:
+            raise error(f"{what}: {w} must have partition dim 1, got {x.shape}")
+    n = _free(segment_ids)
+    if _free(dst) != 2 * n:
+        raise error(f"{what}: dst must be [1, 2, {n}] (start and end per element); got "
+                    f"{dst.shape}")
+    return _emit(tracer, name, _core.OP_SEQUENCE_BOUNDS, GPSIMD, dst, segment_ids)
+
+
+def nc_stream_shuffle(dst, src, shuffle_mask, name=None):
+    """Within each quadrant of 32 partitions: dst partition i = src partition shuffle_mask[i]
+    (255: dst partition i is left as it is), the same mask for every quadrant (Vector engine;
+    SBUF or PSUM; in place allowed)."""
+    what = "nc_stream_shuffle"
+    tracer = _core.current_tracer()
+    _on_chip(src, "src", what)
+    _on_chip(dst, "dst", what)
+    if src.dtype != dst.dtype:
+        raise error(f"{what}: dst ({dst.dtype}) must have src's dtype ({src.dtype})")
+    if _free(src) != _free(dst):
+        raise error(f"{what}: dst and src must have the same elements per partition; got "
+                    f"{dst.shape} and {src.shape}")
+    mask = list(shuffle_mask)
+    if len(mask) != 32:
+        raise error(f"{what}: shuffle_mask must have 32 entries, got {len(mask)}")
+    for k, m in enumerate(mask):
+        if not _core._is_int(m) or not (0 <= int(m) < 32 or int(m) == 255):
+            raise error(f"{what}: shuffle_mask[{k}] = {m!r}; entries are 0..31 (a source "
+                        "partition of the quadrant) or 255 (leave the partition unmodified)")
+    active = -(-max(src.shape[0], dst.shape[0]) // 32) * 32
+    allowed = {96: (0,), 128: (0,), 64: (0, 64), 32: (0, 32, 64, 96)}[active]
+    for w, x in (("src", src), ("dst", dst)):
+        if _partition_of(x) not in allowed:
+            raise error(f"{what}: {w} starts at partition {_partition_of(x)}; with "
+                        f"{active} active partitions the start must be one of {allowed}")
+    words = []
+    for k in range(4):
+        w = sum(int(m) << (8 * j) for j, m in enumerate(mask[8 * k:8 * k + 8]))
+        words.append(w - (1 << 64) if w >= 1 << 63 else w)
+    return _emit(tracer, name, _core.OP_STREAM_SHUFFLE, VECTOR, dst, src, pattern=words)
+
+
+def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, name=None):
+    """Each GpSimd core (16 partitions) gathers from its own partitions of src_buffer: its
+    indices (uint16, the core's 16 partitions of `index` flattened partition-first) are element
+    offsets into each partition's flattened free dims, and num_elem_per_idx contiguous elements
+    are read at each. dst per partition: num_valid_indices x num_elem_per_idx elements, in
+    src_buffer's dtype. An index that reads past a partition is an error."""
+    what = "local_gather"
+    tracer = _core.current_tracer()
+    for w, x in (("dst", dst), ("src_buffer", src_buffer), ("index", index)):
+        _in_sbuf(x, w, what)
+    _dtypes(index, ("uint16",), "index", what)
+    p = src_buffer.shape[0]
+    if index.shape[0] != p or p % 16:
+        raise error(f"{what}: src_buffer and index must have the same partitions, a multiple of "
+                    f"16 (one GpSimd core per 16); got {src_buffer.shape} and {index.shape}")
+    if num_elem_per_idx not in (1, 2, 4, 8, 16, 32):
+        raise error(f"{what}: num_elem_per_idx must be 1, 2, 4, 8, 16 or 32, got "
+                    f"{num_elem_per_idx!r}")
+    per_core = 16 * _free(index)
+    valid = per_core if num_valid_indices is None else num_valid_indices
+    if not _core._is_int(valid) or not 0 < int(valid) <= per_core:
+        raise error(f"{what}: num_valid_indices must be 1..{per_core} (the indices in a core's "
+                    f"16 partitions of index), got {num_valid_indices!r}")
+    if int(valid) > 4096:
+        raise error(f"{what}: {valid} indices per GpSimd core; at most 4096")
+    if dst.dtype != src_buffer.dtype:
+        raise error(f"{what}: dst ({dst.dtype}) must have src_buffer's dtype "
+                    f"({src_buffer.dtype}); local_gather does not convert")
+    if dst.shape[0] != p or _free(dst) != int(valid) * num_elem_per_idx:
+        raise error(f"{what}: dst must be [{p}, {int(valid) * num_elem_per_idx}] elements "
+                    f"(num_valid_indices x num_elem_per_idx per partition); got {dst.shape}")
+    return _emit(tracer, name, _core.OP_LOCAL_GATHER, GPSIMD, dst, src_buffer, index,
+                 imm0=float(num_elem_per_idx), imm1=float(valid))
+
+
+def nc_n_gather(dst, data, indices, name=None):
+    """dst[p, j] = data[p, indices[p, j]], data's free dims flattened (GpSimd engine, SBUF,
+    uint32 indices). An index outside [0, elements per partition) is an error."""
+    return _n_gather("nc_n_gather", dst, data, indices, ("uint32",), name)
+
+
+def _n_gather(what, dst, data, indices, index_dtypes, name):
+    tracer = _core.current_tracer()
+    for w, x in (("dst", dst), ("data", data), ("indices", indices)):
+        _in_sbuf(x, w, what)
+    _dtypes(indices, index_dtypes, "indices", what)
+    if dst.dtype != data.dtype:
+        raise error(f"{what}: dst ({dst.dtype}) must have data's dtype ({data.dtype})")
+    if not dst.shape[0] == data.shape[0] == indices.shape[0]:
+        raise error(f"{what}: dst, data and indices must have the same partitions; got "
+                    f"{dst.shape}, {data.shape}, {indices.shape}")
+    if _free(dst) != _free(indices):
+        raise error(f"{what}: dst must hold one element per index ({_free(indices)} per "
+                    f"partition); got {dst.shape}")
+    return _emit(tracer, name, _core.OP_N_GATHER, GPSIMD, dst, data, indices)
+
+
+def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=oob_mode.error,
+                name=None):
+    """dst = srcs[0] + srcs[1] + ..., elementwise in FP32 on the DMA engines (HBM or SBUF,
+    converting dtypes). reduce_op must be nl.add and every scale 1.0."""
+    what = "dma_compute"
+    tracer = _core.current_tracer()
+    _tensor(dst, "dst")
+    srcs = list(srcs) if isinstance(srcs, (list, tuple)) else [srcs]
+    if not srcs:
+        raise error(f"{what}: srcs is empty")
+    if len(srcs) > 16:
+        raise error(f"{what}: {len(srcs)} sources; at most 16")
+    if len(srcs) > 6 and dst.dtype != float32:
+        raise error(f"{what}: more than 6 sources are summed here in steps through dst, which "
+                    f"keeps the FP32 sum exact only when dst is float32 (it is {dst.dtype}); "
+                    "sum into a float32 tile and convert")
+    if _alu(reduce_op) != _ops.add.alu:
+        raise error(f"{what}: reduce_op must be nl.add (the only reduction DMA engines do), got "
+                    f"{reduce_op!r}")
+    if scales is not None:
+        scales = list(scales)
+        if len(scales) != len(srcs) or any(float(s) != 1.0 for s in scales):
+            raise error(f"{what}: scales must be one 1.0 per source (the only scale supported); "
+                        f"got {scales}")
+    for k, x in enumerate([dst] + srcs):
+        w = "dst" if k == 0 else f"srcs[{k - 1}]"
+        _tensor(x, w)
+        if x.buffer is psum:
+            raise error(f"{what}: {w} is in PSUM; DMA moves HBM and SBUF data")
+        if x.numel() != dst.numel():
+            raise error(f"{what}: {w} {x.shape} and dst {dst.shape} hold different numbers of "
+                        "elements")
+    # An instruction here carries at most 6 operands: more sources continue the sum from dst
+    # (float32, so the running sum is the one the DMA engines keep in FP32), in source order.
+    first = _emit(tracer, name, _core.OP_DMA_COMPUTE, DMA, dst, *srcs[:6])
+    for k in range(6, len(srcs), 5):
+        _emit(tracer, name, _core.OP_DMA_COMPUTE, DMA, dst, dst, *srcs[k:k + 5])
+    return first
+
+
+_ACTIVATE2_STAGES = {(_ops.multiply.alu, _ops.add.alu), (_ops.multiply.alu, _ops.subtract.alu),
+                     (_ops.multiply.alu, 0), (_ops.add.alu, 0), (_ops.subtract.alu, 0), (0, 0)}
+
+
+def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=False, reverse1=False,
+              reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle, name=None):
+    """dst = op(((data op0 imm0) op1 imm1), relu_param) on the Scalar engine, FP32 inside
+    (NeuronCore-v4): (op0, op1) one of (multiply, add), (multiply, subtract), (multiply, bypass),
+    (add, bypass), (subtract, bypass), (bypass, bypass); reverse swaps an operation's sides;
+    imm0 / imm1 / relu_param numbers or [P, 1] tiles (relu_param: nl.prelu's slope). With
+    reduce_op, the free-dim reduction through the Scalar engine's accumulators (reduce_cmd;
+    idle leaves them as they are) into reduce_res."""
+    what = "activate2"
+    tracer = _need(4, what)
+    _on_chip(data, "data", what)
+    _on_chip(dst, "dst", what)
+    _same_elements(dst, data, what, "data")
+    act = getattr(_ops.resolve(op), "act", None)
+    if act is None:
+        raise error(f"{what}: {op!r} is not an activation function (nl.exp, nl.gelu, nl.prelu, ...)")
+    a0 = 0 if op0 is None else _alu(op0)
+    a1 = 0 if op1 is None else _alu(op1)
+    if (a0, a1) not in _ACTIVATE2_STAGES:
+        raise error(f"{what}: (op0, op1) = ({op0!r}, {op1!r}) is not one of the six the Scalar "
+                    "engine has: (multiply, add), (multiply, subtract), (multiply, bypass), "
+                    "(add, bypass), (subtract, bypass), (bypass, bypass)")
+    if reverse0 and a0 == 0:
+        raise error(f"{what}: reverse0 needs op0")
+    if reverse1 and a1 == 0:
+        raise error(f"{what}: reverse1 needs op1")
+    v0, i0 = _per_partition(imm0, dst, "imm0", what)
+    v1, i1 = _per_partition(imm1, dst, "imm1", what)
+    if v0 is not None and v1 is not None and v0.dtype != v1.dtype:
+        raise error(f"{what}: imm0 and imm1 tiles must share a dtype ({v0.dtype} vs {v1.dtype})")
+    vr, ir = _per_partition(relu_param, dst, "relu_param", what)
+    cmd = _ReduceCmd(reduce_cmd) if not isinstance(reduce_cmd, enum.Enum) else reduce_cmd
+    if cmd == _ReduceCmd.load_reduce:
+        raise error(f"{what}: reduce_cmd.load_reduce is not an activate2 command (idle, reset, "
+                    "reduce or reset_reduce)")
+    if reduce_op is not None and _alu(reduce_op) not in (
+            _ops.add.alu, _ops.maximum.alu, _ops.minimum.alu, _ops.abs_max.alu, _ops.abs_min.alu):
+        raise error(f"{what}: reduce_op must be nl.add, nl.maximum, nl.minimum, nl.abs_max or "
+                    f"nl.abs_min, got {reduce_op!r}")
+    if reduce_op is None and (reduce_res is not None or cmd != _ReduceCmd.idle):
+        raise error(f"{what}: a reduction (reduce_res / reduce_cmd) needs reduce_op")
+    red = _reduction(tracer, SCALAR, dst, reduce_op, reduce_res, cmd, op=what)
+    red.pop("negate", None)
+    return _emit(tracer, name, _core.OP_ACTIVATE2, SCALAR, dst, _view_like(data, dst), v0, v1,
+                 f=vr, act=act, alu0=a0, alu1=a1, reverse0=bool(reverse0),
+                 reverse1=bool(reverse1), imm0=i0, imm1=i1, imm2=ir, **red)
+
+
+def topk(val_dst, idx_dst, src, n, name=None):
+    """The K largest of each 16-partition group's snake of n BF16 values (value e at partition
+    e % 16, column e // 16), K = val_dst's free size, in ascending order and in the same snake
+    layout (result j at partition j % 16, column j // 16), with their snake indices (uint32) in
+    idx_dst (GpSimd engine, SBUF)."""
+    what = "topk"
+    tracer = _core.current_tracer()
+    for w, x in (("val_dst", val_dst), ("idx_dst", idx_dst), ("src", src)):
+        _in_sbuf(x, w, what)
+    _dtypes(src, ("bfloat16",), "src", what)
+    _dtypes(val_dst, ("bfloat16",), "val_dst", what)
+    _dtypes(idx_dst, ("uint32",), "idx_dst", what)
+    p = src.shape[0]
+    if p % 16 or val_dst.shape[0] != p or idx_dst.shape[0] != p:
+        raise error(f"{what}: src, val_dst and idx_dst must have the same partitions, a multiple "
+                    f"of 16 (one snake per 16); got {src.shape}, {val_dst.shape}, {idx_dst.shape}")
+    if not _core._is_int(n) or not 8 <= int(n) < 65536:
+        raise error(f"{what}: n must be an integer in [8, 65536), got {n!r}")
+    n = int(n)
+    k = _free(val_dst)
+    if _free(idx_dst) != k:
+        raise error(f"{what}: idx_dst must hold as many results as val_dst ({k}) per partition")
+    if not 1 <= k < 32768 or k > n:
+        raise error(f"{what}: K (val_dst's free size, {k}) must be in [1, 32768) and <= n ({n})")
+    if _free(src) < -(-n // 16):
+        raise error(f"{what}: a snake of {n} values needs {-(-n // 16)} columns; src has "
+                    f"{_free(src)}")
+    return _emit(tracer, name, _core.OP_TOPK, GPSIMD, val_dst, src, d=idx_dst, imm0=float(n))
+
+
+# ---------------------------------------------------------------------------------------------
 # Instructions this interpreter refuses, each with the reason (docs/nki.md lists them)
 
 def _refused(fname, why, params):
@@ -935,35 +1367,12 @@ def _refused(fname, why, params):
 _RUNTIME = "it needs runtime register values (device-side control flow), not modelled yet"
 _RNG = ("the hardware random number generators' bit streams are not published, so no result "
         "could be checked against hardware")
-activate2 = _refused("activate2", "the NeuronCore-v4 Activation2 semantics are not modelled yet",
-                     ["dst", "op", "data", "imm0", "imm1", "op0", "op1", "relu_param", "reverse0",
-                      "reverse1", "reduce_op", "reduce_res", "reduce_cmd", "name"])
-tensor_scalar_cumulative = _refused(
-    "tensor_scalar_cumulative", "not modelled yet (use tensor_tensor_scan)",
-    ["dst", "src", "op0", "op1", "imm0", "imm1", "reduce_cmd", "name"])
-select_reduce = _refused("select_reduce", "not modelled yet",
-                         ["dst", "predicate", "on_true", "on_false", "reduce_res", "reduce_cmd",
-                          "reduce_op", "reverse_pred", "name"])
-range_select = _refused("range_select", "not modelled yet",
-                        ["dst", "on_true_tile", "comp_op0", "comp_op1", "bound0", "bound1",
-                         "reduce_cmd", "reduce_res", "reduce_op", "range_start", "on_false_value",
-                         "name"])
-sequence_bounds = _refused("sequence_bounds", "not modelled yet", ["dst", "segment_ids", "name"])
-local_gather = _refused("local_gather", "gathers with runtime indices are not modelled yet",
-                        ["dst", "src_buffer", "index", "num_elem_per_idx", "num_valid_indices",
-                         "name"])
-nc_n_gather = _refused("nc_n_gather", "gathers with runtime indices are not modelled yet",
-                       ["dst", "data", "indices", "name"])
-nc_stream_shuffle = _refused("nc_stream_shuffle", "cross-partition shuffles are not modelled yet",
-                             ["dst", "src", "shuffle_mask", "name"])
 rng = _refused("rng", _RNG, ["dst", "engine", "name"])
 dropout = _refused("dropout", _RNG, ["dst", "data", "prob", "name"])
 set_rng_seed = _refused("set_rng_seed", _RNG, ["src_seeds", "name"])
 rand_set_state = _refused("rand_set_state", _RNG, ["src_seeds", "engine", "name"])
 rand_get_state = _refused("rand_get_state", _RNG, ["dst", "engine", "name"])
 rand2 = _refused("rand2", _RNG, ["dst", "min", "max", "name"])
-dma_compute = _refused("dma_compute", "DMA read-modify-write is not modelled yet",
-                       ["dst", "srcs", "reduce_op", "scales", "unique_indices", "oob_mode", "name"])
 core_barrier = _refused("core_barrier", "LNC=2 cross-core synchronisation is not modelled",
                         ["data", "cores", "engine", "name"])
 sendrecv = _refused("sendrecv", "LNC=2 cross-core transfers are not modelled",
@@ -973,10 +1382,7 @@ register_alloc = _refused("register_alloc", _RUNTIME, ["x"])
 register_move = _refused("register_move", _RUNTIME, ["dst", "src"])
 register_load = _refused("register_load", _RUNTIME, ["dst", "src"])
 register_store = _refused("register_store", _RUNTIME, ["dst", "src"])
-nonzero_with_count = _refused("nonzero_with_count", "not modelled yet",
-                              ["dst", "src", "index_offset", "padding_val", "name"])
-topk = _refused("topk", "not modelled yet (max8 / nc_find_index8 give the top 8)",
-                ["val_dst", "idx_dst", "src", "n", "name"])
+
 
 
 # Tensors' assignments and in-place operators run these instructions (nki._core.HOOKS).

@@ -319,7 +319,23 @@ _RNG = ("the hardware random number generator's bit stream is not published, so 
 
 
 def gather_flattened(data, indices, axis=0, dtype=None):
-    raise error(_core.REFUSED["nki.language.gather_flattened"])
+    """out[p, j...] = data[p, indices[p, j...]], data's free dims flattened: nisa.nc_n_gather on
+    the GpSimd engine (uint32 or int32 indices; one outside the partition's elements is an
+    error), converted to `dtype` if given."""
+    if axis != 0:
+        raise error("nl.gather_flattened: only axis=0 (the default: each partition gathers from "
+                    "its flattened free dims, as AWS's example uses it) is modelled; the reference "
+                    "does not define other axes")
+    for what, x in (("data", data), ("indices", indices)):
+        if not isinstance(x, Tensor) or not x._buffer.on_chip:
+            raise error(f"nl.gather_flattened: {what} must be an on-chip tile (nl.load it first)")
+    out = ndarray(indices.shape, data.dtype, buffer=sbuf)
+    _isa._n_gather("nl.gather_flattened", out, data, indices, ("uint32", "int32"), None)
+    if dtype is None or _core.as_dtype(dtype) == data.dtype:
+        return out
+    res = ndarray(indices.shape, dtype, buffer=sbuf)
+    _isa.tensor_copy(dst=res, src=out)
+    return res
 
 
 def random_seed(seed):
@@ -334,9 +350,6 @@ def dropout(x, rate, dtype=None):
     raise error(_core.REFUSED["nki.language.dropout"])
 
 
-_core.refused("nki.language.gather_flattened",
-              "nl.gather_flattened gathers with runtime indices, which this interpreter does "
-              "not model yet")
 for _name in ("random_seed", "rand", "dropout"):
     _core.refused(f"nki.language.{_name}", f"nl.{_name}: {_RNG}")
 

@@ -17,6 +17,7 @@
 #include "runtime/Error.h"
 #include "runtime/nki/DmaModel.h"
 #include "runtime/nki/Interpreter.h"
+#include "runtime/nki/PartitionWorkers.h"
 #include "runtime/nki/Timeline.h"
 
 namespace py = pybind11;
@@ -206,4 +207,19 @@ PYBIND11_MODULE(_nki, m) {
   }, py::arg("chip"));
   m.def("set_dma_model_path", &nrtsim::nki::set_default_dma_model_path, py::arg("path"));
   m.def("set_host_kernels", &set_host_kernels, py::arg("capsule"));
+  // The threads the interpreter splits a large instruction's partitions over
+  // (runtime/nki/PartitionWorkers.h): NRTSIM_NKI_THREADS, else OMP_NUM_THREADS, else the CPUs;
+  // set_interpreter_threads(n) overrides it for the process (0: back to that) and returns the
+  // count in effect before. split_instruction_count(): instructions run split so far;
+  // worker_task_count(): partition ranges that worker threads ran.
+  m.def("interpreter_threads", &nrtsim::nki::partition_threads);
+  m.def("set_interpreter_threads", [](int n) {
+    if (n < 0) {
+      throw py::value_error("set_interpreter_threads: expected a count >= 0 (0: the configured "
+                            "count), got " + std::to_string(n));
+    }
+    return nrtsim::nki::set_partition_threads(n);
+  }, py::arg("threads"));
+  m.def("split_instruction_count", &nrtsim::nki::split_instruction_count);
+  m.def("worker_task_count", &nrtsim::nki::worker_task_count);
 }

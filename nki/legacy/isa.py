@@ -357,6 +357,63 @@ def dma_copy(dst=None, src=None, mask=None, dst_rmw_op=None, oob_mode=None, dge_
     return _isa.dma_copy(dst=dst, src=src)
 
 
+# The selection and gather instructions AWS documented for the legacy API (Neuron SDK 2.24-2.26):
+# sequence_bounds, range_select and local_gather return their result; select_reduce,
+# tensor_scalar_cumulative and nc_stream_shuffle already took dst.
+
+
+def sequence_bounds(segment_ids, dtype=None, mask=None, **kwargs):
+    _used("sequence_bounds")
+    (segment_ids,) = _prep(mask, segment_ids)
+    out = _fresh((segment_ids.shape[0], 2) + tuple(segment_ids.shape[1:]),
+                 dtype or segment_ids.dtype)
+    _isa.sequence_bounds(out, segment_ids)
+    return out
+
+
+def range_select(on_true_tile, comp_op0, comp_op1, bound0, bound1,
+                 reduce_cmd=reduce_cmd.reset_reduce, reduce_res=None, reduce_op=None,
+                 range_start=0, on_false_value=_isa.FP32_MIN, mask=None, dtype=None, **kwargs):
+    _used("range_select")
+    on_true_tile, bound0, bound1 = _prep(mask, on_true_tile, bound0, bound1)
+    out = _fresh(on_true_tile.shape, dtype or on_true_tile.dtype)
+    _isa.range_select(out, on_true_tile, comp_op0, comp_op1, bound0, bound1,
+                      reduce_cmd=reduce_cmd, reduce_res=reduce_res, reduce_op=reduce_op,
+                      range_start=range_start, on_false_value=on_false_value)
+    return out
+
+
+def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, mask=None,
+                 **kwargs):
+    _used("local_gather")
+    src_buffer, index = _prep(mask, src_buffer, index)
+    valid = num_valid_indices if num_valid_indices is not None else 16 * _free(index)
+    out = _fresh((src_buffer.shape[0], int(valid) * num_elem_per_idx), src_buffer.dtype)
+    _isa.local_gather(out, src_buffer, index, num_elem_per_idx=num_elem_per_idx,
+                      num_valid_indices=num_valid_indices)
+    return out
+
+
+def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+                  reduce_op=None, reverse_pred=False, mask=None, dtype=None, **kwargs):
+    dst, predicate, on_true = _prep(mask, dst, predicate, on_true)
+    return _isa.select_reduce(dst, predicate, on_true, on_false, reduce_res=reduce_res,
+                              reduce_cmd=reduce_cmd, reduce_op=reduce_op,
+                              reverse_pred=reverse_pred)
+
+
+def tensor_scalar_cumulative(src, dst, op0, op1, imm0, imm1=None,
+                             reduce_cmd=reduce_cmd.reset_reduce, mask=None, **kwargs):
+    dst, src = _prep(mask, dst, src)
+    return _isa.tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=imm1,
+                                         reduce_cmd=reduce_cmd)
+
+
+def nc_stream_shuffle(src, dst, shuffle_mask, mask=None, dtype=None, **kwargs):
+    dst, src = _prep(mask, dst, src)
+    return _isa.nc_stream_shuffle(dst, src, shuffle_mask)
+
+
 # mask=False (a comparison of unrolled loop variables that is false) turns an instruction off.
 for _name, _fn in list(globals().items()):
     if (callable(_fn) and not _name.startswith("_") and getattr(_fn, "__module__", None) == __name__

@@ -92,10 +92,11 @@ def _plain_ranks(hosts, scenarios, netns=None, timeout=120, fault_timeout=None):
 def test_three_simulated_hosts_interleaved_collectives():
     # Ranks 0 and 2 share a host, 1 and 3 are alone on theirs: unequal hosts (the leaders'
     # all-gather pads), interleaved ranks, one-rank hosts, a root that is no leader.
-    # Then a size mismatch between hosts: every rank raises.
-    _, results = _plain_ranks([0, 1, 0, 2], ["collectives", "mismatch"])
+    # The launch records' NeuronLink and EFA bytes on those unequal hosts. Then a size mismatch
+    # between hosts: every rank raises.
+    _, results = _plain_ranks([0, 1, 0, 2], ["collectives", "records", "mismatch"])
     assert all(r.returncode == 0 for r in results), report(results)
-    for marker in ("two-host collectives ok", "two-host mismatch ok"):
+    for marker in ("two-host collectives ok", "two-host records ok", "two-host mismatch ok"):
         assert all(f"rank {r.rank} {marker}" in r.output for r in results), report(results)
 
 

@@ -1,12 +1,19 @@
 """The interpreter's fast paths give the values of its plain ones: instructions that stream from
 their operands' memory into the destination's (no staging), scans that advance many partitions
 at once, max / min folds over several lanes, and arguments that share memory (one tensor passed
-twice, or views of one tensor), where nothing may be overwritten before it is read."""
+twice, or views of one tensor), where nothing may be overwritten before it is read; large
+instructions split over partition ranges on several threads give one thread's values bit for
+bit."""
+
+import os
+import subprocess
+import sys
 
 import numpy as np
 import torch
 
 import nki
+from nki import _nki
 import nki.isa as nisa
 import nki.language as nl
 
@@ -207,3 +214,154 @@ def test_an_assignment_is_not_folded_past_a_write_to_its_destination():
 
     x = np.arange(512, dtype=np.float32).reshape(128, 4)
     np.testing.assert_array_equal(nki.simulate(k)(x), x)
+
+
+# Large instructions run as partition ranges on several threads (runtime/nki/PartitionWorkers.h):
+# every element must come out as on one thread, bit for bit, and as the plain reference.
+
+
+@nki.jit
+def _lanes(a, b, init):
+    P, F = a.shape
+    prod = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+    affine = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+    scaled = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+    sums = nl.ndarray((P, 1), nl.float32, buffer=nl.shared_hbm)
+    scan = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+    peak = nl.ndarray((P, 1), nl.float32, buffer=nl.shared_hbm)
+    top = nl.ndarray((P, 8), nl.float32, buffer=nl.shared_hbm)
+    where = nl.ndarray((P, 8), nl.uint32, buffer=nl.shared_hbm)
+    narrow = nl.ndarray(a.shape, nl.bfloat16, buffer=nl.shared_hbm)
+    expd = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+    x, y, s0 = nl.load(a), nl.load(b), nl.load(init)
+    t = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=t, data1=x, data2=y, op=nl.multiply)
+    nl.store(prod, t)
+    u = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=u, data=t, op0=nl.add, operand0=1.5, op1=nl.multiply, operand1=0.25)
+    nl.store(affine, u)
+    v = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+    r = nl.ndarray((P, 1), nl.float32, buffer=nl.sbuf)
+    nisa.activation_reduce(dst=v, op=nl.copy, data=x, scale=2.0, reduce_op=nl.add, reduce_res=r)
+    nl.store(scaled, v)
+    nl.store(sums, r)
+    w = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+    nisa.tensor_tensor_scan(dst=w, data0=y, data1=x, initial=s0, op0=nl.multiply, op1=nl.add)
+    nl.store(scan, w)
+    nl.store(peak, nl.max(x, axis=1, keepdims=True))
+    m = nl.ndarray((P, 8), nl.float32, buffer=nl.sbuf)
+    nisa.max8(dst=m, src=x)
+    nl.store(top, m)
+    i = nl.ndarray((P, 8), nl.uint32, buffer=nl.sbuf)
+    nisa.nc_find_index8(dst=i, data=x, vals=m)
+    nl.store(where, i)
+    h = nl.ndarray(a.shape, nl.bfloat16, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=h, src=x)
+    nl.store(narrow, h)
+    e = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+    nisa.activation(dst=e, op=nl.exp, data=x)
+    nl.store(expd, e)
+    return prod, affine, scaled, sums, scan, peak, top, where, narrow, expd
+
+
+def _bits(t):
+    # a result as NumPy, bf16 as its bit patterns
+    return t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy()
+
+
+def _at_threads(threads, kernel, *args):
+    """The kernel's results (NumPy) at `threads` partition threads, and how many instructions
+    ran split."""
+    _nki.set_interpreter_threads(threads)
+    try:
+        count = _nki.split_instruction_count()
+        out = kernel(*(torch.from_numpy(x) for x in args))
+        out = tuple(_bits(t) for t in out) if isinstance(out, tuple) else _bits(out)
+        return out, _nki.split_instruction_count() - count
+    finally:
+        _nki.set_interpreter_threads(0)
+
+
+def _lanes_inputs(parts, free):
+    rng = np.random.default_rng(7)
+    # distinct values per row (max8 / find_index8 have one answer), moderate magnitudes
+    a = (rng.permuted(np.tile(np.arange(free), (parts, 1)), axis=1) - free / 2).astype(np.float32)
+    a /= np.float32(free)
+    b = rng.uniform(0.5, 1.0, (parts, free)).astype(np.float32)
+    init = rng.standard_normal((parts, 1), dtype=np.float32)
+    return a, b, init
+
+
+def test_instructions_split_over_partition_threads_match_one_thread_bit_for_bit():
+    a, b, init = _lanes_inputs(128, 2048)  # 256K elements per tile: every instruction splits
+    kernel = nki.simulate(_lanes)
+    one, one_splits = _at_threads(1, kernel, a, b, init)
+    many, many_splits = _at_threads(4, kernel, a, b, init)
+    assert one_splits == 0
+    # loads, stores, and each computing instruction above: the split path ran
+    assert many_splits >= 15
+    for got, want in zip(many, one):
+        np.testing.assert_array_equal(got, want)
+
+    prod, affine, scaled, sums, scan, peak, top, where, narrow, _ = many
+    np.testing.assert_array_equal(prod, a * b)
+    np.testing.assert_array_equal(affine, (a * b + np.float32(1.5)) * np.float32(0.25))
+    np.testing.assert_array_equal(scaled, a * np.float32(2))
+    acc = np.zeros(128, np.float32)  # the engine's fold: left to right in FP32
+    for k in range(a.shape[1]):
+        acc = acc + a[:, k] * np.float32(2)
+    np.testing.assert_array_equal(sums[:, 0], acc)
+    want = np.empty_like(a)
+    s = init[:, 0].copy()
+    for k in range(a.shape[1]):
+        s = b[:, k] * s + a[:, k]
+        want[:, k] = s
+    np.testing.assert_array_equal(scan, want)
+    np.testing.assert_array_equal(peak[:, 0], a.max(1))
+    order = np.argsort(-a, axis=1, kind="stable")[:, :8]
+    np.testing.assert_array_equal(top, np.take_along_axis(a, order, 1))
+    np.testing.assert_array_equal(where, order.astype(np.uint32))
+    np.testing.assert_array_equal(narrow, _bits(torch.from_numpy(a).to(torch.bfloat16)))
+
+
+def test_small_instructions_and_overlapping_views_stay_on_one_thread():
+    # A [128, 64] tile is below the split threshold: nothing splits at any thread count.
+    a, b, init = _lanes_inputs(128, 64)
+    kernel = nki.simulate(_lanes)
+    one, _ = _at_threads(1, kernel, a, b, init)
+    many, splits = _at_threads(4, kernel, a, b, init)
+    assert splits == 0
+    for got, want in zip(many, one):
+        np.testing.assert_array_equal(got, want)
+
+    # An operand that overlaps the destination other than as the same view (a shift along the
+    # free axis of one tile) is computed whole: ranges would not change that, but it must stay
+    # right when the loads and stores around it split.
+    @nki.jit
+    def shift(a):
+        out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        nisa.tensor_tensor(dst=x[:, 1:], data1=x[:, :-1], data2=x[:, 1:], op=nl.add)
+        nl.store(out, x)
+        return out
+
+    big = np.random.default_rng(8).standard_normal((128, 2048), dtype=np.float32)
+    got, splits = _at_threads(4, nki.simulate(shift), big)
+    assert splits >= 2  # the load and the store
+    want = big.copy()
+    want[:, 1:] = big[:, :-1] + big[:, 1:]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_the_thread_count_comes_from_nrtsim_nki_threads_and_a_bad_value_is_refused():
+    code = "from nki import _nki; print(_nki.interpreter_threads())"
+    env = dict(os.environ, NRTSIM_NKI_THREADS="3", OMP_NUM_THREADS="1")
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert got.returncode == 0 and got.stdout.strip() == "3", got.stderr
+    env = dict(os.environ, OMP_NUM_THREADS="1,1")  # OpenMP's list form: its first count
+    env.pop("NRTSIM_NKI_THREADS", None)
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert got.returncode == 0 and got.stdout.strip() == "1", got.stderr
+    env = dict(os.environ, NRTSIM_NKI_THREADS="two")
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert got.returncode != 0 and "NRTSIM_NKI_THREADS='two'" in got.stderr, got.stderr

@@ -534,6 +534,8 @@ def _partition(joint_gm, joint_inputs, **kwargs):
     ops (fallback_random, as in the programs)."""
     from torch._inductor.compile_fx import partition_fn
 
+    # What the passes add inside a decomposed call belongs to that call (program_work).
+    program_work.note_traced(joint_gm)
     with torch._inductor.config.patch(fallback_random=True):
         return partition_fn(joint_gm, joint_inputs, **kwargs)
 

@@ -5,7 +5,8 @@ shapes.
 
 An op of a graph is an FX node, or, for an op Inductor's decompositions split into parts (silu
 into neg/exp/add/div, log_softmax, nll_loss, slice_backward, ...), the op the parts stand for:
-:func:`marking` wraps those decompositions so that the nodes one call produced carry the call.
+:func:`marking` wraps those decompositions so that the nodes one call produced carry the call,
+and nodes Inductor's joint-graph passes make among those parts carry it too (_adopt_rewritten).
 Each op counts the launches eager makes for it (torch_neuronx/_op_work.py): one, asked of the
 table, when neuron has a kernel of its own for it (silu is one Scalar-engine activation, not four
 instructions); its composite kernel's parts otherwise (embedding is an index_select), found by
@@ -233,6 +234,34 @@ def marking(op, decomposition):
     return run
 
 
+# Nodes of a joint graph as AOTAutograd traced it, before Inductor's joint-graph passes rewrite
+# it (backend._partition tags them; the partitioner copies the tag with each node it places).
+_TRACED = "neuron_traced"
+
+
+def note_traced(gm) -> None:
+    """Tag the nodes of `gm`, a joint graph about to go through Inductor's joint-graph passes."""
+    for node in gm.graph.nodes:
+        node.meta[_TRACED] = True
+
+
+def _adopt_rewritten(gm) -> None:
+    """A node Inductor's joint-graph passes made inside a decomposed call (nll_loss_backward's
+    scatter into zeros becomes where(iota == target, -1, 0)) stands for the part it replaced:
+    when every user of such a node belongs to one call, the node does too, so the call still
+    counts once, as eager's launch. A node the passes made that feeds more than one call counts
+    as itself. Graphs that did not go through the passes (no node tagged) are left as they are."""
+    nodes = list(gm.graph.nodes)
+    if not any(_TRACED in n.meta for n in nodes):
+        return
+    for node in reversed(nodes):
+        if node.op != "call_function" or _TRACED in node.meta or "neuron_op" in node.meta:
+            continue
+        marks = {id(u.meta.get("neuron_op")): u.meta.get("neuron_op") for u in node.users}
+        if len(marks) == 1 and None not in marks.values():
+            node.meta["neuron_op"] = next(iter(marks.values()))
+
+
 # ---------------------------------------------------------------------------------------------
 # A program's work
 
@@ -283,6 +312,7 @@ def _in_place(call: "OpCall") -> "OpCall":
 def _node_calls(gm) -> list:
     """The ops of a graph, in order: marked calls whole (once, where their results are
     computed), every other call_function node as itself."""
+    _adopt_rewritten(gm)
     present = {n.name for n in gm.graph.nodes}
     in_place, copied_back = _updates_in_place(gm)
     calls, seen = [], set()

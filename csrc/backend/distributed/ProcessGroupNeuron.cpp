@@ -270,6 +270,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::execute(const CallSpec& spec,
     link.buffer += b.buffer;  // a coalesced call moves its buffers as one
     link.passes = std::max(link.passes, b.passes);
     link.algorithm = b.algorithm;
+    link.all_to_all = link.all_to_all || b.all_to_all;
     link.ranks = b.ranks;
     link.hosts = b.hosts;
   }

@@ -34,17 +34,16 @@ CollectiveTraffic traffic_of(CollectiveKind kind, double bytes, int ranks, int s
   t.passes = kind == CollectiveKind::kAllReduce ? 2 : 1;
   // What one rank moves, as a process group reports it (runtime/transport/Verb.cpp), for a
   // hierarchical collective: inside the instance on the whole buffer, then between instances on
-  // this rank's 1/g of it.
+  // this rank's 1/g of it (the one statement of it both use, runtime/CollectiveTraffic.h).
   switch (kind) {
     case CollectiveKind::kAllReduce:
-      t.link_bytes = 2 * (l - 1) * b / l;
-      t.network_bytes = 2 * (h - 1) * (b / l) / h;
-      break;
     case CollectiveKind::kAllGather:
-    case CollectiveKind::kReduceScatter:
-      t.link_bytes = (l - 1) * b / l;
-      t.network_bytes = (h - 1) * (b / l) / h;
+    case CollectiveKind::kReduceScatter: {
+      const RankBytes r = hierarchical_bytes(t.passes, b, static_cast<uint64_t>(ranks), l);
+      t.link_bytes = r.link;
+      t.network_bytes = r.network;
       break;
+    }
     case CollectiveKind::kAllToAll:
       // Every member sends each peer its piece at once: g / ranks of the buffer stays inside the
       // instance, (k - 1) / k of it leaves.

@@ -162,6 +162,13 @@ DmaShape dma_shape(const Program& p, const Instruction& in, const DmaSpec& spec)
   const double run_bytes = static_cast<double>(run) * static_cast<double>(s.element_bytes);
   const auto pieces = static_cast<int64_t>(std::max(1.0, std::ceil(run_bytes / spec.max_descriptor_bytes)));
   s.descriptors = (run > 0 ? (total + run - 1) / run : 0) * pieces;
+  if (in.op == Opcode::kDmaCompute) {
+    // dma_compute reads each of its sources as a copy would (the sum rides along): as many
+    // descriptor streams as sources.
+    int64_t sources = 0;
+    for (const View* v : {&in.a, &in.b, &in.c, &in.d, &in.e, &in.f}) sources += v->valid() ? 1 : 0;
+    s.descriptors *= std::max<int64_t>(sources, 1);
+  }
   s.descriptor_bytes = run_bytes / static_cast<double>(pieces);
   return s;
 }

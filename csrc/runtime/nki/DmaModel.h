@@ -34,7 +34,7 @@ std::map<std::string, DmaSpec> parse_dma_model(const std::string& text, const st
 void set_default_dma_model_path(const std::string& path);
 const DmaSpec& dma_spec(const std::string& neuroncore);
 
-// How a transfer `in` (kDmaCopy, kMemset on the DMA engine) splits: descriptors, bytes each, and
+// How a transfer `in` (kDmaCopy, kDmaCompute, kMemset on the DMA engine) splits: descriptors, bytes each, and
 // whether it is a DMA transpose.
 struct DmaShape {
   int64_t descriptors = 0;

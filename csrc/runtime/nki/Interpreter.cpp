@@ -8,12 +8,15 @@
 #include <optional>
 #include <memory>
 #include <cstring>
+#include <exception>
 #include <functional>
+#include <limits>
 #include <sstream>
 
 #include "runtime/Error.h"
 #include "runtime/nki/Alu.h"
 #include "runtime/nki/Numerics.h"
+#include "runtime/nki/PartitionWorkers.h"
 #include "runtime/nki/TileLoops.h"
 
 namespace nrtsim::nki {
@@ -165,6 +168,7 @@ float apply_act(Act f, float x) {
     }
     case Act::kErfDx: return 1.12837916709551257f * std::exp(-x * x);
     case Act::kLogicalNot: return x == 0 ? 1.0f : 0.0f;
+    case Act::kPrelu: return x;  // its slope comes with the instruction (run_selection)
   }
   return x;
 }
@@ -642,35 +646,6 @@ void store_ints(const Storage& mem, const View& v, const std::vector<int64_t>& i
   });
 }
 
-// The values of an integer view, exactly (an index may exceed float's 2^24), in view order.
-std::vector<int64_t> load_ints(const Storage& mem, const View& v) {
-  const DType dt = mem.of(v);
-  const auto size = static_cast<int64_t>(dtype_size(dt));
-  const uint8_t* base = mem.base[v.buffer];
-  std::vector<int64_t> out;
-  out.reserve(static_cast<size_t>(v.numel()));
-  for_each_run(v, [&](int64_t off, int64_t n, int64_t stride) {
-    for (int64_t i = 0; i < n; ++i) {
-      const uint8_t* p = base + (off + i * stride) * size;
-      switch (dt) {
-        case DType::kInt32: { int32_t w; std::memcpy(&w, p, 4); out.push_back(w); break; }
-        case DType::kUInt32: { uint32_t w; std::memcpy(&w, p, 4); out.push_back(w); break; }
-        case DType::kInt16: { int16_t w; std::memcpy(&w, p, 2); out.push_back(w); break; }
-        case DType::kUInt16: { uint16_t w; std::memcpy(&w, p, 2); out.push_back(w); break; }
-        case DType::kInt8: out.push_back(static_cast<int8_t>(*p)); break;
-        case DType::kUInt8: out.push_back(*p); break;
-        default: {
-          float f = 0;
-          load_run(dt, p, 1, 1, &f);
-          out.push_back(static_cast<int64_t>(f));
-          break;
-        }
-      }
-    }
-  });
-  return out;
-}
-
 // The per-partition fold of an instruction's result into the engine's accumulators (e) under
 // reduce_cmd, and the accumulated value out to d (negated with `negate`).
 void reduce_into(const Storage& mem, const Instruction& in, const std::vector<float>& x) {
@@ -735,13 +710,32 @@ void require_same_numel(const Program& p, size_t index, const View& a, const Vie
 }
 
 
+// Calls f(e, imm0 + p * imm1 + sum over the free dims d of pattern[d] * i_d) for the first n
+// elements e of dst in view order, (p, i_1, ...) being element e's index (iota, affine_select).
+template <class F>
+void for_each_affine(const Instruction& in, size_t n, F&& f) {
+  std::array<int64_t, kMaxDims> idx{};
+  for (size_t e = 0; e < n; ++e) {
+    double v = in.imm0 + static_cast<double>(idx[0]) * in.imm1;
+    for (int d = 1; d < in.dst.ndim; ++d) v += static_cast<double>(in.pattern[d] * idx[d]);
+    f(e, v);
+    for (int d = in.dst.ndim - 1; d >= 0; --d) {
+      if (++idx[d] < in.dst.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
 // Per-partition access to a view: its elements in view order, partition by partition.
 int64_t parts_of(const View& v) { return v.ndim > 0 ? v.shape[0] : 1; }
 
+void run_selection(const Storage& mem, const Program& p, size_t i);
+// An index tile's values as exact integers (Selection.inc).
+std::vector<int64_t> load_ints(const Storage& mem, const View& v);
+
 // The instructions beyond the basic arithmetic: scans, cross-partition reductions, statistics,
 // top-8 search, MX quantisation and MX matmul.
-void run_extended(const Storage& mem, const Program& p, size_t i) {
-  const Instruction& in = p.instructions[i];
+void run_extended(const Storage& mem, const Program& p, size_t i, const Instruction& in) {
   switch (in.op) {
     case Opcode::kScan: {
       const Floats x(mem, in.a);
@@ -786,16 +780,9 @@ void run_extended(const Storage& mem, const Program& p, size_t i) {
     }
     case Opcode::kAffineSelect: {
       std::vector<float> x = load(mem, in.a);
-      std::array<int64_t, kMaxDims> idx{};
-      for (size_t e = 0; e < x.size(); ++e) {
-        double v = in.imm0 + static_cast<double>(idx[0]) * in.imm1;
-        for (int d = 1; d < in.dst.ndim; ++d) v += static_cast<double>(in.pattern[d] * idx[d]);
+      for_each_affine(in, x.size(), [&](size_t e, double v) {
         if (apply_alu(in.alu0, static_cast<float>(v), 0.0f) == 0.0f) x[e] = static_cast<float>(in.imm2);
-        for (int d = in.dst.ndim - 1; d >= 0; --d) {
-          if (++idx[d] < in.dst.shape[d]) break;
-          idx[d] = 0;
-        }
-      }
+      });
       scatter(mem, in.dst, x.data());
       break;
     }
@@ -1052,9 +1039,320 @@ void run_extended(const Storage& mem, const Program& p, size_t i) {
       scatter(mem, in.dst, out.data());
       break;
     }
-    default: fail(p, i, "unknown opcode");
+    default: run_selection(mem, p, i); break;
   }
 }
+
+// Instruction i of p, or `in`: a partition range of it (run_split).
+void execute(const Storage& mem, const Program& p, size_t i, const Instruction& in,
+             MatmulKernel matmul, std::vector<std::string>& printed) {
+  if ((in.op == Opcode::kDmaCopy || in.op == Opcode::kTensorCopy) &&
+      mem.of(in.a) == mem.of(in.dst)) {
+    copy_raw(mem, in.a, in.dst);
+    return;
+  }
+  if (run_streamed(mem, in)) return;
+  switch (in.op) {
+    case Opcode::kDmaCopy:
+    case Opcode::kTensorCopy: {
+      std::vector<float> x = load(mem, in.a);
+      scatter(mem, in.dst, x.data());
+      break;
+    }
+    case Opcode::kTensorTensor: {
+      std::vector<float> x = load(mem, in.a);
+      const Floats y(mem, in.b);
+      apply_alu_array(in.alu0, x.data(), y.data(), 1, x.size(), false);
+      scatter(mem, in.dst, x.data());
+      break;
+    }
+    case Opcode::kTensorScalar: {
+      std::vector<float> x = load(mem, in.a);
+      std::vector<float> op0, op1;
+      if (in.b.valid()) op0 = load(mem, in.b);
+      if (in.c.valid()) op1 = load(mem, in.c);
+      // The two operations in turn over the tile: the same FP32 results as one after the other
+      // per element.
+      const float imm0 = static_cast<float>(in.imm0), imm1 = static_cast<float>(in.imm1);
+      apply_alu_array(in.alu0, x.data(), op0.empty() ? &imm0 : op0.data(), op0.empty() ? 0 : 1,
+                      x.size(), in.reverse0);
+      apply_alu_array(in.alu1, x.data(), op1.empty() ? &imm1 : op1.data(), op1.empty() ? 0 : 1,
+                      x.size(), in.reverse1);
+      reduce_into(mem, in, x);
+      scatter(mem, in.dst, x.data());
+      break;
+    }
+    case Opcode::kActivation: {
+      std::vector<float> x = load(mem, in.a);
+      std::vector<float> bias, scale;
+      if (in.b.valid()) bias = load(mem, in.b);
+      if (in.c.valid()) scale = load(mem, in.c);
+      const auto s0 = static_cast<float>(in.imm0);
+      // The affine part first (vectorised), then the function.
+      if (!scale.empty()) {
+        apply_alu_array(Alu::kMultiply, x.data(), scale.data(), 1, x.size(), false);
+      } else if (s0 != 1.0f) {
+        apply_alu_array(Alu::kMultiply, x.data(), &s0, 0, x.size(), false);
+      }
+      // exponential's max_value is subtracted (reverse0); activation's bias is added.
+      const Alu bias_op = in.reverse0 ? Alu::kSubtract : Alu::kAdd;
+      const auto b1 = static_cast<float>(in.imm1);
+      if (!bias.empty()) {
+        apply_alu_array(bias_op, x.data(), bias.data(), 1, x.size(), false);
+      } else if (b1 != 0.0f) {
+        apply_alu_array(bias_op, x.data(), &b1, 0, x.size(), false);
+      }
+      switch (in.act) {
+        case Act::kCopy: break;
+        case Act::kExp:
+          for (float& v : x) v = std::exp(v);
+          break;
+        default:
+          for (float& v : x) v = apply_act(in.act, v);
+          break;
+      }
+      reduce_into(mem, in, x);
+      scatter(mem, in.dst, x.data());
+      break;
+    }
+    case Opcode::kTensorReduce: {
+      const Floats x(mem, in.a);
+      // Strides of the result over a's dims: 0 for reduced dims.
+      std::array<int64_t, kMaxDims> ostride{};
+      int64_t out_n = 1;
+      for (int d = in.a.ndim - 1; d >= 0; --d) {
+        if (in.axes & (1u << d)) continue;
+        ostride[d] = out_n;
+        out_n *= in.a.shape[d];
+      }
+      std::vector<float> out(static_cast<size_t>(out_n), reduce_identity(in.alu0));
+      // Reduced axes that are the trailing ones (the common case): each result folds one
+      // contiguous stretch of x, in the same order as the general walk below.
+      int first_reduced = in.a.ndim;
+      while (first_reduced > 0 && (in.axes & (1u << (first_reduced - 1)))) --first_reduced;
+      const bool trailing = first_reduced < in.a.ndim &&
+                            (in.axes & ((1u << first_reduced) - 1u)) == 0;
+      if (trailing && out_n > 0) {
+        const auto inner = static_cast<int64_t>(x.size()) / out_n;
+        reduce_rows(in.alu0, x.data(), out_n, inner, out.data());
+      } else {
+        std::array<int64_t, kMaxDims> idx{};
+        for (size_t e = 0; e < x.size(); ++e) {
+          int64_t o = 0;
+          for (int d = 0; d < in.a.ndim; ++d) o += idx[d] * ostride[d];
+          out[static_cast<size_t>(o)] = apply_alu(in.alu0, out[static_cast<size_t>(o)], x[e]);
+          for (int d = in.a.ndim - 1; d >= 0; --d) {
+            if (++idx[d] < in.a.shape[d]) break;
+            idx[d] = 0;
+          }
+        }
+      }
+      if (in.negate) {
+        for (float& v : out) v = -v;
+      }
+      if (static_cast<int64_t>(out.size()) != in.dst.numel()) {
+        fail(p, i, "destination has " + std::to_string(in.dst.numel()) +
+                       " elements, the reduction gives " + std::to_string(out.size()));
+      }
+      scatter(mem, in.dst, out.data());
+      break;
+    }
+    case Opcode::kMatmul: {
+      // FP8 double-row mode (axes bit 0): operands [K, 2, M] and [K, 2, N] contract over
+      // (k, r), a K = 2K matmul whose rows are the operands' rows in view order.
+      const int64_t pair = (in.axes & 1u) != 0 ? 2 : 1;
+      const int64_t k = in.a.shape[0] * pair;
+      const int64_t m = in.a.free_size() / pair;
+      const int64_t n = in.b.free_size() / pair;
+      const Rows s(mem, in.a, pair == 2);
+      const Rows mv(mem, in.b, pair == 2);
+      const int64_t s_step = pair == 2 ? m : s.step(), mv_step = pair == 2 ? n : mv.step();
+      // Into the destination's own memory where it is one dense FP32 stretch apart from the
+      // operands (a PSUM tile, as a rule), else through a staged copy.
+      const bool direct = mem.distinct && mem.of(in.dst) == DType::kFloat32 &&
+                          is_dense(in.dst) && in.dst.buffer != in.a.buffer &&
+                          in.dst.buffer != in.b.buffer;
+      std::vector<float> staged;
+      float* out = reinterpret_cast<float*>(mem.base[in.dst.buffer]) + in.dst.offset;
+      if (!direct) {
+        staged.resize(static_cast<size_t>(m * n));
+        if (in.accumulate) gather(mem, in.dst, staged.data());
+        out = staged.data();
+      }
+      // A small product costs less in the loop than the lent GEMM's call (tensor set-up and
+      // dispatch, several microseconds): both accumulate in FP32.
+      const MatmulKernel kernel = m * n * k <= kSmallMatmulMacs ? &loop_matmul : matmul;
+      kernel(m, n, k, s.data(), s_step, mv.data(), mv_step, out, in.accumulate);
+      if (!direct) scatter(mem, in.dst, out);
+      break;
+    }
+    case Opcode::kTranspose: {
+      const int64_t rows = in.a.shape[0];
+      const int64_t cols = in.a.free_size();
+      const Floats x(mem, in.a);
+      std::vector<float> t(x.size());
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = x[r * cols + c];
+      }
+      scatter(mem, in.dst, t.data());
+      break;
+    }
+    case Opcode::kIota: {
+      std::vector<float> out(static_cast<size_t>(in.dst.numel()));
+      for_each_affine(in, out.size(), [&](size_t e, double v) { out[e] = static_cast<float>(v); });
+      scatter(mem, in.dst, out.data());
+      break;
+    }
+    case Opcode::kMemset: {
+      const std::vector<float> out(static_cast<size_t>(in.dst.numel()),
+                                   static_cast<float>(in.imm0));
+      scatter(mem, in.dst, out.data());
+      break;
+    }
+    case Opcode::kSelect: {
+      const std::vector<float> pred = load(mem, in.a);
+      std::vector<float> x = in.b.valid() ? load(mem, in.b) : std::vector<float>{};
+      const std::vector<float> y = load(mem, in.c);
+      // tensor_copy_predicated: a scalar source (no b) and the reversed predicate (negate).
+      if (x.empty()) x.assign(y.size(), static_cast<float>(in.imm0));
+      for (size_t e = 0; e < x.size(); ++e) x[e] = ((pred[e] != 0) != in.negate) ? x[e] : y[e];
+      scatter(mem, in.dst, x.data());
+      break;
+    }
+    case Opcode::kPrint: {
+      const std::vector<float> x = load(mem, in.a);
+      std::ostringstream os;
+      os << in.text << " [";
+      for (int d = 0; d < in.a.ndim; ++d) os << (d ? ", " : "") << in.a.shape[d];
+      os << "]:";
+      for (float v : x) os << ' ' << v;
+      printed.push_back(os.str());
+      break;
+    }
+    default: run_extended(mem, p, i, in); break;
+  }
+}
+
+// Splitting an instruction over partition ranges (PartitionWorkers.h). A range of at least
+// this many elements (of the instruction's largest view) goes to each thread: below it, waking
+// a worker and waiting for it costs more than the range's work (measured in docs/nki.md,
+// "Instructions over several threads").
+constexpr int64_t kSplitMinElements = 16384;
+
+// Whether `op` computes each partition of its destination from the same partition of its
+// operands alone (dim 0 of every view), so that partition ranges of it are independent.
+bool partitions_independent(const Instruction& in) {
+  switch (in.op) {
+    case Opcode::kDmaCopy:
+    case Opcode::kTensorCopy:
+    case Opcode::kTensorTensor:
+    case Opcode::kTensorScalar:
+    case Opcode::kActivation:
+    case Opcode::kMemset:
+    case Opcode::kSelect:
+    case Opcode::kScan:
+    case Opcode::kBnStats:
+    case Opcode::kBnAggr:
+    case Opcode::kMax8:
+    case Opcode::kFindIndex8:
+    case Opcode::kMatchReplace8:
+      return true;
+    case Opcode::kTensorReduce: return (in.axes & 1u) == 0;  // not across partitions
+    default: return false;  // matmul, transpose, iota, partition reduce, affine select, MX, print
+  }
+}
+
+// The partition rows of a written view must not share memory with each other: a step between
+// partitions at least the extent of one partition's elements.
+bool rows_apart(const View& v) {
+  int64_t extent = 1;
+  for (int d = 1; d < v.ndim; ++d) extent += (v.shape[d] - 1) * std::abs(v.stride[d]);
+  return std::abs(v.stride[0]) >= extent;
+}
+
+// Runs `in` as partition ranges on the partition workers when it is large enough and its
+// partitions are independent: every view has the destination's partition count as dim 0 (the
+// accumulators e at least as many), the written views' partitions are apart, and no view shares
+// memory with a written view except an operand that is the destination's very view (each
+// partition then reads only what its own range writes). Each range runs the instruction's own
+// code (execute) on views narrowed to its partitions, so every element is computed as on one
+// thread. False where it does not split: the caller runs it whole.
+bool run_split(const Storage& mem, const Program& p, size_t i, const Instruction& in,
+               int threads) {
+  if (!partitions_independent(in) || !mem.distinct || !in.dst.valid() || in.dst.ndim < 1) {
+    return false;
+  }
+  const int64_t parts = in.dst.shape[0];
+  if (parts < 2) return false;
+  View Instruction::*const fields[] = {&Instruction::dst, &Instruction::a, &Instruction::b,
+                                       &Instruction::c,   &Instruction::d, &Instruction::e,
+                                       &Instruction::f};
+  // dst, d and e are written (d: a reduction's result or match_replace8's indices; e: the
+  // accumulators, also read).
+  auto written = [](View Instruction::*field) {
+    return field == &Instruction::dst || field == &Instruction::d || field == &Instruction::e;
+  };
+  int64_t largest = 0;
+  for (View Instruction::*field : fields) {
+    const View& v = in.*field;
+    if (!v.valid()) continue;
+    if (v.ndim < 1) return false;
+    if (field == &Instruction::e ? v.shape[0] < parts : v.shape[0] != parts) return false;
+    largest = std::max(largest, v.numel());
+    if (!written(field)) continue;
+    if (!rows_apart(v)) return false;
+    for (View Instruction::*other : fields) {
+      const View& o = in.*other;
+      if (other == field || !o.valid() || o.buffer != v.buffer) continue;
+      const bool operand = !written(other);
+      if (!(field == &Instruction::dst && operand && same_view(o, v))) return false;
+    }
+  }
+  if (in.op == Opcode::kTensorReduce) {  // a wrong destination size is the whole's error
+    int64_t kept = 1;
+    for (int d = 0; d < in.a.ndim; ++d) {
+      if (!(in.axes & (1u << d))) kept *= in.a.shape[d];
+    }
+    if (kept != in.dst.numel()) return false;
+  }
+  // Up to four ranges per thread: a worker that loses its core in the middle of a range holds
+  // up the instruction by that range only, and one that wakes late finds less left to share.
+  // Each range is whole blocks of 16 partitions where there are enough (the blocks that scans
+  // advance together).
+  const int64_t ranges =
+      std::min<int64_t>({4 * static_cast<int64_t>(threads), parts, largest / kSplitMinElements});
+  if (ranges < 2) return false;
+  const int n = static_cast<int>(ranges);
+  const int64_t unit = parts >= 16 * ranges ? 16 : 1;
+  const int64_t units = (parts + unit - 1) / unit;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  MatmulKernel matmul = g_matmul.load();
+  run_on_workers(n, threads, [&](int r) {
+    const int64_t lo = std::min(parts, unit * (units * r / n));
+    const int64_t hi = std::min(parts, unit * (units * (r + 1) / n));
+    Instruction part = in;
+    for (View Instruction::*field : fields) {
+      View& v = part.*field;
+      if (!v.valid()) continue;
+      v.offset += lo * v.stride[0];
+      v.shape[0] = hi - lo;
+    }
+    try {
+      std::vector<std::string> printed;  // no splittable instruction prints
+      execute(mem, p, i, part, matmul, printed);
+    } catch (...) {
+      errors[static_cast<size_t>(r)] = std::current_exception();
+    }
+  });
+  count_split_instruction();
+  // The first range's error, as one thread would have met it first.
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  return true;
+}
+
+#include "runtime/nki/Selection.inc"
 
 }  // namespace
 
@@ -1348,6 +1646,7 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
 
   std::vector<std::string> printed;
   MatmulKernel matmul = g_matmul.load();
+  const int threads = partition_threads();
   for (size_t i = 0; i < p.instructions.size(); ++i) {
     for (int32_t b : poison_before_[i]) {
       if (!poison_[static_cast<size_t>(b)]) continue;
@@ -1355,200 +1654,8 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
              p.buffers[static_cast<size_t>(b)].elements);
     }
     const Instruction& in = p.instructions[i];
-    if ((in.op == Opcode::kDmaCopy || in.op == Opcode::kTensorCopy) &&
-        mem.of(in.a) == mem.of(in.dst)) {
-      copy_raw(mem, in.a, in.dst);
-      continue;
-    }
-    if (run_streamed(mem, in)) continue;
-    switch (in.op) {
-      case Opcode::kDmaCopy:
-      case Opcode::kTensorCopy: {
-        std::vector<float> x = load(mem, in.a);
-        scatter(mem, in.dst, x.data());
-        break;
-      }
-      case Opcode::kTensorTensor: {
-        std::vector<float> x = load(mem, in.a);
-        const Floats y(mem, in.b);
-        apply_alu_array(in.alu0, x.data(), y.data(), 1, x.size(), false);
-        scatter(mem, in.dst, x.data());
-        break;
-      }
-      case Opcode::kTensorScalar: {
-        std::vector<float> x = load(mem, in.a);
-        std::vector<float> op0, op1;
-        if (in.b.valid()) op0 = load(mem, in.b);
-        if (in.c.valid()) op1 = load(mem, in.c);
-        // The two operations in turn over the tile: the same FP32 results as one after the other
-        // per element.
-        const float imm0 = static_cast<float>(in.imm0), imm1 = static_cast<float>(in.imm1);
-        apply_alu_array(in.alu0, x.data(), op0.empty() ? &imm0 : op0.data(), op0.empty() ? 0 : 1,
-                        x.size(), in.reverse0);
-        apply_alu_array(in.alu1, x.data(), op1.empty() ? &imm1 : op1.data(), op1.empty() ? 0 : 1,
-                        x.size(), in.reverse1);
-        reduce_into(mem, in, x);
-        scatter(mem, in.dst, x.data());
-        break;
-      }
-      case Opcode::kActivation: {
-        std::vector<float> x = load(mem, in.a);
-        std::vector<float> bias, scale;
-        if (in.b.valid()) bias = load(mem, in.b);
-        if (in.c.valid()) scale = load(mem, in.c);
-        const auto s0 = static_cast<float>(in.imm0);
-        // The affine part first (vectorised), then the function.
-        if (!scale.empty()) {
-          apply_alu_array(Alu::kMultiply, x.data(), scale.data(), 1, x.size(), false);
-        } else if (s0 != 1.0f) {
-          apply_alu_array(Alu::kMultiply, x.data(), &s0, 0, x.size(), false);
-        }
-        // exponential's max_value is subtracted (reverse0); activation's bias is added.
-        const Alu bias_op = in.reverse0 ? Alu::kSubtract : Alu::kAdd;
-        const auto b1 = static_cast<float>(in.imm1);
-        if (!bias.empty()) {
-          apply_alu_array(bias_op, x.data(), bias.data(), 1, x.size(), false);
-        } else if (b1 != 0.0f) {
-          apply_alu_array(bias_op, x.data(), &b1, 0, x.size(), false);
-        }
-        switch (in.act) {
-          case Act::kCopy: break;
-          case Act::kExp:
-            for (float& v : x) v = std::exp(v);
-            break;
-          default:
-            for (float& v : x) v = apply_act(in.act, v);
-            break;
-        }
-        reduce_into(mem, in, x);
-        scatter(mem, in.dst, x.data());
-        break;
-      }
-      case Opcode::kTensorReduce: {
-        const Floats x(mem, in.a);
-        // Strides of the result over a's dims: 0 for reduced dims.
-        std::array<int64_t, kMaxDims> ostride{};
-        int64_t out_n = 1;
-        for (int d = in.a.ndim - 1; d >= 0; --d) {
-          if (in.axes & (1u << d)) continue;
-          ostride[d] = out_n;
-          out_n *= in.a.shape[d];
-        }
-        std::vector<float> out(static_cast<size_t>(out_n), reduce_identity(in.alu0));
-        // Reduced axes that are the trailing ones (the common case): each result folds one
-        // contiguous stretch of x, in the same order as the general walk below.
-        int first_reduced = in.a.ndim;
-        while (first_reduced > 0 && (in.axes & (1u << (first_reduced - 1)))) --first_reduced;
-        const bool trailing = first_reduced < in.a.ndim &&
-                              (in.axes & ((1u << first_reduced) - 1u)) == 0;
-        if (trailing && out_n > 0) {
-          const auto inner = static_cast<int64_t>(x.size()) / out_n;
-          reduce_rows(in.alu0, x.data(), out_n, inner, out.data());
-        } else {
-          std::array<int64_t, kMaxDims> idx{};
-          for (size_t e = 0; e < x.size(); ++e) {
-            int64_t o = 0;
-            for (int d = 0; d < in.a.ndim; ++d) o += idx[d] * ostride[d];
-            out[static_cast<size_t>(o)] = apply_alu(in.alu0, out[static_cast<size_t>(o)], x[e]);
-            for (int d = in.a.ndim - 1; d >= 0; --d) {
-              if (++idx[d] < in.a.shape[d]) break;
-              idx[d] = 0;
-            }
-          }
-        }
-        if (in.negate) {
-          for (float& v : out) v = -v;
-        }
-        if (static_cast<int64_t>(out.size()) != in.dst.numel()) {
-          fail(p, i, "destination has " + std::to_string(in.dst.numel()) +
-                         " elements, the reduction gives " + std::to_string(out.size()));
-        }
-        scatter(mem, in.dst, out.data());
-        break;
-      }
-      case Opcode::kMatmul: {
-        // FP8 double-row mode (axes bit 0): operands [K, 2, M] and [K, 2, N] contract over
-        // (k, r), a K = 2K matmul whose rows are the operands' rows in view order.
-        const int64_t pair = (in.axes & 1u) != 0 ? 2 : 1;
-        const int64_t k = in.a.shape[0] * pair;
-        const int64_t m = in.a.free_size() / pair;
-        const int64_t n = in.b.free_size() / pair;
-        const Rows s(mem, in.a, pair == 2);
-        const Rows mv(mem, in.b, pair == 2);
-        const int64_t s_step = pair == 2 ? m : s.step(), mv_step = pair == 2 ? n : mv.step();
-        // Into the destination's own memory where it is one dense FP32 stretch apart from the
-        // operands (a PSUM tile, as a rule), else through a staged copy.
-        const bool direct = mem.distinct && mem.of(in.dst) == DType::kFloat32 &&
-                            is_dense(in.dst) && in.dst.buffer != in.a.buffer &&
-                            in.dst.buffer != in.b.buffer;
-        std::vector<float> staged;
-        float* out = reinterpret_cast<float*>(mem.base[in.dst.buffer]) + in.dst.offset;
-        if (!direct) {
-          staged.resize(static_cast<size_t>(m * n));
-          if (in.accumulate) gather(mem, in.dst, staged.data());
-          out = staged.data();
-        }
-        // A small product costs less in the loop than the lent GEMM's call (tensor set-up and
-        // dispatch, several microseconds): both accumulate in FP32.
-        const MatmulKernel kernel = m * n * k <= kSmallMatmulMacs ? &loop_matmul : matmul;
-        kernel(m, n, k, s.data(), s_step, mv.data(), mv_step, out, in.accumulate);
-        if (!direct) scatter(mem, in.dst, out);
-        break;
-      }
-      case Opcode::kTranspose: {
-        const int64_t rows = in.a.shape[0];
-        const int64_t cols = in.a.free_size();
-        const Floats x(mem, in.a);
-        std::vector<float> t(x.size());
-        for (int64_t r = 0; r < rows; ++r) {
-          for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = x[r * cols + c];
-        }
-        scatter(mem, in.dst, t.data());
-        break;
-      }
-      case Opcode::kIota: {
-        std::vector<float> out(static_cast<size_t>(in.dst.numel()));
-        std::array<int64_t, kMaxDims> idx{};
-        for (size_t e = 0; e < out.size(); ++e) {
-          double v = in.imm0 + static_cast<double>(idx[0]) * in.imm1;
-          for (int d = 1; d < in.dst.ndim; ++d) v += static_cast<double>(in.pattern[d] * idx[d]);
-          out[e] = static_cast<float>(v);
-          for (int d = in.dst.ndim - 1; d >= 0; --d) {
-            if (++idx[d] < in.dst.shape[d]) break;
-            idx[d] = 0;
-          }
-        }
-        scatter(mem, in.dst, out.data());
-        break;
-      }
-      case Opcode::kMemset: {
-        const std::vector<float> out(static_cast<size_t>(in.dst.numel()),
-                                     static_cast<float>(in.imm0));
-        scatter(mem, in.dst, out.data());
-        break;
-      }
-      case Opcode::kSelect: {
-        const std::vector<float> pred = load(mem, in.a);
-        std::vector<float> x = in.b.valid() ? load(mem, in.b) : std::vector<float>{};
-        const std::vector<float> y = load(mem, in.c);
-        // tensor_copy_predicated: a scalar source (no b) and the reversed predicate (negate).
-        if (x.empty()) x.assign(y.size(), static_cast<float>(in.imm0));
-        for (size_t e = 0; e < x.size(); ++e) x[e] = ((pred[e] != 0) != in.negate) ? x[e] : y[e];
-        scatter(mem, in.dst, x.data());
-        break;
-      }
-      case Opcode::kPrint: {
-        const std::vector<float> x = load(mem, in.a);
-        std::ostringstream os;
-        os << in.text << " [";
-        for (int d = 0; d < in.a.ndim; ++d) os << (d ? ", " : "") << in.a.shape[d];
-        os << "]:";
-        for (float v : x) os << ' ' << v;
-        printed.push_back(os.str());
-        break;
-      }
-      default: run_extended(mem, p, i); break;
-    }
+    if (threads > 1 && run_split(mem, p, i, in, threads)) continue;
+    execute(mem, p, i, in, matmul, printed);
   }
   return printed;
 }

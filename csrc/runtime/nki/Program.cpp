@@ -96,6 +96,17 @@ const char* opcode_name(Opcode op) {
     case Opcode::kMatchReplace8: return "nc_match_replace8";
     case Opcode::kQuantizeMx: return "quantize_mx";
     case Opcode::kMatmulMx: return "nc_matmul_mx";
+    case Opcode::kCumulative: return "tensor_scalar_cumulative";
+    case Opcode::kSelectReduce: return "select_reduce";
+    case Opcode::kRangeSelect: return "range_select";
+    case Opcode::kNonzeroWithCount: return "nonzero_with_count";
+    case Opcode::kSequenceBounds: return "sequence_bounds";
+    case Opcode::kStreamShuffle: return "nc_stream_shuffle";
+    case Opcode::kLocalGather: return "local_gather";
+    case Opcode::kNGather: return "nc_n_gather";
+    case Opcode::kDmaCompute: return "dma_compute";
+    case Opcode::kActivate2: return "activate2";
+    case Opcode::kTopk: return "topk";
     case Opcode::kDmaIndirect: return "dma_indirect";
   }
   return "?";

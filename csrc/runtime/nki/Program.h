@@ -106,6 +106,26 @@ enum class Opcode : uint8_t {
   kMatchReplace8, // dst <- a with the first match of each b[p, j] replaced by imm0; d <- indices
   kQuantizeMx,    // dst (x4) <- a / scale, d <- scale bytes, per group of 8 partitions x 4 values
   kMatmulMx,      // dst[M,N] (+)= sum over k, q of a[k,m,q] * 2^sa * b[k,n,q] * 2^sb; scales c, d
+  // Selection, gather and cumulative instructions (run_selection in Interpreter.cpp). Operands
+  // given per partition are [P,1] views; their immediate forms are imm0 / imm1 / imm2.
+  kCumulative,    // per partition: r <- (a[i] (alu0) b|imm0) (alu1) r; dst[i] <- r; r starts per
+                  // reduce_cmd (identity of alu1, the accumulators e, or c|imm1) and ends in e
+  kSelectReduce,  // dst <- (a != 0) != reverse0 ? b : c|imm0; reduction as kTensorScalar
+  kRangeSelect,   // dst <- (imm0 + i) (alu0) b[p] && (imm0 + i) (alu1) c[p] ? a : imm1, i the
+                  // flat free index; reduction as kTensorScalar
+  kNonzeroWithCount,  // partitions 0, 16, ...: dst <- indices of a's nonzeros + imm0, imm1
+                      // padding, then the count
+  kSequenceBounds,    // dst[0, 0:2, n] <- start and end of the segment of each a[0, i]
+  kStreamShuffle,     // dst[q*32 + i] <- a[q*32 + mask[i]] (mask: 32 bytes, 8 to each of
+                      // pattern[0..3], lowest byte first; 255 leaves the partition unmodified)
+  kLocalGather,   // per group of 16 partitions: the group's indices b (partition-first), each
+                  // reading imm0 contiguous elements of a's partition row; imm1 indices used
+  kNGather,       // dst[p, j] <- a[p, flat b[p, j]]
+  kDmaCompute,    // dst <- sum of the valid views a..f, in FP32, on the DMA engines
+  kActivate2,     // dst <- act((a (alu0) b|imm0) (alu1) c|imm1; slope f|imm2); reduction as
+                  // kActivation (reduce_cmd, e, d)
+  kTopk,          // per group of 16 partitions: the top K (dst's free size) of the group's snake
+                  // of imm0 values in a, ascending, in the same snake layout; their indices to d
   kDmaIndirect,   // a DMA whose rows are picked at run time by the integer values of b ([P,1] in
                   // SBUF, one per partition): gather (axes 0) dst[p, ...] <- a[b[p], ...], or
                   // scatter (axes 1) dst[b[p], ...] <- a[p, ...]. The indexed view spans the
@@ -130,6 +150,7 @@ enum class Act : uint8_t {
   kSilu, kSoftplus, kErf, kSin, kCos, kAbs, kSquare, kSign, kNegate, kMish, kArctan,
   kTan, kCeil, kFloor, kTrunc, kGeluDx, kGeluSigmoid, kGeluSigmoidDx, kSiluDx, kErfDx,
   kLogicalNot,
+  kPrelu,  // x > 0 ? x : slope * x (activate2's relu_param)
 };
 
 // How an instruction's free-dim reduction (alu2, into the engine's accumulators e) starts: the

@@ -97,9 +97,18 @@ double instruction_ns(const Program& p, const Instruction& in, const CoreSpec& s
       clock = spec.gpsimd_clock_ghz;
       break;
   }
-  const View& shape_of = in.a.valid() ? in.a : in.dst;
+  // A gather's work is the elements it writes (its source is only addressed), one stream.
+  const bool gather = in.op == Opcode::kLocalGather || in.op == Opcode::kNGather;
+  if (in.op == Opcode::kTopk) {
+    // AWS's estimate: 4 n + K GpSimd cycles (n values in a group's snake, K results); the
+    // eight GpSimd cores take the groups of 16 partitions in parallel.
+    const double cycles = 4.0 * in.imm0 + static_cast<double>(in.dst.free_size()) + kAccessStartCycles;
+    return cycles / clock;
+  }
+  const View& shape_of = in.a.valid() && !gather ? in.a : in.dst;
   const double free = static_cast<double>(shape_of.free_size());
-  const double cycles = free * 128.0 / per_cycle * streamed_inputs(in) + kAccessStartCycles;
+  const double cycles =
+      free * 128.0 / per_cycle * (gather ? 1 : streamed_inputs(in)) + kAccessStartCycles;
   return cycles / clock;
 }
 

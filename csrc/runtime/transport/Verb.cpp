@@ -53,6 +53,7 @@ CollectiveTraffic collective_traffic(const LinkBytes& link) {
   traffic.ranks = link.ranks;
   traffic.hosts = link.hosts;
   traffic.point_to_point = link.point_to_point;
+  traffic.all_to_all = link.all_to_all;
   return traffic;
 }
 
@@ -74,28 +75,35 @@ LinkBytes link_bytes(const VerbCall& call, const GroupPlace& place) {
   switch (call.verb) {
     case Verb::kBarrier: break;
     case Verb::kAllreduce:
-      // Ring (bus) all-reduce within the host: 2 (L-1)/L of the buffer each way; across hosts
-      // each host's 2 (H-1)/H of it, spread over its L cores.
-      b.sent = b.received = l > 1 ? 2 * (l - 1) * s / l : 0;
-      b.efa = spans ? 2 * (h - 1) * s / h / l : 0;
-      break;
-    case Verb::kBroadcast:
-      b.sent = is_root ? s : 0;
-      b.received = is_root ? 0 : s;
-      b.efa = spans ? s / l : 0;
-      break;
-    case Verb::kReduce:
-      b.sent = is_root ? 0 : s;
-      b.received = is_root ? s : 0;
-      b.efa = spans ? s / l : 0;
-      break;
     case Verb::kAllgather:
-    case Verb::kReduceScatter:
-      // Every other rank's part of the host comes in (all-gather) or goes out (reduce-scatter's
-      // partial sums), and the other hosts' parts cross EFA, spread over the host's cores.
-      b.sent = b.received = s * (l - 1);
-      b.efa = spans ? s * (n - l) / l : 0;
+    case Verb::kReduceScatter: {
+      // Hierarchical, as Neuron's collectives run them across hosts (runtime/CollectiveTraffic.h,
+      // the function the estimate states its collectives with too): over NeuronLink (L-1)/L of
+      // the whole buffer per pass, the other hosts' parts included (an all-gather's rail brings a
+      // rank only its share of them, the rest reach it from its host's other ranks); over EFA
+      // this rank's shard's share held by the other hosts.
+      const RankBytes r = hierarchical_bytes(b.passes, b.buffer, n, l);
+      b.sent = b.received = r.link;
+      b.efa = spans ? r.network : 0;
       break;
+    }
+    case Verb::kBroadcast:
+    case Verb::kReduce: {
+      // On the root's host the root sends (broadcast) or receives (reduce) the buffer once, the
+      // other ranks the opposite (a pipelined chain). Across hosts the buffer crosses EFA on
+      // the rails, each rank carrying its 1/L shard; on a host without the root the ranks then
+      // all-gather (broadcast) or first reduce-scatter (reduce) the shards: (L-1)/L of the
+      // buffer each way over NeuronLink, nothing for a rank alone on its host.
+      const bool out = call.verb == Verb::kBroadcast;
+      if (place.local(call.root)) {
+        b.sent = is_root == out ? s : 0;
+        b.received = is_root == out ? 0 : s;
+      } else {
+        b.sent = b.received = (l - 1) * s / l;
+      }
+      b.efa = spans ? s / l : 0;
+      break;
+    }
     case Verb::kGather:
     case Verb::kScatter: {
       // One-to-all or all-to-one: the root moves every part but its own, the others their
@@ -123,6 +131,7 @@ LinkBytes link_bytes(const VerbCall& call, const GroupPlace& place) {
         }
       }
       b.efa = std::max(far_sent, far_received);
+      b.all_to_all = true;
       b.buffer = 0;
       for (const uint64_t out : call.send_to) b.buffer += out;
       break;

@@ -84,11 +84,14 @@ struct LinkBytes {
   uint32_t ranks = 1;
   uint32_t hosts = 1;
   bool point_to_point = false;
+  // Every rank sends each other its piece at once: a mesh pattern whatever its size, as the
+  // estimate states an all-to-all too (CollectiveTraffic::all_to_all).
+  bool all_to_all = false;
 };
 LinkBytes link_bytes(const VerbCall& call, const GroupPlace& place);
 // What the runtime's link model prices a call from (runtime/CollectiveTraffic.h, LinkModel.h):
 // the larger direction over NeuronLink (full duplex), the EFA bytes, and the buffer, passes,
-// ranks and hosts above. The process group puts it on the call's launch record; the estimate's
+// ranks, hosts and pattern above. The process group puts it on the call's launch record; the estimate's
 // guard test compares its own statement of a collective with it.
 CollectiveTraffic collective_traffic(const LinkBytes& link);
 

@@ -205,7 +205,9 @@ def check_records(local_size, hosts):
     assert len(rec) == 1 and rec[0]["kind"] == "collective" and rec[0]["launches"] == 1, rec
     b = x.numel() * 4
     nl = 2 * (local_size - 1) * b // local_size
-    efa = 2 * (hosts - 1) * b // hosts // local_size
+    # This core's shard's share held by the other hosts' ranks: 2 (H-1)/H of it for hosts of L
+    # ranks each, (N-L)/N of it on hosts of unequal sizes.
+    efa = 2 * (b // local_size) * (WORLD - local_size) // WORLD
     assert rec[0]["bytes_read"] == nl + efa and rec[0]["bytes_written"] == nl + efa, (rec, nl, efa)
     core = torch_neuronx.core_model()
     links = torch_neuronx.core_links()
@@ -218,6 +220,23 @@ def check_records(local_size, hosts):
         want += nl / rate + 2 * steps * links["hop_latency_ns"]
     want += efa / links["efa_bytes_per_ns"] + 2 * (hosts - 1) * links["efa_hop_latency_ns"]
     assert abs(rec[0]["sim_ns"] - want) <= 1e-9 * want, (rec[0]["sim_ns"], want)
+    # An all-gather of 4 KiB parts: this core's rail brings it its 1/L share of the other hosts'
+    # parts over EFA; everything else it ends with comes over NeuronLink (the other hosts' parts
+    # that its host's other cores carried included): (L-1)/L of the whole output. A
+    # reduce-scatter sends what an all-gather receives.
+    part = torch.ones(1 << 10, device=DEV)
+    whole = torch.empty(WORLD << 10, device=DEV)
+    for op, run in (("c10d::_allgather_base", lambda: dist.all_gather_into_tensor(whole, part)),
+                    ("c10d::_reduce_scatter_base", lambda: dist.reduce_scatter_tensor(part, whole))):
+        torch_neuronx.clear_kernel_trace()
+        run()
+        rec = [r for r in torch_neuronx.kernel_trace() if r["kind"] == "collective"]
+        assert len(rec) == 1, rec
+        b = whole.numel() * 4
+        nl = (local_size - 1) * b // local_size
+        efa = (b // local_size) * (WORLD - local_size) // WORLD
+        assert 4096 + nl + efa == b, (nl, efa, b)  # every part once
+        assert rec[0]["bytes_read"] == nl + efa and rec[0]["bytes_written"] == nl + efa, (op, rec, nl, efa)
     print(f"rank {RANK} two-host records ok", flush=True)
 
 

@@ -97,11 +97,34 @@ TEST(Verb, AcrossHostsTheInterHostLegIsSharedByTheHostsCores) {
   const LinkBytes ar = link_bytes(call(Verb::kAllreduce, 1000), two_hosts(2));
   EXPECT_EQ(ar.sent, 1000u);
   EXPECT_EQ(ar.efa, 500u);
-  // All-gather of 100-byte parts: the host's other part over NeuronLink, the other host's two
-  // parts over EFA, shared by 2 cores.
+  // All-gather of 100-byte parts (400 in all): the other host's two parts cross EFA, one on each
+  // core's rail; each core then receives its host's other part and the other host's part its
+  // peer carried over NeuronLink, 1/2 of the whole. It ends with 100 + 100 + 200 = 400 bytes.
+  // Reduce-scatter sends what an all-gather receives.
   const LinkBytes ag = link_bytes(call(Verb::kAllgather, 100), two_hosts(0));
-  EXPECT_EQ(ag.received, 100u);
+  EXPECT_EQ(ag.received, 200u);
   EXPECT_EQ(ag.efa, 100u);
+  const LinkBytes rs = link_bytes(call(Verb::kReduceScatter, 100), two_hosts(3));
+  EXPECT_EQ(rs.sent, 200u);
+  EXPECT_EQ(rs.efa, 100u);
+  // A broadcast from rank 0 of 1000 bytes: on its host (ranks 0, 2) the root sends the buffer
+  // and rank 2 receives it, each carrying 500 bytes out over EFA; on host 1 each rank receives
+  // its 500-byte shard over EFA and the other shard from its peer. A reduce mirrors it.
+  EXPECT_EQ(link_bytes(call(Verb::kBroadcast, 1000, 0), two_hosts(0)).sent, 1000u);
+  EXPECT_EQ(link_bytes(call(Verb::kBroadcast, 1000, 0), two_hosts(2)).received, 1000u);
+  const LinkBytes far_leaf = link_bytes(call(Verb::kBroadcast, 1000, 0), two_hosts(1));
+  EXPECT_EQ(far_leaf.received, 500u);
+  EXPECT_EQ(far_leaf.efa, 500u);
+  const LinkBytes far_part = link_bytes(call(Verb::kReduce, 1000, 0), two_hosts(3));
+  EXPECT_EQ(far_part.sent, 500u);
+  EXPECT_EQ(far_part.efa, 500u);
+  EXPECT_EQ(link_bytes(call(Verb::kReduce, 1000, 0), two_hosts(0)).received, 1000u);
+  // A rank alone on its host has no NeuronLink peer: the whole buffer crosses EFA.
+  GroupPlace alone = two_hosts(1);
+  alone.host_of = {0, 1, 0, 0};
+  const LinkBytes lone = link_bytes(call(Verb::kBroadcast, 1000, 0), alone);
+  EXPECT_EQ(lone.received, 0u);
+  EXPECT_EQ(lone.efa, 1000u);
   // A gather to rank 1 (host 1): rank 0's part crosses EFA; rank 3 (host 1) sends over NeuronLink.
   EXPECT_EQ(link_bytes(call(Verb::kGather, 64, 1), two_hosts(0)).efa, 64u);
   EXPECT_EQ(link_bytes(call(Verb::kGather, 64, 1), two_hosts(3)).sent, 64u);
@@ -126,4 +149,8 @@ TEST(Verb, AlltoallCountsWhatGoesToAndComesFromOthers) {
   EXPECT_EQ(spread.sent, 4u);
   EXPECT_EQ(spread.received, 40u);
   EXPECT_EQ(spread.efa, 10u + 30);  // the larger direction to host 0
+  // A mesh pattern for the link model, as the estimate states an all-to-all.
+  EXPECT_TRUE(one.all_to_all);
+  EXPECT_TRUE(collective_traffic(one).all_to_all);
+  EXPECT_FALSE(collective_traffic(link_bytes(call(Verb::kAllgather, 8), one_host(0, 4))).all_to_all);
 }

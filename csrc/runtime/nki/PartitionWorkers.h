@@ -1,0 +1,39 @@
+// Threads that run one large interpreter instruction as ranges of its partitions. A NeuronCore's
+// partitions are independent lanes for elementwise, activation, free-axis reduction, scan and
+// copy instructions, so the interpreter may compute partition ranges of such an instruction on
+// several host threads: each partition is computed by the same code, in the same order, as on
+// one thread, so the values do not depend on the thread count (Interpreter.cpp decides which
+// instructions split and where).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace nrtsim::nki {
+
+// The number of threads the interpreter splits an instruction over (1: it does not split):
+// set_partition_threads's value where one is set, else NRTSIM_NKI_THREADS, else OMP_NUM_THREADS's
+// first count (what torch's intra-op default follows), else the CPUs this process may run on;
+// at most kMaxPartitionThreads.
+int partition_threads();
+inline constexpr int kMaxPartitionThreads = 16;
+
+// Overrides the configured count for this process (0: back to the configuration). Returns the
+// count in effect before.
+int set_partition_threads(int threads);
+
+// Runs task(0) .. task(n - 1) on the calling thread and up to threads - 1 worker threads, each
+// task once, and returns when all have finished. Which thread runs a task is not fixed (whichever
+// claims it first), so a task's result must not depend on it. Where the workers are busy with
+// another caller's instruction, every task runs on the calling thread in turn. `task` must not
+// throw.
+void run_on_workers(int n, int threads, const std::function<void(int)>& task);
+
+// Instructions run as partition ranges on several threads since the process started, and the
+// ranges (tasks) that worker threads (not the callers) ran: let a test see that the split path
+// ran, and a benchmark how much of it the workers took.
+uint64_t split_instruction_count();
+uint64_t worker_task_count();
+void count_split_instruction();
+
+}  // namespace nrtsim::nki
