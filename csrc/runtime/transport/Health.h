@@ -45,9 +45,10 @@ class Health {
   // cores, the rank that would end the wait is often runnable on this very core: a yield runs
   // it at once, where a futex sleep costs a sleep, a wake-up from another core and, when both
   // ranks of a core sleep, the core's idle exit. On the 2-core host with 4 ranks, waits that
-  // yield for up to 50 us before sleeping took 5-20% less time per collective and 8-20% less
-  // CPU per rank than sleeping at once (docs/benchmarks.md, "Waiting"). A yield gives the core
-  // to any other runnable task, so other jobs keep their share; a longer wait sleeps.
+  // yield for up to 50 us before sleeping took 6-30% less time per collective and 8-27% less
+  // CPU per rank than sleeping at once, 16 KiB to 1 MiB (docs/benchmarks.md, "Waits that
+  // yield"). A yield gives the core to any other runnable task, so other jobs keep their
+  // share; a longer wait sleeps.
   static constexpr std::chrono::microseconds kYieldFor{50};
 
   // Returns once ready() holds. Spins briefly, yields the core for up to kYieldFor, then sleeps
