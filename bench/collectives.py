@@ -3,7 +3,7 @@
 Starts 4 ranks (one process per NeuronCore, as torchrun would) on this host. For all_reduce,
 all_gather_into_tensor and reduce_scatter_tensor from 4 KiB to 256 MiB, every rank times the same
 operation, repetitions taking turns, on neuron tensors over two neuron groups — the default
-transport (from 1 MiB single copy through mapped device memory: each rank reads its peers'
+transport (from 128 KiB single copy through mapped device memory: each rank reads its peers'
 buffers directly, mapped read-only; below that the shared-memory slots) and one held to the slots
 at every size (NRTSIM_COLLECTIVE_SINGLE_COPY=0) — and on CPU tensors of the same size and contents
 over a Gloo group. As NCCL-tests do, a repetition times a run of back-to-back calls (20 up to

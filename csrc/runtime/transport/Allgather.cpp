@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "runtime/SharedHbm.h"
 #include "runtime/transport/Algorithms.h"
 #include "runtime/transport/StreamingCopy.h"
 
@@ -40,10 +41,14 @@ void gather(Lockstep& g, const void* in, void* const* outs, size_t bytes, int ro
   const int n = g.size(), me = g.rank();
   // All-gather: every rank writes the whole output either way, and mapped memory takes away
   // each rank's copy into its slot and the cross-core reads of those copies, which outweighs
-  // its second barrier from the smallest mapped size on (4 ranks on 2 cores, Intel Xeon: 1 MiB
-  // in all 0.78 against 1.00 ms, 2 MiB 1.15 against 1.47). Gather: only the root copies, and
-  // the others' second barrier is what mapping costs them (Lockstep::use_mapped).
-  if (root < 0 ? g.use_mapped(bytes * n) : g.use_mapped(bytes * n, bytes)) {
+  // its second barrier once each rank's part is an allocation of the device memory file
+  // (SharedHbm::kMinBytes; a smaller input is usually private, and finding that out would
+  // cost the barrier for nothing): 4 ranks on 2 cores, Intel Xeon, 256 KiB in all 243 against
+  // 292 us, 1 MiB 0.78 against 1.00 ms; at 64 KiB the slots win (97 against 111 us).
+  // Gather: only the root copies, and the others' second barrier is what mapping costs them
+  // (Lockstep::use_mapped).
+  if (root < 0 ? g.use_mapped(bytes * n) && bytes >= SharedHbm::kMinBytes
+               : g.use_mapped(bytes * n, bytes)) {
     if (gather_mapped(g, src, outs, bytes, root)) return;
     g.next_step();  // some buffer is out of reach: the slots, from the other half
   }

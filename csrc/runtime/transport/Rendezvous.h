@@ -29,9 +29,13 @@ struct TransportOptions {
   // move each byte once, at memcpy speed. Off: NRTSIM_COLLECTIVE_SINGLE_COPY=0 (or
   // NRTSIM_SHARED_HBM=0); a rank that has it off turns it off for the group.
   bool mapped = true;
-  // Below this the slots, which stay in cache, win (measured in docs/benchmarks.md);
+  // Below this the slots win: one barrier where mapped memory takes two or three, and copies
+  // that stay in cache. 4 ranks on 2 cores (docs/benchmarks.md, "Waits that yield, mapped
+  // from 128 KiB"): all-reduce and reduce-scatter even at 64 KiB, mapped ahead from 128 KiB
+  // (all-reduce 85 against 97 us, reduce-scatter 61 against 96), all-gather from 256 KiB
+  // (Allgather.cpp).
   // NRTSIM_COLLECTIVE_MAPPED_BYTES=<bytes> overrides it. The group takes the largest.
-  size_t mapped_min_bytes = 1u << 20;
+  size_t mapped_min_bytes = 128u << 10;
 };
 
 // What the group agreed on.

@@ -107,6 +107,28 @@ def check_allreduce_reduce():
         same(x, reference(dtype, op) if RANK == 1 else make(RANK, dtype), f"reduce {dtype}")
 
 
+def check_sizes_around_the_mapped_threshold():
+    """Buffers from 64 KiB to 1 MiB, on both sides of where the transport switches from its
+    slots to the peers' mapped device memory (all-reduce and reduce-scatter from 128 KiB of
+    buffer, all-gather from 64 KiB per rank): the same bits on either path, so exact against the
+    rank-order reference on every rank."""
+    for n in (1 << 14, (1 << 15) + 3, 1 << 16, (1 << 18) + 5 * WORLD):
+        for dtype in (torch.float32, torch.bfloat16):
+            x = make(RANK, dtype, n, salt=7).to(DEV)
+            dist.all_reduce(x)
+            same(x, reference(dtype, dist.ReduceOp.SUM, n, salt=7), f"all_reduce {dtype} of {n}")
+        part = n // WORLD
+        flat = torch.empty(WORLD * part, device=DEV)
+        dist.all_gather_into_tensor(flat, make(RANK, torch.float32, part, salt=8).to(DEV))
+        want = torch.cat([make(r, torch.float32, part, salt=8) for r in range(WORLD)])
+        same(flat, want, f"all_gather_into_tensor of {WORLD} x {part}")
+        full = make(RANK, torch.float32, WORLD * part, salt=9).to(DEV)
+        out = torch.empty(part, device=DEV)
+        dist.reduce_scatter_tensor(out, full)
+        want = reference(torch.float32, dist.ReduceOp.SUM, WORLD * part, salt=9)
+        same(out, want[RANK * part : (RANK + 1) * part], f"reduce_scatter_tensor of {WORLD} x {part}")
+
+
 def check_all_to_all():
     """Uneven all_to_all_single and list all_to_all: exact, every rank against every other
     (also used by the two-host worker)."""
@@ -341,6 +363,7 @@ def main():
     assert dist.get_backend() == "neuron"
     check_allreduce_reduce()
     check_movement()
+    check_sizes_around_the_mapped_threshold()
     check_coalesced_async_p2p_objects()
     check_subgroups()
     check_launch_records_and_errors()
