@@ -125,6 +125,8 @@ enum class Opcode : uint8_t {
                   // kActivation (reduce_cmd, e, d)
   kTopk,          // per group of 16 partitions: the top K (dst's free size) of the group's snake
                   // of imm0 values in a, ascending, in the same snake layout; their indices to d
+  kBarrier,       // core_barrier (and sendrecv's synchronisation): no data moves; every logical
+                  // core of the launch waits until all of them reach it (Timeline.cpp)
 };
 const char* opcode_name(Opcode op);
 
