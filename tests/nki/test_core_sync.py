@@ -64,6 +64,7 @@ def test_core_barrier_aligns_both_cores_timelines():
     before = max(t[1] for t in times[:barriers[0]])
     release = times[barriers[0]][1]
     assert release > before
+    assert times[barriers[1]][1] == release  # one release for both cores
     # Nothing after the barrier starts before its release, on either core.
     assert all(t[0] >= release for t in times[barriers[1] + 1:])
 
@@ -129,6 +130,8 @@ def test_sendrecv_costs_a_dma_of_its_bytes_between_barriers():
         assert times[k][0] >= times[barriers[1]][1]
         assert times[k][1] > times[k][0]
     assert times[barriers[2]][0] >= max(times[k][1] for k in transfers)
+    assert times[barriers[0]][1] == times[barriers[1]][1]
+    assert times[barriers[2]][1] == times[barriers[3]][1] > times[barriers[1]][1]
 
 
 # -- rules

@@ -118,6 +118,7 @@ Timeline schedule(const Program& p, const CoreSpec& spec) {
   std::vector<std::pair<double, double>> dma_active;  // intervals some DMA engine is busy
   std::vector<std::vector<Access>> accesses(p.buffers.size());
   double floor_ns = 0;  // the last core barrier's release: nothing after it starts earlier
+  std::vector<int32_t> barrier_cores;  // the cores whose barrier instructions share floor_ns
   for (size_t i = 0; i < p.instructions.size(); ++i) {
     const Instruction& in = p.instructions[i];
     if (in.op == Opcode::kPrint) {
@@ -130,10 +131,18 @@ Timeline schedule(const Program& p, const CoreSpec& spec) {
       // released when all of them are done (t.makespan_ns) plus one semaphore write across the
       // pair (a DMA engine's write latency); no engine of any core starts anything later in
       // the program before that.
-      const double release = std::max(t.makespan_ns, floor_ns) + dma.latency_ns;
-      t.instructions[i] = {t.makespan_ns, release};
+      // The cores' barrier instructions of one synchronisation come one after another, one per
+      // core: they share one release. A core's second barrier in a row is the next one.
+      const bool same = i > 0 && p.instructions[i - 1].op == Opcode::kBarrier &&
+                        std::find(barrier_cores.begin(), barrier_cores.end(), in.program) ==
+                            barrier_cores.end();
+      if (!same) barrier_cores.clear();
+      barrier_cores.push_back(in.program);
+      const double arrive = same ? t.instructions[i - 1].start_ns : t.makespan_ns;
+      const double release = same ? floor_ns : std::max(t.makespan_ns, floor_ns) + dma.latency_ns;
+      t.instructions[i] = {arrive, release};
       floor_ns = release;
-      t.makespan_ns = release;
+      t.makespan_ns = std::max(t.makespan_ns, release);
       continue;
     }
     const bool is_dma = in.engine == Engine::kDma;
