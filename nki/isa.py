@@ -1314,6 +1314,8 @@ def topk(val_dst, idx_dst, src, n, name=None):
 
 
 def _cores_of_launch(tracer, what):
+    if tracer.spec["version"] < 3:
+        raise error(f"{what} needs NeuronCore-v3 or later (trn2 / trn3), as AWS documents it")
     n = math.prod(tracer.grid)
     if n > 2:
         raise error(f"{what} synchronises the two logical cores of an LNC=2 NeuronCore; this "

@@ -245,3 +245,14 @@ def test_core_barrier_rules():
         single_core_barrier(X, (0, 1))
     with pytest.raises(NkiError, match="cores="):
         single_core_barrier[2](X, (0,))
+
+
+def test_cross_core_calls_need_neuroncore_v3():
+    @nki.jit(platform_target="trn1")
+    def on_trn1(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        nisa.core_barrier(out, (0, 1))
+        return out
+
+    with pytest.raises(NkiError, match="needs NeuronCore-v3"):
+        on_trn1[2](X)
