@@ -39,8 +39,8 @@ PARTIAL = {
     "nki.language.NkiTensor.select": "a tensor index (a runtime select) is refused",
     "nki.language.fori_loop": "register (runtime) bounds are refused; integer bounds unroll",
     "nki.language.dynamic_range": "register (runtime) bounds are refused; integer bounds unroll",
-    "nki.isa.nc_matmul": "perf_mode=double_row runs at the BF16 rate; tile_position / tile_size "
-                         "are checked but tiles do not run concurrently",
+    "nki.isa.nc_matmul": "tile_position / tile_size are checked but tiles do not run "
+                         "concurrently",
     "nki.isa.dma_copy": "dge_mode, priority and engine do not change the modelled time",
     "nki.isa.tensor_scalar_cumulative": "op1=nl.subtract is refused: AWS's reference writes the "
                                         "step as op1(x, r), and nothing published says whether "
@@ -217,7 +217,8 @@ ENGINE_NAMES = ("tensor", "vector", "scalar", "gpsimd", "dma")
  OP_SELECT, OP_PRINT, OP_SCAN, OP_PARTITION_REDUCE, OP_AFFINE_SELECT, OP_BN_STATS, OP_BN_AGGR,
  OP_MAX8, OP_FIND_INDEX8, OP_MATCH_REPLACE8, OP_QUANTIZE_MX, OP_MATMUL_MX, OP_CUMULATIVE,
  OP_SELECT_REDUCE, OP_RANGE_SELECT, OP_NONZERO_WITH_COUNT, OP_SEQUENCE_BOUNDS, OP_STREAM_SHUFFLE,
- OP_LOCAL_GATHER, OP_N_GATHER, OP_DMA_COMPUTE, OP_ACTIVATE2, OP_TOPK, OP_BARRIER) = range(34)
+ OP_LOCAL_GATHER, OP_N_GATHER, OP_DMA_COMPUTE, OP_ACTIVATE2, OP_TOPK,
+ OP_DMA_INDIRECT, OP_BARRIER) = range(35)
 # Instructions that write only part of their destination (the rest keeps its contents): an
 # assignment of their fresh result is a copy of the whole tile, never folded into them.
 PARTIAL_WRITE_OPS = (OP_NONZERO_WITH_COUNT, OP_STREAM_SHUFFLE, OP_TOPK)
@@ -472,9 +473,11 @@ class Tensor(NKIObject):
     def __getitem__(self, key):
         if not isinstance(key, tuple):
             key = (key,)
-        if any(getattr(k, "_index_grid", False) for k in key):
-            # Index grids (nl.arange / nl.mgrid) of the legacy neuronxcc.nki API: its module
-            # installs the indexer.
+        if any(getattr(k, "_index_grid", False) for k in key) or (
+                any(isinstance(k, Tensor) for k in key) and "grid_index" in HOOKS
+                and getattr(current_tracer(optional=True), "legacy_uses", None) is not None):
+            # Index grids (nl.arange / nl.mgrid) and tiles of runtime indices (an indirect DMA)
+            # of the legacy neuronxcc.nki API: its module installs the indexer.
             return HOOKS["grid_index"](self, key)
         key = tuple(k.as_slice() if isinstance(k, DynamicSlice) else k for k in key)
         if any(k is Ellipsis for k in key):
@@ -526,6 +529,8 @@ class Tensor(NKIObject):
 
     def __setitem__(self, key, value):
         dst = self[key]
+        if "mask_target" in HOOKS and isinstance(value, Tensor):
+            dst = HOOKS["mask_target"](dst, value)  # the legacy API's masked assignment
         if isinstance(value, Tensor):
             if dst.same_view(value):
                 return  # `t[...] += x` already wrote in place
@@ -810,7 +815,21 @@ class Tensor(NKIObject):
             # `acc += nl.matmul(...)`: the matmul accumulates into acc in PSUM instead of writing
             # a fresh tile (the Tensor engine's near-memory accumulate).
             tracer = current_tracer()
+            fresh = (tracer.legacy_uses is not None
+                     and self._buffer.id not in tracer.touched_buffers)
             tracer.retarget_matmul(other._pending_matmul, self)
+            if fresh:
+                # The legacy API's `acc += nc_matmul(...)` on a PSUM tile nothing has written
+                # starts the accumulation group: the first matmul overwrites, as AWS's compiler
+                # set it (its samples accumulate into nl.ndarray PSUM tiles and match their
+                # references on devices); NKI 0.6's accumulate=None rule.
+                tracer.instructions[other._pending_matmul].accumulate = None
+                file, line = caller_location()
+                tracer.legacy_uses.append((
+                    file, line, "psum_tile += nc_matmul(...) into a PSUM tile nothing wrote",
+                    "nisa.nc_matmul(dst=psum_tile, ...) (accumulate=None: the first matmul into "
+                    "the tile overwrites it, the following accumulate), or allocate it with "
+                    "nl.zeros"))
             other._pending_matmul = None
             return self
         op = HOOKS[name]
@@ -945,6 +964,7 @@ class Tracer:
         self.accumulators = {}  # (program, engine) -> the engine's reduce accumulator Buffer
         self.spills = []  # [(Buffer, bytes moved)] chosen by finalize()
         self.legacy_uses = None  # a list while a legacy-API kernel traces (nki.legacy.report)
+        self.touched_buffers = set()  # ids of the buffers some instruction so far reads or writes
 
     @property
     def locations(self):
@@ -1018,6 +1038,8 @@ class Tracer:
                         "quantize_mx, copies and a zero memset")
         ins.name = name
         self.instructions.append(ins)
+        for v in ins.operands():
+            self.touched_buffers.add(v._buffer.id)
         return len(self.instructions) - 1
 
     def retarget_matmul(self, index, acc):
@@ -1035,6 +1057,8 @@ class Tracer:
         (spilling where AWS's compiler spills) and returns (buffers, instructions) in the form the
         runtime takes."""
         self._fold_assignments()
+        if "check_placements" in HOOKS:  # tiles the legacy API placed (nki.legacy.allocation)
+            HOOKS["check_placements"](self)
         self._resolve_accumulation()
         self._place_on_chip()
         self._interleave_programs()
@@ -1240,7 +1264,9 @@ class Tracer:
                         spills.append((b, pending.pop(bid), i))
             for m in (sbuf, psum):
                 while total[m] > limit[m]:
-                    victims = [bid for bid in resident[m] if bid not in here and last[bid] > i]
+                    # A tile the kernel placed itself (legacy direct allocation) stays put.
+                    victims = [bid for bid in resident[m] if bid not in here and last[bid] > i
+                               and getattr(self.buffers[bid], "placement", None) is None]
                     if not victims:
                         raise self._capacity_error(self.instructions[i].location, resident[m], m,
                                                    total[m], limit[m])

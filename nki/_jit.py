@@ -12,6 +12,7 @@ nki, not the reverse.
 
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
 import itertools
@@ -185,6 +186,12 @@ def _torch_dtype(dt):
     return getattr(torch, name)
 
 
+# How many instructions a kernel's cached specialisations may hold together (888 bytes each in
+# the interpreter's program): a kernel called with many shapes in one process (a test
+# parametrised over sequence lengths) keeps the recent ones, not all.
+_CACHE_INSTRUCTIONS = 1_000_000
+
+
 class JitKernel:
     """A kernel decorated with ``@nki.jit``. Call it on arrays; ``kernel[grid](...)`` launches
     an SPMD grid of programs (``nl.program_id`` / ``nl.num_programs``)."""
@@ -193,7 +200,9 @@ class JitKernel:
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.platform_target = platform_target
-        self._cache = {}
+        # Specialisations by (grid, target, argument shapes / dtypes / constants): no arrays are
+        # kept. Least recently used first out once their programs exceed _CACHE_INSTRUCTIONS.
+        self._cache = collections.OrderedDict()
         self.last_run = None
 
     def __getitem__(self, grid):
@@ -224,6 +233,12 @@ class JitKernel:
         if spec is None:
             spec = self._trace(args, kinds, arrays, kwargs, grid, target)
             self._cache[key] = spec
+            total = sum(s.instruction_count for s in self._cache.values())
+            while total > _CACHE_INSTRUCTIONS and len(self._cache) > 1:
+                _, old = self._cache.popitem(last=False)
+                total -= old.instruction_count
+        else:
+            self._cache.move_to_end(key)
         return spec
 
     def _make_tracer(self, target, grid):

@@ -244,7 +244,10 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
             raise error(f"{op}: {what} must be in SBUF (the Tensor engine reads SBUF), it is in "
                         f"{x.buffer.name}")
         _check_partition_start(x, what, op)
+    double_row = _double_row(perf_mode, tracer, stationary, moving, is_transpose, tile_size, op)
     k, m, n = stationary.shape[0], _free(stationary), _free(moving)
+    if double_row:
+        m, n = m // 2, n // 2
     if moving.shape[0] != k:
         raise error(f"{op}: stationary {stationary.shape} and moving {moving.shape} must share the "
                     "contraction (partition) dim")
@@ -278,8 +281,42 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
                     f"and moving {moving.shape}")
     if accumulate not in (None, True, False):
         raise error(f"{op}: accumulate must be None, True or False")
-    index = _emit(tracer, name, OP_MATMUL, TENSOR, dst, stationary, moving, accumulate=accumulate)
+    index = _emit(tracer, name, OP_MATMUL, TENSOR, dst, stationary, moving, accumulate=accumulate,
+                  axes=1 if double_row else 0)
     return index
+
+
+_FP8 = ("float8_e4m3", "float8_e4m3fn", "float8_e5m2")
+
+
+def _double_row(perf_mode, tracer, stationary, moving, is_transpose, tile_size, op):
+    """Whether nc_matmul runs in FP8 double-row mode, with its rules (AWS's Trainium2
+    architecture guide): NeuronCore-v3 or newer; FP8 (e4m3 / e5m2) operands [K, 2, M] and
+    [K, 2, N] whose most major free dim is the two halves of a contraction of 2K; not with
+    transpose mode or column tiling."""
+    if perf_mode in (None, matmul_perf_mode.none):
+        return False
+    if perf_mode is not matmul_perf_mode.double_row:
+        raise error(f"{op}: perf_mode {perf_mode!r} is not a nki.isa.matmul_perf_mode")
+    version = tracer.spec["version"]
+    if version < 3:
+        raise error(f"{op}: perf_mode=double_row needs NeuronCore-v3 or newer; this kernel "
+                    f"specialises for NeuronCore-v{version}")
+    for what, x in (("stationary", stationary), ("moving", moving)):
+        if x.dtype.name not in _FP8:
+            raise error(f"{op}: perf_mode=double_row multiplies FP8 (float8_e4m3 / float8_e5m2) "
+                        f"inputs; {what} is {x.dtype}")
+        if x.ndim != 3 or x.shape[1] != 2:
+            raise error(f"{op}: perf_mode=double_row takes {what} as [K, 2, "
+                        f"{'M' if what == 'stationary' else 'N'}] (the two halves of the "
+                        f"contraction on its most major free dim); got {x.shape}: pad an odd "
+                        "contraction with zeros")
+    if is_transpose:
+        raise error(f"{op}: perf_mode=double_row cannot be combined with transpose mode")
+    if tile_size and len(tile_size) == 2 and tile_size[1] < PMAX:
+        raise error(f"{op}: perf_mode=double_row cannot be combined with column tiling "
+                    f"(tile_size={tuple(tile_size)})")
+    return True
 
 
 def nc_transpose(dst, data, engine=engine.tensor, name=None):

@@ -60,3 +60,68 @@ def composite_parts(func):
         return lambda *args, **kwargs: func._op_dk(_DK.CompositeExplicitAutogradNonFunctional,
                                                    *args, **kwargs)
     return None
+
+
+# --- the layouts of neuron kernels' outputs, where torch's meta functions say others ----------------
+#
+# A trace on fake tensors lays each op's outputs out as torch's meta function for the op does.
+# Where neuron's kernel returns another layout, what follows the op differs: a reshape that is a
+# view of eager's output is a copy of the meta function's. The one such kernel is the fused
+# attention (csrc/backend/ops/Attention.cpp): it computes with ATen's CPU flash attention and
+# returns its outputs as that lays them out, which torch's meta functions for ATen's CPU flash ops
+# state -- the output laid out as the query, the logsumexp (batch, query, heads)-major, each
+# gradient (batch, sequence, heads, head_dim)-major -- while torch's meta functions for the
+# overrideable ops, which neuron registers its kernels for, lay the logsumexp out contiguous and
+# each gradient as its input. (tests/work/test_kernel_layouts.py holds eager's outputs to this.)
+#
+# Only traces on fake tensors (estimate/_trace.py) take these layouts. Compiled programs keep the
+# overrideable ops' meta layouts: a meta function is one per op, for every device alike, AOTAutograd
+# and Inductor plan a program's graph and buffers with it, and the program kernels return its
+# layouts (Attention.cpp, in_layout_of), so program_work prices a program's graph as it runs.
+
+
+def _abstract(t: torch.Tensor) -> bool:
+    """A tensor without data (meta or fake): its layout is the meta function's, not a kernel's."""
+    return t.is_meta or torch._subclasses.fake_tensor.is_fake(t)
+
+
+def _fused_attention(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False,
+                     return_debug_mask=False, *, scale=None):
+    op = torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default
+    outputs = list(op(query, key, value, attn_bias, dropout_p, is_causal, return_debug_mask,
+                      scale=scale))
+    if not _abstract(query):
+        return tuple(outputs)  # the kernel ran: its outputs are laid out as it lays them out
+    mask = attn_bias if attn_bias is not None and attn_bias.numel() > 0 else None
+    outputs[:2] = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(
+        query, key, value, dropout_p, is_causal, attn_mask=mask, scale=scale)
+    return tuple(outputs)
+
+
+def _fused_attention_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out,
+                              logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal,
+                              philox_seed, philox_offset, *, scale=None):
+    op = torch.ops.aten._scaled_dot_product_fused_attention_overrideable_backward.default
+    outputs = list(op(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp,
+                      cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed,
+                      philox_offset, scale=scale))
+    if not _abstract(query):
+        return tuple(outputs)
+    mask = attn_bias if attn_bias is not None and attn_bias.numel() > 0 else None
+    outputs[:3] = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default(
+        grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, attn_mask=mask,
+        scale=scale)
+    return tuple(outputs)
+
+
+_IN_KERNEL_LAYOUTS = {
+    "aten::_scaled_dot_product_fused_attention_overrideable": _fused_attention,
+    "aten::_scaled_dot_product_fused_attention_overrideable_backward": _fused_attention_backward,
+}
+
+
+def in_kernel_layouts(func):
+    """A callable taking `func`'s arguments that returns its outputs laid out as neuron's kernel
+    lays them out (on real tensors the kernel's own outputs; on fake or meta tensors, the layouts
+    it would return), or None when torch's meta function for `func` already does."""
+    return _IN_KERNEL_LAYOUTS.get(func.name())

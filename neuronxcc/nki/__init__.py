@@ -5,4 +5,4 @@ from nki.legacy import (  # noqa: F401
     BenchmarkResult, LegacyKernel, NkiError, baremetal, benchmark, jit, profile, simulate_kernel,
     trace,
 )
-from neuronxcc.nki import isa, language, typing  # noqa: F401,E402
+from neuronxcc.nki import compiler, isa, language, typing  # noqa: F401,E402

@@ -14,10 +14,12 @@ import inspect
 from nki import _core
 from nki._core import NkiError  # noqa: F401
 from nki._jit import GridLaunch, JitKernel
-from nki.legacy import isa, language, report  # noqa: F401
-from nki.legacy.grids import grid_index
+from nki.legacy import allocation, isa, language, report  # noqa: F401
+from nki.legacy.grids import grid_index, mask_target
 
 _core.HOOKS["grid_index"] = grid_index
+_core.HOOKS["mask_target"] = mask_target
+_core.HOOKS["check_placements"] = allocation.check_placements
 
 
 class LegacyKernel(JitKernel):
@@ -39,6 +41,8 @@ class LegacyKernel(JitKernel):
     def _make_tracer(self, target, grid):
         tracer = super()._make_tracer(target, grid)
         tracer.legacy_uses = []
+        # @ncc.force_auto_alloc: the kernel's direct placements are ignored.
+        tracer.auto_alloc_forced = getattr(self, "auto_alloc_forced", False)
         return tracer
 
     def _trace(self, args, kinds, arrays, kwargs, grid, target):

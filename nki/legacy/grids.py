@@ -102,7 +102,12 @@ class Predicate:
         self.conditions = list(conditions)
 
     def __and__(self, other):
+        if isinstance(other, (bool, np.bool_)):
+            # A condition on unrolled loop variables (a Python bool) with a grid predicate.
+            return self if other else False
         return Predicate(self.conditions + other.conditions)
+
+    __rand__ = __and__
 
     def axis_bounds(self):
         """{Axis: (lo, hi)} index ranges (0-based) the mask keeps; only single-axis conditions
@@ -189,6 +194,10 @@ def arange(*args):
 def grid_index(tensor, key):
     """A view of `tensor` indexed by index expressions (and integers): one dim per grid axis, in
     grid order."""
+    if any(isinstance(k, Tensor) for k in key):
+        from nki.legacy import indirect
+
+        return indirect.index(tensor, key, lambda k: isinstance(k, IndexExpr))
     if len(key) > tensor.ndim:
         raise error(f"too many indices ({len(key)}) for a tensor of shape {tensor.shape}")
     key = key + (slice(None),) * (tensor.ndim - len(key))
@@ -205,10 +214,6 @@ def grid_index(tensor, key):
             offset += int(k) * st
         elif isinstance(k, slice) and k == slice(None) and tensor.shape[d] == 1:
             continue
-        elif isinstance(k, Tensor):
-            raise error(f"dim {d} is indexed with a tile of runtime values (an indirect DMA "
-                        "gather): this interpreter runs no runtime-indexed DMA yet (NKI 0.6 "
-                        "spells it .ap(vector_offset=...) or nl.gather_flattened, refused too)")
         else:
             raise error("indexing with index grids and slices together is not supported: use "
                         "grids for every dim, or slices for every dim")
@@ -228,6 +233,11 @@ def grid_index(tensor, key):
                           for k in key[1:])):
             raise error("on an on-chip tile, the first grid axis indexes the partition dim (dim "
                         "0) and only it")
+    if len(order) == 1 and order[0] is not None and order[0].position == 0:
+        # One grid axis, at position 0 (nl.arange(n)[:, None] with integers on the other
+        # dims): the legacy API's result is an (n, 1) tile, n partitions of one element
+        # (AWS's nl.load page loads idx_tensor[i_p] into a [64 x 1] index tile).
+        shape, stride_list, order = shape + [1], stride_list + [1], order + [None]
     view = Tensor(tensor._buffer, shape, stride_list, offset, tensor._dtype)
     view._grid_axes = order
     return view
@@ -263,9 +273,15 @@ def skip_masked_off(fn):
     @functools.wraps(fn)
     def wrapped(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            out = fn(*args, **kwargs)
         except MaskedOff:
             return MASKED_OFF
+        mask = kwargs.get("mask")
+        if isinstance(mask, Predicate) and isinstance(out, Tensor):
+            # The mask covers the whole statement: `t[grid] = op(..., mask=m)` writes only what
+            # m keeps of t[grid] (mask_target narrows the assignment's target).
+            out._legacy_mask = mask
+        return out
 
     return wrapped
 
@@ -281,7 +297,19 @@ def masked(t, mask):
         if not bool(mask):
             raise MaskedOff()
         return t
-    if mask is None or not isinstance(t, Tensor):
+    if mask is None:
+        return t
+    from nki.legacy.indirect import IndirectAccess
+
+    if isinstance(t, IndirectAccess):
+        # The partition dim comes from the index tile: a mask on the grid axis at position 0
+        # (the one the indices were computed over) narrows it; free dims by their grid axes.
+        bounds = mask.axis_bounds()
+        by_position = {a.position: b for a, b in bounds.items()}
+        dims = [by_position.get(0)] + [bounds.get(a) if a is not None else by_position.get(d + 1)
+                                       for d, a in enumerate(t.free_axes)]
+        return t.narrowed(dims)
+    if not isinstance(t, Tensor):
         return t
     bounds = mask.axis_bounds()
     grid = getattr(t, "_grid_axes", None)
@@ -304,3 +332,13 @@ def masked(t, mask):
     if grid is not None:
         out._grid_axes = grid
     return out
+
+
+def mask_target(dst, value):
+    """The target of `dst[...] = value` narrowed by the mask `value` was computed under, where
+    the mask made the value smaller than the grid-indexed target."""
+    mask = getattr(value, "_legacy_mask", None)
+    if (mask is None or not isinstance(dst, Tensor) or dst.shape == value.shape
+            or getattr(dst, "_grid_axes", None) is None):
+        return dst
+    return masked(dst, mask)

@@ -12,7 +12,8 @@ from nki._core import Tensor, error
 from nki.isa import (  # noqa: F401  (enums and queries, the same in both APIs)
     dge_mode, engine, get_nc_version, matmul_perf_mode, nc_version, oob_mode, reduce_cmd,
 )
-from nki.legacy import report
+from nki.legacy import indirect, report
+from nki.legacy.indirect import IndirectAccess
 from nki.legacy.grids import IndexExpr, Predicate, masked, skip_masked_off
 
 # Legacy module-level engine names.
@@ -57,7 +58,21 @@ def nc_matmul(stationary, moving, is_stationary_onezero=False, is_moving_onezero
     stationary, moving = _prep(mask, stationary, moving)
     stationary = _in_sbuf(stationary, "nc_matmul", "stationary", "Tensor")
     moving = _in_sbuf(moving, "nc_matmul", "moving", "Tensor")
-    out = _fresh((_free(stationary), _free(moving)), _nl.float32, _nl.psum)
+    if isinstance(perf_mode, str):
+        # The legacy API spelt the performance mode as a string ('double_row_gen3' on
+        # NeuronCore-v3); NKI 0.6 takes the enum.
+        if perf_mode not in ("double_row", "double_row_gen3", "none"):
+            raise error(f"nisa.nc_matmul: perf_mode '{perf_mode}' is not a mode of the legacy "
+                        "API ('double_row_gen3' / 'double_row')")
+        report.use(f"nisa.nc_matmul(perf_mode='{perf_mode}')",
+                   "perf_mode=nisa.matmul_perf_mode.double_row" if perf_mode != "none" else
+                   "drop perf_mode")
+        perf_mode = None if perf_mode == "none" else matmul_perf_mode.double_row
+    if perf_mode is matmul_perf_mode.double_row and stationary.ndim == 3 and moving.ndim == 3:
+        shape = (stationary.shape[2], moving.shape[2])  # [K, 2, M] x [K, 2, N] -> [M, N]
+    else:
+        shape = (_free(stationary), _free(moving))
+    out = _fresh(shape, _nl.float32, _nl.psum)
     idx = _isa.nc_matmul(out, stationary, moving, is_transpose=is_transpose,
                          tile_position=tile_position, tile_size=tile_size, perf_mode=perf_mode)
     out._pending_matmul = idx.index
@@ -98,9 +113,25 @@ def activation_reduce(op, data, reduce_op, reduce_res, bias=None, scale=1.0, mas
                       reduce_res=reduce_res, mask=mask, dtype=dtype)
 
 
+def _broadcast_column(t, like, call, operand):
+    """A [P, 1] operand read as `like`'s shape (stride 0 along the free dims), as the legacy
+    API's compiler broadcast it (AWS's samples multiply [P, F] tiles by [P, 1] scales with
+    nisa.tensor_tensor); NKI 0.6 asks for the broadcast or a tensor_scalar."""
+    if (not isinstance(t, Tensor) or not isinstance(like, Tensor) or t.shape[0] != like.shape[0]
+            or t.numel() != t.shape[0] or like.numel() == like.shape[0]):
+        return t
+    report.use(f"nisa.{call}({operand}=<a [P, 1] tile>) broadcast along the free dims",
+               f"nisa.tensor_scalar(dst, data, op0, operand0=<the [P, 1] tile>) or "
+               f"{operand}.broadcast_to(<the other operand's shape>)")
+    return Tensor(t._buffer, like.shape, (t.strides[0],) + (0,) * (like.ndim - 1), t.offset,
+                  t._dtype)
+
+
 def tensor_tensor(data1, data2, op, dtype=None, mask=None, engine=None, **kwargs):
     _used("tensor_tensor")
     data1, data2 = _prep(mask, data1, data2)
+    data2 = _broadcast_column(data2, data1, "tensor_tensor", "data2")
+    data1 = _broadcast_column(data1, data2, "tensor_tensor", "data1")
     out = _fresh(data1.shape, dtype or _core.result_dtype(data1.dtype, data2.dtype))
     _isa.tensor_tensor(out, data1, data2, op, engine=engine)
     return out
@@ -318,6 +349,10 @@ def dma_copy(dst=None, src=None, mask=None, dst_rmw_op=None, oob_mode=None, dge_
     if dst_rmw_op is not None:
         raise error("nisa.dma_copy(dst_rmw_op=) (read-modify-write DMA) is not modelled; NKI "
                     "0.3 moved it to nisa.dma_compute")
+    if isinstance(dst, IndirectAccess) or isinstance(src, IndirectAccess):
+        if mask is not None:
+            report.use("mask=", "clip the slices instead (NKI 0.2 removed mask=)")
+        return indirect.copy(masked(dst, mask), masked(src, mask))
     dst, src = _prep(mask, dst, src)
     return _isa.dma_copy(dst=dst, src=src)
 

@@ -16,13 +16,14 @@ from nki import _core, _ops
 from nki import isa as _isa
 from nki import language as _nl
 from nki.language import (  # noqa: F401  (the same in both APIs)
-    MemoryRegion, NkiTensor, affine_range, bfloat16, bool_, device_print, ds, float8_e4m3,
+    MemoryRegion, NkiTensor, bfloat16, bool_, device_print, ds, float8_e4m3,
     float8_e4m3fn, float8_e5m2, float16, float32, hbm, int8, int16, int32, no_reorder,
-    private_hbm, program_id, program_ndim, psum, sbuf, sequential_range, shared_hbm,
-    static_range, tfloat32, tile_size, uint8, uint16, uint32,
+    private_hbm, program_id, program_ndim, psum, sbuf, shared_hbm, tfloat32, tile_size, uint8, uint16, uint32,
 )
 from nki._core import Tensor, error
-from nki.legacy import report
+from nki.legacy import indirect, report
+from nki.legacy.allocation import DirectAllocation
+from nki.legacy.indirect import IndirectAccess
 from nki.legacy.grids import MASKED_OFF, arange, masked, mgrid, skip_masked_off  # noqa: F401
 
 _MASK = ("mask=", "clip the slices instead: t[p0:min(P, p0 + 128), f0:min(F, f0 + 512)] "
@@ -54,11 +55,14 @@ class BlockTensor:
     Indexing fewer block dims than it has, or block dims with slices (``t[h]``, ``t[0:2, i]``),
     gives a view over the same tiles (the legacy API passes such sub-tensors to helpers)."""
 
-    def __init__(self, blocks, tile_shape, dtype, buffer, fill=None, _tiles=None, _dims=None):
+    def __init__(self, blocks, tile_shape, dtype, buffer, fill=None, _tiles=None, _dims=None,
+                 allocation=None, name=""):
         self.tile_shape = tuple(tile_shape)
         self.dtype = _core.as_dtype(dtype)
         self.buffer = buffer
         self.fill = fill
+        self.allocation = allocation  # ncc.sbuf / ncc.psum placement of each tile, if given
+        self.name = name
         self.tiles = {} if _tiles is None else _tiles
         # One entry per block dim of the allocation: a fixed int, or the range this view spans.
         self._dims = [range(int(n)) for n in blocks] if _dims is None else _dims
@@ -105,12 +109,15 @@ class BlockTensor:
         if builtins.all(isinstance(d, int) for d in dims):
             return self._tile(tuple(dims))
         return BlockTensor((), self.tile_shape, self.dtype, self.buffer, self.fill,
-                           _tiles=self.tiles, _dims=dims)
+                           _tiles=self.tiles, _dims=dims, allocation=self.allocation,
+                           name=self.name)
 
     def _tile(self, index):
         t = self.tiles.get(index)
         if t is None:
             t = _nl.ndarray(self.tile_shape, self.dtype, buffer=self.buffer)
+            if self.allocation is not None:
+                self.allocation.place(t, index, self.name)
             if self.fill is not None:
                 _isa.memset(dst=t, value=self.fill)
             self.tiles[index] = t
@@ -141,6 +148,9 @@ class BlockTensor:
 
 
 def _alloc(shape, dtype, buffer, name, fill):
+    allocation = None
+    if isinstance(buffer, DirectAllocation):
+        allocation, buffer = buffer, buffer.memory
     if isinstance(buffer, str):
         report.use(f"buffer='{buffer}'", f"buffer=nl.{buffer} (NKI 0.3 dropped string buffer "
                    "names)")
@@ -151,10 +161,13 @@ def _alloc(shape, dtype, buffer, name, fill):
         report.use("nl.par_dim block dims", "a Python list of [P, F] tiles, or the block dims "
                    "folded into the free dims ([P, B, F]); see AWS's block-dimension migration "
                    "guide")
-        return BlockTensor(shape[:pdims[0]], shape[pdims[0]:], dtype, buffer or sbuf, fill)
+        return BlockTensor(shape[:pdims[0]], shape[pdims[0]:], dtype, buffer or sbuf, fill,
+                           allocation=allocation, name=name)
     if pdims:
         report.use("nl.par_dim", "drop nl.par_dim: dim 0 is always the partition dim")
     t = _nl.ndarray(tuple(int(s) for s in shape), dtype, buffer=buffer or sbuf, name=name)
+    if allocation is not None:
+        allocation.place(t, (), name)
     if fill is not None:
         _isa.memset(dst=t, value=fill)
     return t
@@ -207,6 +220,8 @@ def _keep_axes(out, like):
 def load(src, mask=None, dtype=None, **kwargs):
     """A fresh SBUF tile holding src (an HBM view, possibly indexed by grids)."""
     src = masked(src, _mask(mask))
+    if isinstance(src, IndirectAccess):
+        return indirect.gather(src, dtype)
     return _keep_axes(_nl.load(src, dtype=dtype), src)
 
 
@@ -214,6 +229,11 @@ def load(src, mask=None, dtype=None, **kwargs):
 def store(dst, value, mask=None, **kwargs):
     mask = _mask(mask)
     dst, value = masked(dst, mask), masked(value, mask)
+    if isinstance(dst, IndirectAccess):
+        from nki.legacy.isa import _in_sbuf
+
+        indirect.scatter(dst, _in_sbuf(value, "store", "value", "DMA", api="nl"))
+        return
     if isinstance(dst, Tensor) and dst.ndim == 0:
         dst = dst.reshape((1,))  # one element of an HBM tensor (out[b, h]) from a 1-element tile
     if isinstance(value, Tensor) and value.shape != dst.shape and value.numel() == dst.numel():
@@ -278,8 +298,77 @@ softmax = _with_mask(_nl.softmax)
 rms_norm = _with_mask(_nl.rms_norm)
 broadcast_to = _with_mask(_nl.broadcast_to)
 expand_dims = _nl.expand_dims
-shared_constant = _nl.shared_constant
+
+
+def shared_constant(constant, dtype=None, **kwargs):
+    """The legacy ``nl.shared_constant(constant, dtype=None)``: the constant converted value by
+    value to `dtype` (NKI 0.6 takes the array in the dtype it should have)."""
+    if dtype is None:
+        return _nl.shared_constant(constant)
+    import numpy as np
+
+    report.use("nl.shared_constant(constant, dtype=...)",
+               "nl.shared_constant(constant.astype(<NumPy dtype>)) (NKI 0.6 takes no dtype=)")
+    if isinstance(constant, str):
+        constant = np.load(constant)
+    return _nl.shared_constant(static_cast(np.asarray(constant), dtype))
 shared_identity_matrix = _nl.shared_identity_matrix
+
+
+class _Loop:
+    """The iterations of an nl.affine_range / sequential_range / static_range, unrolled as every
+    loop is here, with the loop (its source line, and the iteration where AWS's tracer unrolls it
+    too) on the tracer's loop stack while its body runs: AWS's tracer traces an affine or
+    sequential loop's body once, so a statement in it is one allocation however many times it
+    runs (nki.legacy.allocation keys placements by it); static_range unrolls, each iteration its
+    own. Iterable more than once, like the range it stands for."""
+
+    def __init__(self, bounds, static):
+        self.range = range(*bounds)
+        self.static = static
+        self.location = _core.caller_location()
+
+    def __len__(self):
+        return len(self.range)
+
+    def __repr__(self):
+        return f"<legacy loop {self.range}>"
+
+    def __iter__(self):
+        tracer = _core.current_tracer(optional=True)
+        if tracer is None:
+            yield from self.range
+            return
+        stack = tracer.__dict__.setdefault("legacy_loops", [])
+        entry = [self.location, self.static, None]
+        stack.append(entry)
+        try:
+            for i in self.range:
+                entry[2] = i
+                yield i
+        finally:
+            if entry in stack:
+                stack.remove(entry)
+
+
+def _loop(bounds, static):
+    return _Loop(bounds, static)
+
+
+def _bounds(start, stop, step):
+    return (start, stop, step) if stop is not None else (start,)
+
+
+def affine_range(start, stop=None, step=1, **kwargs):
+    return _loop(_bounds(start, stop, step), static=False)
+
+
+def sequential_range(start, stop=None, step=1, **kwargs):
+    return _loop(_bounds(start, stop, step), static=False)
+
+
+def static_range(start, stop=None, step=1, **kwargs):
+    return _loop(_bounds(start, stop, step), static=True)
 
 
 def num_programs(axes=None):

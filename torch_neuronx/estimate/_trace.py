@@ -111,7 +111,9 @@ class _Recorder(TorchDispatchMode):
         if parts is not None:
             with self:
                 return parts(*args, **kwargs)
-        out = func(*args, **kwargs)
+        # Laid out as neuron's kernel lays them out, where torch's meta function says otherwise
+        # (the fused attention's: _op_work.in_kernel_layouts), so what follows runs as in eager.
+        out = (_op_work.in_kernel_layouts(func) or func)(*args, **kwargs)
         outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
         if self.trainable is not None:
             for t in tree_leaves((args, kwargs)):

@@ -81,13 +81,19 @@ void add_dma_bytes(const nrtsim::nki::Program& p, nrtsim::Work& work) {
     if (in.engine != nrtsim::Engine::kDma || !in.a.valid()) continue;
     const auto& dst = p.buffers[static_cast<size_t>(in.dst.buffer)];
     const auto& src = p.buffers[static_cast<size_t>(in.a.buffer)];
+    // An indirect DMA's indexed view spans every row an index may name; the rows it moves are
+    // as many as the other side's elements.
+    const bool indirect = in.op == nrtsim::nki::Opcode::kDmaIndirect;
+    const int64_t moved = (in.axes & 1u) != 0 ? in.a.numel() : in.dst.numel();
     if (src.memory == nrtsim::nki::Memory::kHbm) {
       work[nrtsim::Engine::kDma].bytes_read +=
-          static_cast<uint64_t>(in.a.numel()) * nrtsim::nki::dtype_size(view_dtype(p, in.a));
+          static_cast<uint64_t>(indirect ? moved : in.a.numel()) *
+          nrtsim::nki::dtype_size(view_dtype(p, in.a));
     }
     if (dst.memory == nrtsim::nki::Memory::kHbm) {
       work[nrtsim::Engine::kDma].bytes_written +=
-          static_cast<uint64_t>(in.dst.numel()) * nrtsim::nki::dtype_size(view_dtype(p, in.dst));
+          static_cast<uint64_t>(indirect ? moved : in.dst.numel()) *
+          nrtsim::nki::dtype_size(view_dtype(p, in.dst));
     }
   }
 }

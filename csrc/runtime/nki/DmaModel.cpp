@@ -134,21 +134,31 @@ DmaShape dma_shape(const Program& p, const Instruction& in, const DmaSpec& spec)
     return p.buffers[static_cast<size_t>(v.buffer)].memory != Memory::kHbm;
   };
   DmaShape s;
-  s.transpose = (in.axes & 1u) != 0;
-  const View& dst = in.dst;
+  // An indirect DMA moves one row per index: its indexed side is timed as one such row (the
+  // rows the indices pick are apart in memory, each its own descriptor at least), its other
+  // side as the tile it is.
+  const bool indirect = in.op == Opcode::kDmaIndirect;
+  const bool scatter_rows = indirect && (in.axes & 1u) != 0;
+  s.transpose = !indirect && (in.axes & 1u) != 0;
+  auto row_of = [](View v) {
+    v.shape[0] = 1;
+    return v;
+  };
+  const View dst = scatter_rows ? row_of(in.dst) : in.dst;
+  const View src = indirect && !scatter_rows ? row_of(in.a) : in.a;
   s.element_bytes = dtype_size(dtype_of(dst));
   int64_t run = run_elements(dst, on_chip(dst));
   // A DMA transpose writes contiguous rows (the engine's transpose block reorders them); a
   // plain copy moves runs that are contiguous on both sides.
-  if (in.a.valid() && !s.transpose) {
-    s.element_bytes = std::max(s.element_bytes, dtype_size(dtype_of(in.a)));
-    const int64_t src_run = run_elements(in.a, on_chip(in.a));
+  if (src.valid() && !s.transpose) {
+    s.element_bytes = std::max(s.element_bytes, dtype_size(dtype_of(src)));
+    const int64_t src_run = run_elements(src, on_chip(src));
     // The common run: both sides contiguous for min(run, src_run) elements when one divides
     // the other (row layouts); otherwise element by element.
     const int64_t lo = std::min(run, src_run), hi = std::max(run, src_run);
     run = (lo > 0 && hi % lo == 0) ? lo : 1;
   }
-  const int64_t total = dst.numel();
+  const int64_t total = scatter_rows ? in.a.numel() : in.dst.numel();
   const double run_bytes = static_cast<double>(run) * static_cast<double>(s.element_bytes);
   const auto pieces = static_cast<int64_t>(std::max(1.0, std::ceil(run_bytes / spec.max_descriptor_bytes)));
   s.descriptors = (run > 0 ? (total + run - 1) / run : 0) * pieces;

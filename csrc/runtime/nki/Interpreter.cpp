@@ -254,10 +254,11 @@ class Floats {
 // dense copy.
 class Rows {
  public:
-  Rows(const Storage& mem, const View& v) {
+  // `staged`: always a dense copy, rows of free_size() elements in view order.
+  Rows(const Storage& mem, const View& v, bool staged = false) {
     const int64_t free = v.free_size();
     int64_t expect = 1;
-    bool dense_free = mem.of(v) == DType::kFloat32;
+    bool dense_free = !staged && mem.of(v) == DType::kFloat32;
     for (int d = v.ndim - 1; d >= 1 && dense_free; --d) {
       if (v.shape[d] == 1) continue;
       dense_free = v.stride[d] == expect;
@@ -729,6 +730,8 @@ void for_each_affine(const Instruction& in, size_t n, F&& f) {
 int64_t parts_of(const View& v) { return v.ndim > 0 ? v.shape[0] : 1; }
 
 void run_selection(const Storage& mem, const Program& p, size_t i);
+// An index tile's values as exact integers (Selection.inc).
+std::vector<int64_t> load_ints(const Storage& mem, const View& v);
 
 // The instructions beyond the basic arithmetic: scans, cross-partition reductions, statistics,
 // top-8 search, MX quantisation and MX matmul.
@@ -963,6 +966,41 @@ void run_extended(const Storage& mem, const Program& p, size_t i, const Instruct
       store_raw(mem, in.d, scales.data());
       break;
     }
+    case Opcode::kDmaIndirect: {
+      // One row per partition, at the row its index names: every index is checked before any
+      // row moves, so a bad one leaves the destination as it was.
+      const bool scatter_rows = (in.axes & 1u) != 0;
+      const View& indexed = scatter_rows ? in.dst : in.a;
+      const View& dense = scatter_rows ? in.a : in.dst;
+      const std::vector<int64_t> rows = load_ints(mem, in.b);
+      const int64_t n = indexed.shape[0];
+      for (size_t q = 0; q < rows.size(); ++q) {
+        if (rows[q] < 0 || rows[q] >= n) {
+          fail(p, i, "index " + std::to_string(rows[q]) + " at partition " + std::to_string(q) +
+                         " of the index tile is outside [0, " + std::to_string(n) + ") of the " +
+                         (scatter_rows ? "destination's" : "source's") +
+                         " indexed dim (the DMA engines' bounds check raises this on a device "
+                         "too; mask the partitions whose indices are not valid)");
+        }
+      }
+      const bool same = mem.of(in.a) == mem.of(in.dst);
+      for (size_t q = 0; q < rows.size(); ++q) {
+        View far = indexed, near = dense;
+        far.offset += rows[q] * indexed.stride[0];
+        far.shape[0] = 1;
+        near.offset += static_cast<int64_t>(q) * dense.stride[0];
+        near.shape[0] = 1;
+        const View& src = scatter_rows ? near : far;
+        const View& dst = scatter_rows ? far : near;
+        if (same) {
+          copy_raw(mem, src, dst);
+        } else {
+          const std::vector<float> x = load(mem, src);
+          scatter(mem, dst, x.data());
+        }
+      }
+      break;
+    }
     case Opcode::kMatmulMx: {
       // Dequantise both operands (value x 2^(scale - 127); scale of partition k at scale-tile
       // partition (k / 32) * 32 + (k % 32) / 8) into FP32 [4K, M] / [4K, N] and multiply them.
@@ -1120,11 +1158,15 @@ void execute(const Storage& mem, const Program& p, size_t i, const Instruction& 
       break;
     }
     case Opcode::kMatmul: {
-      const int64_t k = in.a.shape[0];
-      const int64_t m = in.a.free_size();
-      const int64_t n = in.b.free_size();
-      const Rows s(mem, in.a);
-      const Rows mv(mem, in.b);
+      // FP8 double-row mode (axes bit 0): operands [K, 2, M] and [K, 2, N] contract over
+      // (k, r), a K = 2K matmul whose rows are the operands' rows in view order.
+      const int64_t pair = (in.axes & 1u) != 0 ? 2 : 1;
+      const int64_t k = in.a.shape[0] * pair;
+      const int64_t m = in.a.free_size() / pair;
+      const int64_t n = in.b.free_size() / pair;
+      const Rows s(mem, in.a, pair == 2);
+      const Rows mv(mem, in.b, pair == 2);
+      const int64_t s_step = pair == 2 ? m : s.step(), mv_step = pair == 2 ? n : mv.step();
       // Into the destination's own memory where it is one dense FP32 stretch apart from the
       // operands (a PSUM tile, as a rule), else through a staged copy.
       const bool direct = mem.distinct && mem.of(in.dst) == DType::kFloat32 &&
@@ -1140,7 +1182,7 @@ void execute(const Storage& mem, const Program& p, size_t i, const Instruction& 
       // A small product costs less in the loop than the lent GEMM's call (tensor set-up and
       // dispatch, several microseconds): both accumulate in FP32.
       const MatmulKernel kernel = m * n * k <= kSmallMatmulMacs ? &loop_matmul : matmul;
-      kernel(m, n, k, s.data(), s.step(), mv.data(), mv.step(), out, in.accumulate);
+      kernel(m, n, k, s.data(), s_step, mv.data(), mv_step, out, in.accumulate);
       if (!direct) scatter(mem, in.dst, out);
       break;
     }
@@ -1442,13 +1484,41 @@ Executable::Executable(Program program) : program_(std::move(program)) {
             in.a.shape[0] != in.b.shape[0]) {
           fail(p, i, "stationary and moving need the same contraction (partition) size");
         }
-        if (in.dst.numel() != in.a.free_size() * in.b.free_size()) {
+        if ((in.axes & 1u) != 0 &&
+            (in.a.free_size() % 2 != 0 || in.b.free_size() % 2 != 0 ||
+             in.dst.numel() != in.a.free_size() / 2 * (in.b.free_size() / 2))) {
+          fail(p, i, "a double-row matmul takes [K, 2, M] and [K, 2, N] into [M, N]");
+        }
+        if ((in.axes & 1u) == 0 && in.dst.numel() != in.a.free_size() * in.b.free_size()) {
           fail(p, i, "destination must hold stationary free x moving free elements");
         }
         break;
       case Opcode::kTranspose:
       case Opcode::kTensorCopy:
       case Opcode::kDmaCopy: require_same_numel(p, i, in.a, in.dst, "source"); break;
+      case Opcode::kDmaIndirect: {
+        const bool scatter_rows = (in.axes & 1u) != 0;
+        const View& indexed = scatter_rows ? in.dst : in.a;
+        const View& dense = scatter_rows ? in.a : in.dst;
+        if (!in.b.valid() || !indexed.valid() || !dense.valid() || indexed.ndim < 1 ||
+            dense.ndim < 1) {
+          fail(p, i, "an indirect DMA needs a source, a destination and an index tile");
+        }
+        if (in.b.numel() != dense.shape[0]) {
+          fail(p, i, "the index tile holds " + std::to_string(in.b.numel()) + " indices for " +
+                         std::to_string(dense.shape[0]) + " partitions (one per partition)");
+        }
+        if (indexed.free_size() != dense.free_size()) {
+          fail(p, i, "an indexed row has " + std::to_string(indexed.free_size()) +
+                         " elements, a partition of the tile " + std::to_string(dense.free_size()));
+        }
+        const DType it = in.b.dtype >= 0 ? static_cast<DType>(in.b.dtype)
+                                         : p.buffers[static_cast<size_t>(in.b.buffer)].dtype;
+        if (dtype_is_float(it) || dtype_is_packed(it)) {
+          fail(p, i, "the index tile must hold integers");
+        }
+        break;
+      }
       case Opcode::kScan:
         require_same_numel(p, i, in.a, in.dst, "data0");
         require_same_numel(p, i, in.b, in.dst, "data1");
@@ -1532,12 +1602,13 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
   struct GiveBack {
     ScratchPool& pool;
     std::unique_ptr<uint8_t[]>& block;
+    int64_t bytes;
     ~GiveBack() {
-      if (!block) return;
+      if (!block || bytes > kPooledScratchBytes) return;
       std::lock_guard<std::mutex> lock(pool.mu);
       if (pool.idle.empty()) pool.idle.push_back(std::move(block));
     }
-  } give_back{*pool_, block};
+  } give_back{*pool_, block, scratch_bytes_};
   for (size_t b = 0; b < p.buffers.size(); ++b) {
     const Buffer& buf = p.buffers[b];
     mem.dtype[b] = buf.dtype;

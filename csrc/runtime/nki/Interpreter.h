@@ -58,7 +58,10 @@ class Executable {
 
   // Scratch blocks that finished runs gave back, for the next run: a fresh block per run was
   // fresh pages from the OS, and faulting them in cost as much as small kernels' own work. At
-  // most one is kept idle per executable (more only while runs overlap).
+  // most one is kept idle per executable (more only while runs overlap), and only a block of
+  // at most kPooledScratchBytes: a cached executable does not pin a large kernel's scratch
+  // between calls (faulting in a large block is small next to the run that fills it).
+  static constexpr int64_t kPooledScratchBytes = int64_t{64} << 20;
   struct ScratchPool {
     std::mutex mu;
     std::vector<std::unique_ptr<uint8_t[]>> idle;

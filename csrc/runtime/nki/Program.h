@@ -88,7 +88,8 @@ enum class Opcode : uint8_t {
   kActivation,    // dst <- act(a * scale + bias); scale: imm0 or [P,1] view c; bias: [P,1] view b
                   // or imm1, subtracted with reverse0 (exponential); reduction as kTensorScalar
   kTensorReduce,  // dst <- reduce (alu0) of a over the dims in axes (free dims only)
-  kMatmul,        // dst[M,N] (+)= a[K,M]^T @ b[K,N]; PSUM accumulates in FP32
+  kMatmul,        // dst[M,N] (+)= a[K,M]^T @ b[K,N]; PSUM accumulates in FP32. axes bit 0: FP8
+                  // double-row mode, a[K,2,M] and b[K,2,N] contracting over K x 2 at one row's cost
   kTranspose,     // dst[F,P] <- a[P,F]
   kIota,          // dst[p, i...] <- imm0 + p * imm1 + sum(pattern[k] * i_k)
   kMemset,        // dst <- imm0
@@ -125,6 +126,11 @@ enum class Opcode : uint8_t {
                   // kActivation (reduce_cmd, e, d)
   kTopk,          // per group of 16 partitions: the top K (dst's free size) of the group's snake
                   // of imm0 values in a, ascending, in the same snake layout; their indices to d
+  kDmaIndirect,   // a DMA whose rows are picked at run time by the integer values of b ([P,1] in
+                  // SBUF, one per partition): gather (axes 0) dst[p, ...] <- a[b[p], ...], or
+                  // scatter (axes 1) dst[b[p], ...] <- a[p, ...]. The indexed view spans the
+                  // whole indexed dim (dim 0, every row an index may name); an index outside
+                  // [0, its size) is an error, as the DMA engines' bounds check raises it
   kBarrier,       // core_barrier (and sendrecv's synchronisation): no data moves; every logical
                   // core of the launch waits until all of them reach it (Timeline.cpp)
 };
@@ -166,7 +172,8 @@ struct Instruction {
   bool reverse0 = false, reverse1 = false;
   double imm0 = 0, imm1 = 0, imm2 = 0;
   Act act = Act::kCopy;
-  uint32_t axes = 0;  // tensor_reduce: bit k reduces dim k of a; dma_copy: 1 for a DMA transpose
+  uint32_t axes = 0;  // tensor_reduce: bit k reduces dim k of a; dma_copy: 1 for a DMA transpose;
+                      // matmul: 1 for double-row mode; dma_indirect: 1 for a scatter
   bool negate = false;
   bool accumulate = false;
   ReduceCmd reduce_cmd = ReduceCmd::kIdle;

@@ -62,8 +62,11 @@ double instruction_ns(const Program& p, const Instruction& in, const CoreSpec& s
       if (in.op == Opcode::kTranspose) {
         cycles = std::max<double>(static_cast<double>(in.a.shape[0]), kMatmulMinCycles);
       } else {
-        // An MX matmul streams its moving x4 elements at the BF16 rate: 4x the MACs per cycle.
-        cycles = std::max<double>(static_cast<double>(in.b.free_size()), kMatmulMinCycles);
+        // An MX matmul streams its moving x4 elements at the BF16 rate: 4x the MACs per cycle;
+        // a double-row FP8 matmul streams its two rows of N at once (AWS's Trainium2 guide:
+        // the same time as a BF16 matmul of contraction 128).
+        const double pair = in.op == Opcode::kMatmul && (in.axes & 1u) != 0 ? 2.0 : 1.0;
+        cycles = std::max<double>(static_cast<double>(in.b.free_size()) / pair, kMatmulMinCycles);
       }
       if (dt == DType::kFloat32 || (in.b.valid() && dtype_of(p, in.b) == DType::kFloat32)) {
         cycles *= spec.tensor_fp32_slowdown;
@@ -203,12 +206,18 @@ Timeline schedule(const Program& p, const CoreSpec& spec) {
     t.instruction_count[e] += 1;
     t.makespan_ns = std::max(t.makespan_ns, ready);
     if (in.op == Opcode::kMatmul || in.op == Opcode::kMatmulMx) {
+      // A double-row matmul: K x 2 rows of M and of N, counted as the two halves they are.
+      const uint64_t pair = in.op == Opcode::kMatmul && (in.axes & 1u) != 0 ? 2ull : 1ull;
       t.matmul_flops += (in.op == Opcode::kMatmulMx ? 8ull : 2ull) * static_cast<uint64_t>(in.a.shape[0]) *
                         static_cast<uint64_t>(in.a.free_size()) *
-                        static_cast<uint64_t>(in.b.free_size());
+                        static_cast<uint64_t>(in.b.free_size()) / pair;
     }
     if (in.engine == Engine::kDma) {
-      t.dma_bytes += static_cast<uint64_t>(in.dst.numel()) * dtype_size(dtype_of(p, in.dst));
+      // What moves: the destination, or for a scatter the tile it scatters (its destination
+      // view spans every row an index may name).
+      const bool scatter_rows = in.op == Opcode::kDmaIndirect && (in.axes & 1u) != 0;
+      const View& moved = scatter_rows ? in.a : in.dst;
+      t.dma_bytes += static_cast<uint64_t>(moved.numel()) * dtype_size(dtype_of(p, moved));
     }
 
     auto record = [&](const View& v, bool write) {
