@@ -1350,6 +1350,10 @@ def topk(val_dst, idx_dst, src, n, name=None):
 # every core's instructions before one before any after it (_core.Tracer._interleave_programs).
 
 
+# The enums under other names: the calls below take parameters named engine / dma_engine.
+_Engine, _DmaEngine = engine, dma_engine
+
+
 def _cores_of_launch(tracer, what):
     if tracer.spec["version"] < 3:
         raise error(f"{what} needs NeuronCore-v3 or later (trn2 / trn3), as AWS documents it")
@@ -1381,9 +1385,9 @@ def core_barrier(data, cores, engine=engine.gpsimd, name=None):
                     f"every core of the launch, cores={tuple(range(n))}" +
                     (" (the second core never runs here: launch kernel[2] for LNC=2)"
                      if n == 1 else ""))
-    if engine in (None, globals()["engine"].unknown):
+    if engine in (None, _Engine.unknown):
         eng = GPSIMD
-    elif engine in (globals()["engine"].dma, globals()["engine"].sync):
+    elif engine in (_Engine.dma, _Engine.sync):
         raise error(f"{what}: engine must be one of the compute engines (tensor, vector, scalar, "
                     f"gpsimd), got {engine!r}")
     else:
@@ -1454,10 +1458,10 @@ def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=dma_eng
                         "with the other core of the pair")
     if not _core._is_int(pipe_id) or int(pipe_id) < 0:
         raise error(f"{what}: pipe_id must be a non-negative integer, got {pipe_id!r}")
-    if dma_engine not in (globals()["dma_engine"].dma, globals()["dma_engine"].gpsimd_dma):
+    if dma_engine not in (_DmaEngine.dma, _DmaEngine.gpsimd_dma):
         raise error(f"{what}: dma_engine must be nisa.dma_engine.dma or gpsimd_dma, got "
                     f"{dma_engine!r}")
-    if dma_engine == globals()["dma_engine"].gpsimd_dma:
+    if dma_engine == _DmaEngine.gpsimd_dma:
         size = src.dtype.itemsize
         limit = _GPSIMD_DMA_PARTITION_BYTES.get(size)
         per = src.numel() // src.shape[0] * size

@@ -178,12 +178,12 @@ def sendrecv_with(x, send_to, recv_from, pipe=0, dtype=None, rows=ROWS, engine=N
 
 
 @nki.jit
-def single_core_barrier(x, cores):
+def single_core_barrier(x, cores, engine=nisa.engine.gpsimd):
     out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
     t = nl.ndarray((ROWS, COLS), x.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=t, src=x[:ROWS, :])
     nisa.dma_copy(dst=out[:ROWS, :], src=t)
-    nisa.core_barrier(out, cores)
+    nisa.core_barrier(out, cores, engine=engine)
     nisa.dma_copy(dst=t, src=out[:ROWS, :])
     nisa.dma_copy(dst=out[ROWS:, :], src=t)
     return out
@@ -245,6 +245,9 @@ def test_core_barrier_rules():
         single_core_barrier(X, (0, 1))
     with pytest.raises(NkiError, match="cores="):
         single_core_barrier[2](X, (0,))
+    np.testing.assert_array_equal(single_core_barrier(X, (0,), nisa.engine.vector), X)
+    with pytest.raises(NkiError, match="compute engines"):
+        single_core_barrier(X, (0,), nisa.engine.dma)
 
 
 def test_cross_core_calls_need_neuroncore_v3():
