@@ -47,6 +47,13 @@ PARTIAL = {
                                         "x - r or r - x is meant",
     "nki.isa.dma_compute": "read-modify-write through .ap(vector_offset=) is refused; more "
                            "than 6 sources need a float32 dst",
+    "nki.isa.core_barrier": "the barrier holds every engine of both cores until all their earlier "
+                            "work is done (the hardware holds only the engine that runs it and "
+                            "what depends on its data), so engine= does not change the modelled "
+                            "time; a one-program launch takes cores=(0,) only",
+    "nki.isa.sendrecv": "dma_engine=gpsimd_dma is checked (partitions, bytes per partition) but "
+                        "timed as the standard DMA path; both cores must use their pipes in the "
+                        "same order (one pipe_id cannot overtake another)",
     "nki.language.gather_flattened": "axis other than 0 (the default, a gather along each "
                                      "partition's flattened free dims) is refused: the "
                                      "reference defines no other",
@@ -211,7 +218,7 @@ ENGINE_NAMES = ("tensor", "vector", "scalar", "gpsimd", "dma")
  OP_MAX8, OP_FIND_INDEX8, OP_MATCH_REPLACE8, OP_QUANTIZE_MX, OP_MATMUL_MX, OP_CUMULATIVE,
  OP_SELECT_REDUCE, OP_RANGE_SELECT, OP_NONZERO_WITH_COUNT, OP_SEQUENCE_BOUNDS, OP_STREAM_SHUFFLE,
  OP_LOCAL_GATHER, OP_N_GATHER, OP_DMA_COMPUTE, OP_ACTIVATE2, OP_TOPK,
- OP_DMA_INDIRECT) = range(34)
+ OP_DMA_INDIRECT, OP_BARRIER) = range(35)
 # Instructions that write only part of their destination (the rest keeps its contents): an
 # assignment of their fresh result is a copy of the whole tile, never folded into them.
 PARTIAL_WRITE_OPS = (OP_NONZERO_WITH_COUNT, OP_STREAM_SHUFFLE, OP_TOPK)
@@ -876,12 +883,40 @@ class NkiSpillWarning(UserWarning):
 VIEW_SLOTS = ("dst", "a", "b", "c", "d", "e", "f")
 
 
+def _nth(k):
+    return {0: "first", 1: "second", 2: "third"}.get(k, f"{k + 1}th")
+
+
+class CoreSync:
+    """What one cross-core synchronisation point of one program is (nisa.core_barrier or
+    nisa.sendrecv): `key` must be the same on every core at the same point."""
+
+    def __init__(self, what, key, peer=None):
+        self.what, self.key, self.peer = what, key, peer
+
+    def check_pair(self, ins, here, prog):
+        if self.peer is None:
+            return
+        peer = here.get(self.peer)
+        if peer is None or peer.sync.peer != prog:
+            raise error(f"{self.what} at line {ins.location[1]}: core {prog} sends to core "
+                        f"{self.peer}, but core {self.peer}'s matching sendrecv (line "
+                        f"{peer.location[1] if peer else '?'}) does not receive from core {prog}")
+        src, dst = peer.views["a"], ins.dst
+        if src.dtype != dst.dtype or src.shape[0] != dst.shape[0] or src.numel() != dst.numel():
+            raise error(f"{self.what} at line {ins.location[1]}: core {prog}'s dst {dst.shape} "
+                        f"{dst.dtype} cannot receive core {self.peer}'s src {src.shape} "
+                        f"{src.dtype}: the same dtype, partitions and elements per partition "
+                        "are needed")
+
+
 class Instr:
     """One recorded instruction: opcode, engine, views and parameters (Program.h's Instruction)."""
 
     __slots__ = ("op", "engine", "program", "location", "views", "alu0", "alu1", "alu2",
                  "reverse0", "reverse1", "imm0", "imm1", "imm2", "act", "axes", "negate",
-                 "accumulate", "reduce_cmd", "pattern", "text", "after", "name", "spill", "fold")
+                 "accumulate", "reduce_cmd", "pattern", "text", "after", "name", "spill", "fold",
+                 "sync")
 
     def __init__(self, op, engine, program, location, views, **params):
         self.op, self.engine, self.program, self.location = op, engine, program, location
@@ -893,6 +928,7 @@ class Instr:
         self.accumulate = None
         self.pattern, self.text, self.after, self.name, self.spill = [], "", [], None, None
         self.fold = False
+        self.sync = None  # a CoreSync: this instruction is a cross-core synchronisation point
         for k, v in params.items():
             setattr(self, k, v)
 
@@ -1034,23 +1070,89 @@ class Tracer:
         """SPMD programs run at the same time on their cores: the interpreter executes their
         instructions interleaved (the k-th of each program in turn) rather than one program
         after another, so that programs touching the same shared_hbm tensor see what concurrent
-        cores would (e.g. every program zeroing an output before any writes its share)."""
+        cores would (e.g. every program zeroing an output before any writes its share).
+
+        Cross-core synchronisation points (nisa.core_barrier, nisa.sendrecv) split every
+        program into phases: all programs' instructions of one phase run before the
+        synchronisation and before any of the next phase (what the semaphores guarantee on
+        the hardware). Every program must reach the same synchronisation points in the same
+        order; one that a program never reaches would hang the hardware, and is an error here."""
         if len(self.grid) == 1 and self.grid[0] == 1:
             return
         per = {}
         for i, ins in enumerate(self.instructions):
             per.setdefault(ins.program, []).append(i)
+        programs = sorted(per)
+        phases = {}  # program -> [(instruction indices, the CoreSync ending the phase or None)]
+        for prog in programs:
+            cur, out = [], []
+            for i in per[prog]:
+                sync = self.instructions[i].sync
+                if sync is None:
+                    cur.append(i)
+                else:
+                    out.append((cur, i))
+                    cur = []
+            out.append((cur, None))
+            phases[prog] = out
+        self._match_syncs(programs, phases)
         order = []
-        queues = [per[p] for p in sorted(per)]
-        k = 0
-        while any(k < len(q) for q in queues):
-            order.extend(q[k] for q in queues if k < len(q))
-            k += 1
-        remap = {old: new for new, old in enumerate(order)}
-        out = [self.instructions[i] for i in order]
+        for k in range(len(phases[programs[0]])):
+            queues = [phases[prog][k][0] for prog in programs]
+            n = 0
+            while any(n < len(q) for q in queues):
+                order.extend(q[n] for q in queues if n < len(q))
+                n += 1
+            ends = [phases[prog][k][1] for prog in programs]
+            if ends[0] is not None:
+                order.extend(self._sync_slot([self.instructions[i] for i in ends], ends))
+        remap = {old: new for new, old in enumerate(order) if isinstance(old, int)}
+        out = [self.instructions[i] if isinstance(i, int) else i for i in order]
         for ins in out:
             ins.after = [remap[j] for j in ins.after]
         self.instructions = out
+
+    def _match_syncs(self, programs, phases):
+        """Every program must reach the same synchronisation points in the same order."""
+        counts = {prog: len(phases[prog]) - 1 for prog in programs}
+        for k in range(max(counts.values())):
+            here = {prog: self.instructions[phases[prog][k][1]] for prog in programs
+                    if k < counts[prog]}
+            first = here[min(here)]
+            where = f"line {first.location[1]}"
+            for prog in programs:
+                if prog not in here:
+                    raise error(f"{first.sync.what} at {where} (the {_nth(k)} cross-core "
+                                f"synchronisation of core {min(here)}) is never reached by core "
+                                f"{prog}: on the hardware core {min(here)} would wait forever. "
+                                "Every logical core must make the same nisa.core_barrier / "
+                                "nisa.sendrecv calls in the same order")
+                other = here[prog]
+                if other.sync.key != first.sync.key:
+                    raise error(f"the {_nth(k)} cross-core synchronisation differs between "
+                                f"cores: core {min(here)} reaches {first.sync.what} at {where}, "
+                                f"core {prog} {other.sync.what} at line {other.location[1]}; "
+                                "on the hardware they would not pair up (a hang). Every logical "
+                                "core must make the same calls in the same order")
+            for prog, ins in here.items():
+                ins.sync.check_pair(ins, here, prog)
+
+    def _sync_slot(self, ends, indices):
+        """The instructions of one synchronisation point, every program's: a barrier's, or a
+        sendrecv's barrier, its transfers (each core's dst receives its peer's src), and the
+        barrier that completes the pipe."""
+        if ends[0].op == OP_BARRIER:
+            return list(indices)
+
+        def barrier(ins):
+            b = Instr(OP_BARRIER, GPSIMD, ins.program, ins.location,
+                      {k: None for k in VIEW_SLOTS})
+            return b
+
+        sources = {ins.program: ins.views["a"] for ins in ends}
+        for ins in ends:
+            ins.views["a"] = sources[ins.sync.peer]
+        return [barrier(ins) for ins in ends] + list(indices) + [barrier(ins) for ins in ends]
 
     def _fold_assignments(self):
         """Drops the copy of `t[...] = value` where value is a fresh on-chip tile that its

@@ -153,6 +153,7 @@ class Specialization:
         self.mutated = mutated  # input indices the kernel writes
         self.instruction_count = len(tracer.instructions)
         self.locations = tracer.locations
+        self.opcodes = [ins.op for ins in tracer.instructions]  # in execution order
         self.constants = list(constants)  # arrays bound after the outputs (nl.shared_constant)
         self.legacy_uses = tracer.legacy_uses  # constructs of the legacy API (nki.legacy)
         self.spills = [(f"{b.memory.name} {b.shape} {b.dtype} from line {b.location[1]}", moved)

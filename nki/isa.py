@@ -12,7 +12,7 @@ import math
 
 from nki import _core, _ops
 from nki._core import (
-    DMA, GPSIMD, OP_ACT, OP_COPY, OP_DMA, OP_IOTA, OP_MATMUL, OP_MEMSET, OP_REDUCE, OP_SELECT,
+    DMA, GPSIMD, OP_ACT, OP_BARRIER, OP_COPY, OP_DMA, OP_IOTA, OP_MATMUL, OP_MEMSET, OP_REDUCE, OP_SELECT,
     OP_TRANSPOSE, OP_TS, OP_TT, PMAX, SCALAR, STATIONARY_FMAX, TENSOR, VECTOR, Tensor, error,
     float32, psum, sbuf,
 )
@@ -1345,6 +1345,137 @@ def topk(val_dst, idx_dst, src, n, name=None):
 
 
 # ---------------------------------------------------------------------------------------------
+# Cross-core synchronisation and transfers between the two logical cores of an LNC=2 launch
+# (kernel[2]: program k runs on core k). The tracer splits the programs at these points and runs
+# every core's instructions before one before any after it (_core.Tracer._interleave_programs).
+
+
+# The enums under other names: the calls below take parameters named engine / dma_engine.
+_Engine, _DmaEngine = engine, dma_engine
+
+
+def _cores_of_launch(tracer, what):
+    if tracer.spec["version"] < 3:
+        raise error(f"{what} needs NeuronCore-v3 or later (trn2 / trn3), as AWS documents it")
+    n = math.prod(tracer.grid)
+    if n > 2:
+        raise error(f"{what} synchronises the two logical cores of an LNC=2 NeuronCore; this "
+                    f"launch has a grid of {n} programs {tracer.grid}: launch kernel[2]")
+    return n
+
+
+def core_barrier(data, cores, engine=engine.gpsimd, name=None):
+    """Every core in `cores` waits here until all of them have reached it; `data` is the shared
+    HBM tensor whose writes (before the barrier, on any core) the cores read after it. Only
+    cores=(0, 1) on an LNC=2 launch (kernel[2]), or (0,) alone on a one-program launch."""
+    what = "nisa.core_barrier"
+    tracer = _core.current_tracer()
+    _tensor(data, "data")
+    if data._buffer.on_chip:
+        raise error(f"{what}: data must be a tensor in shared HBM (the cores synchronise on "
+                    f"their writes to it), got a {data.buffer.name} tile")
+    try:
+        ids = tuple(int(c) for c in cores)
+    except (TypeError, ValueError):
+        raise error(f"{what}: cores must be a tuple of core ids such as (0, 1), got "
+                    f"{cores!r}") from None
+    n = _cores_of_launch(tracer, what)
+    if sorted(ids) != list(range(n)) or len(set(ids)) != len(ids):
+        raise error(f"{what}: cores={cores!r} on a launch of {n} program(s): the barrier needs "
+                    f"every core of the launch, cores={tuple(range(n))}" +
+                    (" (the second core never runs here: launch kernel[2] for LNC=2)"
+                     if n == 1 else ""))
+    if engine in (None, _Engine.unknown):
+        eng = GPSIMD
+    elif engine in (_Engine.dma, _Engine.sync):
+        raise error(f"{what}: engine must be one of the compute engines (tensor, vector, scalar, "
+                    f"gpsimd), got {engine!r}")
+    else:
+        eng = int(engine)
+    ins = NkiInstruction(tracer.emit(OP_BARRIER, eng, name=name))
+    tracer.instructions[ins.index].sync = _core.CoreSync(what, ("barrier",))
+    return ins
+
+
+def _views_overlap(x, y):
+    """Whether two views share an element of the same buffer (views of different dtypes: by
+    their spans, conservatively)."""
+    if x._buffer is not y._buffer:
+        return False
+
+    def offsets(v):
+        import numpy as np
+
+        o = np.array([v.offset], dtype=np.int64)
+        for n, st in zip(v.shape, v.strides):
+            o = (o[:, None] + np.arange(n, dtype=np.int64)[None, :] * st).ravel()
+        return o
+
+    if x._dtype is not None or y._dtype is not None:
+        ox, oy = offsets(x), offsets(y)
+        sx, sy = x.dtype.itemsize, y.dtype.itemsize
+        return ox.min() * sx < (oy.max() + 1) * sy and oy.min() * sy < (ox.max() + 1) * sx
+    import numpy as np
+
+    return np.intersect1d(offsets(x), offsets(y)).size > 0
+
+
+# nisa.dma_engine.gpsimd_dma: the most bytes per partition, by element size (AWS's limits).
+_GPSIMD_DMA_PARTITION_BYTES = {4: 1024, 2: 512, 1: 256}
+
+
+def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=dma_engine.dma,
+             name=None):
+    """Exchanges tiles between the two logical cores of an LNC=2 launch: this core's `src` goes
+    to `dst` on core send_to_rank while dst here receives core recv_from_rank's src. Both cores
+    call it at the same point with the same pipe_id; the transfer is a DMA of src's bytes
+    between the cores' barriers."""
+    what = "nisa.sendrecv"
+    tracer = _core.current_tracer()
+    _tensor(src, "src")
+    _tensor(dst, "dst")
+    for label, x in (("src", src), ("dst", dst)):
+        if x.buffer is not sbuf:
+            raise error(f"{what}: {label} must be an SBUF tile, got {x.buffer.name}")
+    if src.dtype != dst.dtype:
+        raise error(f"{what}: src {src.dtype} and dst {dst.dtype} must have the same dtype")
+    if src.shape[0] != dst.shape[0] or src.numel() != dst.numel():
+        raise error(f"{what}: src {src.shape} and dst {dst.shape} must have the same partitions "
+                    "and elements per partition")
+    if _views_overlap(src, dst):
+        raise error(f"{what}: src and dst overlap; the exchange would overwrite data still to "
+                    "be sent: use separate tiles")
+    n = _cores_of_launch(tracer, what)
+    if n != 2:
+        raise error(f"{what} moves data between the two logical cores of an LNC=2 launch; this "
+                    "launch has one program: launch kernel[2]")
+    me = tracer.program
+    for label, r in (("send_to_rank", send_to_rank), ("recv_from_rank", recv_from_rank)):
+        if not _core._is_int(r) or not 0 <= int(r) < 2:
+            raise error(f"{what}: {label} must be 0 or 1 (a core of the LNC=2 pair), got {r!r}")
+        if int(r) == me:
+            raise error(f"{what}: {label}={r} is this core (program {me}); the exchange is "
+                        "with the other core of the pair")
+    if not _core._is_int(pipe_id) or int(pipe_id) < 0:
+        raise error(f"{what}: pipe_id must be a non-negative integer, got {pipe_id!r}")
+    if dma_engine not in (_DmaEngine.dma, _DmaEngine.gpsimd_dma):
+        raise error(f"{what}: dma_engine must be nisa.dma_engine.dma or gpsimd_dma, got "
+                    f"{dma_engine!r}")
+    if dma_engine == _DmaEngine.gpsimd_dma:
+        size = src.dtype.itemsize
+        limit = _GPSIMD_DMA_PARTITION_BYTES.get(size)
+        per = src.numel() // src.shape[0] * size
+        if src.shape[0] % 16 or limit is None or per > limit:
+            raise error(f"{what}: dma_engine=gpsimd_dma takes a partition count that is a "
+                        f"multiple of 16 and at most {limit} bytes per partition for "
+                        f"{src.dtype}; src {src.shape} has {per}")
+    ins = NkiInstruction(tracer.emit(OP_DMA, DMA, dst, src, name=name))
+    tracer.instructions[ins.index].sync = _core.CoreSync(
+        what, ("sendrecv", int(pipe_id)), peer=int(send_to_rank))
+    return ins
+
+
+# ---------------------------------------------------------------------------------------------
 # Instructions this interpreter refuses, each with the reason (docs/nki.md lists them)
 
 def _refused(fname, why, params):
@@ -1373,11 +1504,6 @@ set_rng_seed = _refused("set_rng_seed", _RNG, ["src_seeds", "name"])
 rand_set_state = _refused("rand_set_state", _RNG, ["src_seeds", "engine", "name"])
 rand_get_state = _refused("rand_get_state", _RNG, ["dst", "engine", "name"])
 rand2 = _refused("rand2", _RNG, ["dst", "min", "max", "name"])
-core_barrier = _refused("core_barrier", "LNC=2 cross-core synchronisation is not modelled",
-                        ["data", "cores", "engine", "name"])
-sendrecv = _refused("sendrecv", "LNC=2 cross-core transfers are not modelled",
-                    ["src", "dst", "send_to_rank", "recv_from_rank", "pipe_id", "dma_engine",
-                     "name"])
 register_alloc = _refused("register_alloc", _RUNTIME, ["x"])
 register_move = _refused("register_move", _RUNTIME, ["dst", "src"])
 register_load = _refused("register_load", _RUNTIME, ["dst", "src"])

@@ -1229,6 +1229,10 @@ void execute(const Storage& mem, const Program& p, size_t i, const Instruction& 
       printed.push_back(os.str());
       break;
     }
+    case Opcode::kBarrier:
+      // The tracer orders the instructions so that every core's instructions before a barrier
+      // run before any core's after it: nothing is left to do here.
+      break;
     default: run_extended(mem, p, i, in); break;
   }
 }

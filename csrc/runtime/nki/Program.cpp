@@ -108,6 +108,7 @@ const char* opcode_name(Opcode op) {
     case Opcode::kActivate2: return "activate2";
     case Opcode::kTopk: return "topk";
     case Opcode::kDmaIndirect: return "dma_indirect";
+    case Opcode::kBarrier: return "core_barrier";
   }
   return "?";
 }

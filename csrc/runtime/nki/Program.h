@@ -131,6 +131,8 @@ enum class Opcode : uint8_t {
                   // scatter (axes 1) dst[b[p], ...] <- a[p, ...]. The indexed view spans the
                   // whole indexed dim (dim 0, every row an index may name); an index outside
                   // [0, its size) is an error, as the DMA engines' bounds check raises it
+  kBarrier,       // core_barrier (and sendrecv's synchronisation): no data moves; every logical
+                  // core of the launch waits until all of them reach it (Timeline.cpp)
 };
 const char* opcode_name(Opcode op);
 

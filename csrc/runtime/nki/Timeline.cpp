@@ -120,15 +120,37 @@ Timeline schedule(const Program& p, const CoreSpec& spec) {
   std::map<int32_t, std::vector<double>> queue_free;  // program -> per DMA engine, when free
   std::vector<std::pair<double, double>> dma_active;  // intervals some DMA engine is busy
   std::vector<std::vector<Access>> accesses(p.buffers.size());
+  double floor_ns = 0;  // the last core barrier's release: nothing after it starts earlier
+  std::vector<int32_t> barrier_cores;  // the cores whose barrier instructions share floor_ns
   for (size_t i = 0; i < p.instructions.size(); ++i) {
     const Instruction& in = p.instructions[i];
     if (in.op == Opcode::kPrint) {
       t.instructions[i] = {0, 0};
       continue;
     }
+    if (in.op == Opcode::kBarrier) {
+      // A core barrier: each core writes a semaphore to the other and waits for theirs. The
+      // tracer puts every core's instructions before the barrier ahead of it, so the barrier is
+      // released when all of them are done (t.makespan_ns) plus one semaphore write across the
+      // pair (a DMA engine's write latency); no engine of any core starts anything later in
+      // the program before that.
+      // The cores' barrier instructions of one synchronisation come one after another, one per
+      // core: they share one release. A core's second barrier in a row is the next one.
+      const bool same = i > 0 && p.instructions[i - 1].op == Opcode::kBarrier &&
+                        std::find(barrier_cores.begin(), barrier_cores.end(), in.program) ==
+                            barrier_cores.end();
+      if (!same) barrier_cores.clear();
+      barrier_cores.push_back(in.program);
+      const double arrive = same ? t.instructions[i - 1].start_ns : t.makespan_ns;
+      const double release = same ? floor_ns : std::max(t.makespan_ns, floor_ns) + dma.latency_ns;
+      t.instructions[i] = {arrive, release};
+      floor_ns = release;
+      t.makespan_ns = std::max(t.makespan_ns, release);
+      continue;
+    }
     const bool is_dma = in.engine == Engine::kDma;
     const double cost = is_dma ? 0.0 : instruction_ns(p, in, spec);
-    double start = is_dma ? 0.0 : engine_free[{in.program, index_of(in.engine)}];
+    double start = std::max(floor_ns, is_dma ? 0.0 : engine_free[{in.program, index_of(in.engine)}]);
     // Dependencies: reads wait for overlapping writes; writes wait for overlapping reads and writes.
     auto wait_for = [&](const View& v, bool write) {
       if (!v.valid() || v.numel() == 0) return;

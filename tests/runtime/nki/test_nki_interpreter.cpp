@@ -10,6 +10,7 @@
 
 #include "runtime/nki/Interpreter.h"
 #include "runtime/nki/Numerics.h"
+#include "runtime/nki/DmaModel.h"
 #include "runtime/nki/Timeline.h"
 
 namespace nrtsim::nki {
@@ -185,6 +186,43 @@ TEST(NkiTimeline, CostsOverlapAndDependencies) {
   q.instructions[1].a = view(1, {1, 512});
   const Timeline w = schedule(q, spec);
   EXPECT_DOUBLE_EQ(w.instructions[1].start_ns, w.instructions[0].end_ns);
+}
+
+TEST(NkiTimeline, CoreBarrierAlignsBothCores) {
+  // Two programs (the logical cores of an LNC=2 launch): core 0 runs a long activation, core 1 a
+  // short copy; after the barrier pair, core 1's next copy starts only when core 0's work is
+  // done plus one semaphore write (the DMA latency), though it reads nothing core 0 wrote.
+  set_default_dma_model_path(shipped_dma_model());
+  const CoreSpec spec = load_engine_model(NRTSIM_SHIPPED_ENGINE_MODEL).at("Trainium2");
+  Program p;
+  p.name = "barrier";
+  p.buffers = {buffer(Memory::kSbuf, DType::kFloat32, 128 * 4096), buffer(Memory::kSbuf, DType::kFloat32, 128 * 4096),
+               buffer(Memory::kSbuf, DType::kFloat32, 512), buffer(Memory::kSbuf, DType::kFloat32, 512)};
+  Instruction slow = instruction(Opcode::kActivation, Engine::kScalar, view(1, {128, 4096}), view(0, {128, 4096}));
+  Instruction fast = instruction(Opcode::kTensorCopy, Engine::kVector, view(3, {1, 512}), view(2, {1, 512}));
+  fast.program = 1;
+  Instruction bar0 = instruction(Opcode::kBarrier, Engine::kGpSimd, {});
+  Instruction bar1 = bar0;
+  bar1.program = 1;
+  Instruction after = fast;
+  p.instructions = {slow, fast, bar0, bar1, after};
+  const Timeline t = schedule(p, spec);
+  const double done = std::max(t.instructions[0].end_ns, t.instructions[1].end_ns);
+  EXPECT_GT(t.instructions[0].end_ns, t.instructions[1].end_ns);
+  const double release = done + dma_spec(spec.neuroncore).latency_ns;
+  EXPECT_DOUBLE_EQ(t.instructions[2].end_ns, release);
+  EXPECT_DOUBLE_EQ(t.instructions[3].end_ns, release);
+  EXPECT_DOUBLE_EQ(t.instructions[4].start_ns, release);
+  EXPECT_GE(t.makespan_ns, release);
+  // Two barriers in a row: the second waits for the first's release and one more write.
+  p.instructions = {slow, fast, bar0, bar1, bar0, bar1, after};
+  const Timeline twice = schedule(p, spec);
+  EXPECT_DOUBLE_EQ(twice.instructions[3].end_ns, release);
+  EXPECT_DOUBLE_EQ(twice.instructions[5].end_ns, release + dma_spec(spec.neuroncore).latency_ns);
+  EXPECT_DOUBLE_EQ(twice.instructions[6].start_ns, twice.instructions[5].end_ns);
+  // Without the barriers the copy would start right after core 1's first one.
+  p.instructions = {slow, fast, after};
+  EXPECT_LT(schedule(p, spec).instructions[2].start_ns, done);
 }
 
 TEST(NkiTimeline, EngineSpansAreFirstStartToLastEnd) {
