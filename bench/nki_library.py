@@ -164,7 +164,7 @@ def main():
             k1.append(_time(kernel, ck))
             t1.append(_time(peer, c1))
             torch.set_num_threads(default_threads)
-            _nki.set_interpreter_threads(0)
+            _nki.set_interpreter_threads(default_threads)  # splitting is opt-in
             kn.append(_time(kernel, ckn))
             tn.append(_time(peer))
         mk1, mkn, m1, mn, mck, mckn, mc1 = (statistics.median(t) * 1e3

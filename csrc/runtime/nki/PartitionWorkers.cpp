@@ -1,11 +1,9 @@
 #include "runtime/nki/PartitionWorkers.h"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -19,37 +17,18 @@
 namespace nrtsim::nki {
 namespace {
 
-int cpus_available() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1u, std::thread::hardware_concurrency());
-}
-
-// OMP_NUM_THREADS is OpenMP's variable, not the runtime's: its first count ("4" of "4,2") where
-// it has one; anything else leaves the choice to the CPU count, as OpenMP itself would.
-int omp_threads() {
-  const std::optional<std::string> text = env::get("OMP_NUM_THREADS");
-  if (!text) return 0;
-  int n = 0;
-  size_t i = 0;
-  while (i < text->size() && std::isspace(static_cast<unsigned char>((*text)[i]))) ++i;
-  for (; i < text->size() && n < 100000; ++i) {
-    const char c = (*text)[i];
-    if (!std::isdigit(static_cast<unsigned char>(c))) break;
-    n = n * 10 + (c - '0');
-  }
-  return n;
-}
-
+// One thread unless NRTSIM_NKI_THREADS asks for more. Splitting is opt-in: on the 2-core host
+// it was measured on (docs/benchmarks.md, 2026-12-07 16:01 UTC, quiet) two threads made RoPE and
+// cascaded_max faster but rope_hf 1.4-2.0x and conv1d 1.2-1.3x slower, with torch at one thread
+// or two (not yet explained; a suspect: ranges claimed by whichever thread is free move a tile's
+// partitions between the cores' caches from one instruction to the next), so no default count
+// serves every kernel yet.
 int configured_threads() {
   static const int threads = [] {
-    int n = 0;
+    int n = 1;
     if (const std::optional<int> own = env::int_value("NRTSIM_NKI_THREADS")) {
-      n = *own;  // 0: the default below
+      if (*own > 0) n = *own;  // 0: the default
     }
-    if (n == 0) n = omp_threads();
-    if (n == 0) n = cpus_available();
     return std::clamp(n, 1, kMaxPartitionThreads);
   }();
   return threads;

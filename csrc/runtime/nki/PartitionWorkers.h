@@ -12,9 +12,8 @@
 namespace nrtsim::nki {
 
 // The number of threads the interpreter splits an instruction over (1: it does not split):
-// set_partition_threads's value where one is set, else NRTSIM_NKI_THREADS, else OMP_NUM_THREADS's
-// first count (what torch's intra-op default follows), else the CPUs this process may run on;
-// at most kMaxPartitionThreads.
+// set_partition_threads's value where one is set, else NRTSIM_NKI_THREADS, else 1 (splitting is
+// opt-in; PartitionWorkers.cpp says why); at most kMaxPartitionThreads.
 int partition_threads();
 inline constexpr int kMaxPartitionThreads = 16;
 
