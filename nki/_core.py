@@ -35,13 +35,16 @@ class NkiError(ValueError):
 # implements only in part (what is refused): the conformance table in docs/nki.md reads them.
 REFUSED = {}
 PARTIAL = {
-    "nki.language.NkiTensor.ap": "scalar_offset / vector_offset (runtime offsets) are refused",
+    "nki.language.NkiTensor.ap": "runtime offsets (scalar_offset= a [1, 1] SBUF tile, "
+                                 "vector_offset=) run on the HBM side of nisa.dma_copy only; an "
+                                 "NkiScalar (nisa.scalar_load) as scalar_offset is refused",
     "nki.language.NkiTensor.select": "a tensor index (a runtime select) is refused",
     "nki.language.fori_loop": "register (runtime) bounds are refused; integer bounds unroll",
     "nki.language.dynamic_range": "register (runtime) bounds are refused; integer bounds unroll",
     "nki.isa.nc_matmul": "tile_position / tile_size are checked but tiles do not run "
                          "concurrently",
-    "nki.isa.dma_copy": "dge_mode, priority and engine do not change the modelled time",
+    "nki.isa.dma_copy": "dge_mode, priority and engine do not change the modelled time; "
+                        "oob_mode.skip on an indirect DMA is refused",
     "nki.isa.tensor_scalar_cumulative": "op1=nl.subtract is refused: AWS's reference writes the "
                                         "step as op1(x, r), and nothing published says whether "
                                         "x - r or r - x is meant",
@@ -360,8 +363,6 @@ class NKIObject:
         return f"{type(self).__name__}({fields})"
 
 
-refused("nki.language.NkiTensor.vector_select",
-        "vector_select (per-partition runtime offsets) is not supported by this interpreter yet")
 refused("nki.language.NkiTensor.indirect",
         "indirect (tensor indirection, NeuronCore-v4) is not supported by this interpreter yet")
 
@@ -586,7 +587,8 @@ class Tensor(NKIObject):
         return self._derive(shape, strides, self.offset + int(index) * self.strides[d])
 
     def vector_select(self, dim, vector_offset):
-        raise error(REFUSED["nki.language.NkiTensor.vector_select"])
+        from nki import _indirect
+        return _indirect.vector_select(self, dim, vector_offset)
 
     def indirect(self, index, num_elem=None):
         raise error(REFUSED["nki.language.NkiTensor.indirect"])
@@ -756,9 +758,6 @@ class Tensor(NKIObject):
         """An explicit access pattern [[stride, count], ...] over the view's storage (strides and
         offset in elements of `dtype`, default the tensor's). On-chip, the first pair is the
         partition dim and its stride must be the storage's free size."""
-        if scalar_offset is not None or vector_offset is not None:
-            raise error(".ap with scalar_offset / vector_offset (runtime offsets) is not "
-                        "supported by this interpreter yet")
         dtype = as_dtype(dtype) if dtype is not None else self.dtype
         try:
             pairs = [(int(st), int(n)) for st, n in pattern]
@@ -770,6 +769,10 @@ class Tensor(NKIObject):
         if base % dtype.itemsize:
             raise error(f".ap: the view's offset is not a whole number of {dtype} elements")
         off = base // dtype.itemsize + (int(offset) if offset is not None else 0)
+        if scalar_offset is not None or vector_offset is not None:
+            from nki import _indirect  # runtime offsets: an indirect DMA's HBM side
+            return _indirect.access_pattern(self, pairs, off, dtype, vector_offset,
+                                            scalar_offset, indirect_dim)
         if self._buffer.on_chip:
             pstride = self._buffer.elements // self._buffer.shape[0] * \
                 self._buffer.dtype.itemsize // dtype.itemsize

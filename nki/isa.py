@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import math
 
-from nki import _core, _ops
+from nki import _core, _indirect, _ops
 from nki._core import (
     DMA, GPSIMD, OP_ACT, OP_BARRIER, OP_COPY, OP_DMA, OP_IOTA, OP_MATMUL, OP_MEMSET, OP_REDUCE, OP_SELECT,
     OP_TRANSPOSE, OP_TS, OP_TT, PMAX, SCALAR, STATIONARY_FMAX, TENSOR, VECTOR, Tensor, error,
@@ -572,6 +572,11 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
     float32 as the DMA engines do. PSUM is not a DMA target: copy through SBUF."""
     label, name = name, "dma_copy"
     tracer = _core.current_tracer()
+    if isinstance(dst, _indirect.IndirectAccess) or isinstance(src, _indirect.IndirectAccess):
+        if getattr(oob_mode, "name", oob_mode) != "error":
+            raise error(f"{name}: oob_mode={oob_mode} on an indirect DMA: this interpreter runs "
+                        "oob_mode.error (an index out of range stops the kernel) only")
+        return _indirect.dma_copy(dst, src, what=name)
     _tensor(dst, "dst")
     _tensor(src, "src")
     for what, x in (("dst", dst), ("src", src)):

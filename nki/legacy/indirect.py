@@ -22,77 +22,8 @@ from __future__ import annotations
 from nki import _core
 from nki import language as _nl
 from nki._core import DMA, OP_DMA_INDIRECT, Tensor, error
+from nki._indirect import IndirectAccess, index_view as _index_view
 from nki.legacy import report
-
-_INDEX_DTYPES = ("int32", "uint32")
-
-
-class IndirectAccess:
-    """An HBM tensor indexed on one dim by a tile of runtime values: `rows` views that dim whole
-    (dim 0, every row an index may name) followed by the access's free dims; `index` is the
-    [P, 1] SBUF view of the indices, one per partition of the transfer."""
-
-    def __init__(self, rows, index, free_axes, base, indexed_dim):
-        self.rows = rows
-        self.index = index
-        # Grid axes of the free dims (None for a dim from a slice), for masks.
-        self.free_axes = list(free_axes)
-        self.base = base  # the HBM tensor the kernel indexed, and which of its dims
-        self.indexed_dim = indexed_dim
-
-    @property
-    def shape(self):
-        return (self.index.shape[0],) + tuple(self.rows.shape[1:])
-
-    @property
-    def ndim(self):
-        return len(self.shape)
-
-    @property
-    def dtype(self):
-        return self.rows.dtype
-
-    def narrowed(self, bounds):
-        """The access restricted to [lo, hi) on each dim that `bounds` (one (lo, hi) or None per
-        dim) names: the partition dim narrows the index tile (its other indices are not read)."""
-        index, rows = self.index, self.rows
-        shape, offset = list(rows.shape), rows.offset
-        for d, b in enumerate(bounds):
-            if b is None:
-                continue
-            lo, hi = b
-            n = self.shape[d]
-            lo, hi = max(0, lo), min(hi, n)
-            if hi <= lo:
-                raise error("mask= keeps no element of this access")
-            if d == 0:
-                index = Tensor(index._buffer, (hi - lo, 1), index.strides, index.offset
-                               + lo * index.strides[0], index._dtype)
-            else:
-                offset += lo * rows.strides[d]
-                shape[d] = hi - lo
-        rows = Tensor(rows._buffer, shape, rows.strides, offset, rows._dtype)
-        return IndirectAccess(rows, index, self.free_axes, self.base, self.indexed_dim)
-
-    def __repr__(self):
-        return f"<indirect access {self.shape} of an HBM tensor, indexed by a tile at run time>"
-
-
-def _index_view(tile, d):
-    """The [P, 1] view of an index tile, checked against the rules."""
-    if not tile._buffer.on_chip or tile.buffer is _nl.psum:
-        where = "PSUM" if tile._buffer.on_chip else "HBM"
-        raise error(f"dim {d} is indexed by a tile in {where}: the DMA engines read indices from "
-                    "SBUF (load them with nl.load, or copy them to SBUF with nl.copy)")
-    if tile.dtype.name not in _INDEX_DTYPES:
-        raise error(f"dim {d} is indexed by a {tile.dtype.name} tile: indices of an indirect DMA "
-                    "are 32-bit integers (nl.int32 / nl.uint32); convert them first, e.g. "
-                    "nl.copy(idx, dtype=nl.int32)")
-    if tile.numel() != tile.shape[0]:
-        raise error(f"dim {d} is indexed by a tile of shape {tile.shape}: an indirect DMA takes "
-                    "one index per partition, a [P, 1] tile")
-    return Tensor(tile._buffer, (tile.shape[0], 1), (tile.strides[0], 1), tile.offset,
-                  tile._dtype)
 
 
 def index(tensor, key, is_grid):

@@ -984,12 +984,15 @@ void run_extended(const Storage& mem, const Program& p, size_t i, const Instruct
         }
       }
       const bool same = mem.of(in.a) == mem.of(in.dst);
+      // One index per partition of the tile (a vector offset), or one for the whole tile (a
+      // scalar offset): each index moves dense.shape[0] / rows.size() partitions.
+      const int64_t per = rows.empty() ? 0 : dense.shape[0] / static_cast<int64_t>(rows.size());
       for (size_t q = 0; q < rows.size(); ++q) {
         View far = indexed, near = dense;
         far.offset += rows[q] * indexed.stride[0];
         far.shape[0] = 1;
-        near.offset += static_cast<int64_t>(q) * dense.stride[0];
-        near.shape[0] = 1;
+        near.offset += static_cast<int64_t>(q) * per * dense.stride[0];
+        near.shape[0] = per;
         const View& src = scatter_rows ? near : far;
         const View& dst = scatter_rows ? far : near;
         if (same) {
@@ -1504,13 +1507,16 @@ Executable::Executable(Program program) : program_(std::move(program)) {
             dense.ndim < 1) {
           fail(p, i, "an indirect DMA needs a source, a destination and an index tile");
         }
-        if (in.b.numel() != dense.shape[0]) {
-          fail(p, i, "the index tile holds " + std::to_string(in.b.numel()) + " indices for " +
-                         std::to_string(dense.shape[0]) + " partitions (one per partition)");
+        const int64_t k = in.b.numel();
+        if (k != dense.shape[0] && k != 1) {
+          fail(p, i, "the index tile holds " + std::to_string(k) + " indices for " +
+                         std::to_string(dense.shape[0]) +
+                         " partitions (one per partition, or one for the whole tile)");
         }
-        if (indexed.free_size() != dense.free_size()) {
+        if (indexed.free_size() * k != dense.numel()) {
           fail(p, i, "an indexed row has " + std::to_string(indexed.free_size()) +
-                         " elements, a partition of the tile " + std::to_string(dense.free_size()));
+                         " elements, the tile " + std::to_string(dense.numel()) + " for " +
+                         std::to_string(k) + " indices");
         }
         const DType it = in.b.dtype >= 0 ? static_cast<DType>(in.b.dtype)
                                          : p.buffers[static_cast<size_t>(in.b.buffer)].dtype;

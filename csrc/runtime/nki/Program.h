@@ -130,7 +130,9 @@ enum class Opcode : uint8_t {
                   // SBUF, one per partition): gather (axes 0) dst[p, ...] <- a[b[p], ...], or
                   // scatter (axes 1) dst[b[p], ...] <- a[p, ...]. The indexed view spans the
                   // whole indexed dim (dim 0, every row an index may name); an index outside
-                  // [0, its size) is an error, as the DMA engines' bounds check raises it
+                  // [0, its size) is an error, as the DMA engines' bounds check raises it.
+                  // One index for a tile of several partitions (a scalar offset) moves the
+                  // whole tile: gather dst <- a[b[0], ...], scatter dst[b[0], ...] <- a
   kBarrier,       // core_barrier (and sendrecv's synchronisation): no data moves; every logical
                   // core of the launch waits until all of them reach it (Timeline.cpp)
 };

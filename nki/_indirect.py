@@ -1,0 +1,220 @@
+"""Indirect DMA: a transfer whose HBM side is placed at run time by integer values held in an
+SBUF tile, one instruction (OP_DMA_INDIRECT) for both APIs. NKI 0.6 spells it
+``t.ap(pattern, offset, vector_offset=<[P, 1] tile>, indirect_dim=d)`` (partition p of the
+transfer at index[p] along dim d of t: a gather when it is dma_copy's src, a scatter when dst),
+``t.ap(..., scalar_offset=<[1, 1] tile>, indirect_dim=d)`` (the whole access moved by one value
+along dim d) and ``t.vector_select(0, <[P, 1] tile>)``; the legacy API spells it
+``t[<index tile>, ...]`` (nki.legacy.indirect).
+
+The rules, as AWS documents them and its DMA engines take such a transfer: the indices are 32-bit
+integers in SBUF; an index scales by the stride of dim ``indirect_dim`` of the tensor ``.ap`` is
+called on, and the pattern's first pair gives the transfer's partitions (one per index; its own
+stride is replaced by the index's). The values are read when the transfer runs; one that would
+take the access outside dim ``indirect_dim`` (or, with the pattern's other pairs, outside the
+tensor) is an error there (``oob_mode.error``, the default; the interpreter checks every index
+before moving any row), naming the index and its partition. A scatter whose indices repeat writes
+the rows in partition order, the last partition's row staying: AWS's dma_copy documents that the
+compiler synchronises the writes of repeated offsets rather than racing them.
+"""
+
+from __future__ import annotations
+
+from nki import _core
+from nki._core import DMA, OP_DMA_INDIRECT, Tensor, error
+
+_INDEX_DTYPES = ("int32", "uint32")
+
+
+class IndirectAccess:
+    """An HBM tensor indexed on one dim by runtime values: `rows` views that dim whole (dim 0,
+    every row an index may name, its stride the indexed dim's) followed by the access's other
+    dims; `index` is the [P, 1] SBUF view of the indices. Per partition (`per_partition`, a
+    vector offset), partition p of the transfer is row index[p]; otherwise (a scalar offset) the
+    one index moves the whole access, all of `rows.shape[1:]`."""
+
+    def __init__(self, rows, index, free_axes, base, indexed_dim, per_partition=True):
+        self.rows = rows
+        self.index = index
+        # Grid axes of the free dims (None for a dim from a slice), for masks.
+        self.free_axes = list(free_axes)
+        self.base = base  # the HBM tensor the kernel indexed, and which of its dims
+        self.indexed_dim = indexed_dim
+        self.per_partition = per_partition
+
+    @property
+    def shape(self):
+        if not self.per_partition:
+            return tuple(self.rows.shape[1:])
+        return (self.index.shape[0],) + tuple(self.rows.shape[1:])
+
+    def is_indirect(self):
+        return True
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def dtype(self):
+        return self.rows.dtype
+
+    def narrowed(self, bounds):
+        """The access restricted to [lo, hi) on each dim that `bounds` (one (lo, hi) or None per
+        dim) names: the partition dim narrows the index tile (its other indices are not read)."""
+        index, rows = self.index, self.rows
+        shape, offset = list(rows.shape), rows.offset
+        for d, b in enumerate(bounds):
+            if b is None:
+                continue
+            lo, hi = b
+            n = self.shape[d]
+            lo, hi = max(0, lo), min(hi, n)
+            if hi <= lo:
+                raise error("mask= keeps no element of this access")
+            if d == 0:
+                index = Tensor(index._buffer, (hi - lo, 1), index.strides, index.offset
+                               + lo * index.strides[0], index._dtype)
+            else:
+                offset += lo * rows.strides[d]
+                shape[d] = hi - lo
+        rows = Tensor(rows._buffer, shape, rows.strides, offset, rows._dtype)
+        return IndirectAccess(rows, index, self.free_axes, self.base, self.indexed_dim)
+
+    def __repr__(self):
+        return f"<indirect access {self.shape} of an HBM tensor, indexed by a tile at run time>"
+
+
+def index_view(tile, d):
+    """The [P, 1] view of an index tile, checked against the rules."""
+    from nki import language as _nl  # the memories are defined there; imported late (cycle)
+    if not tile._buffer.on_chip or tile.buffer is _nl.psum:
+        where = "PSUM" if tile._buffer.on_chip else "HBM"
+        raise error(f"dim {d} is indexed by a tile in {where}: the DMA engines read indices from "
+                    "SBUF (load them with nl.load, or copy them to SBUF with nl.copy)")
+    if tile.dtype.name not in _INDEX_DTYPES:
+        raise error(f"dim {d} is indexed by a {tile.dtype.name} tile: indices of an indirect DMA "
+                    "are 32-bit integers (nl.int32 / nl.uint32); convert them first, e.g. "
+                    "nl.copy(idx, dtype=nl.int32)")
+    if tile.numel() != tile.shape[0]:
+        raise error(f"dim {d} is indexed by a tile of shape {tile.shape}: an indirect DMA takes "
+                    "one index per partition, a [P, 1] tile")
+    return Tensor(tile._buffer, (tile.shape[0], 1), (tile.strides[0], 1), tile.offset,
+                  tile._dtype)
+
+
+def _storage_elements(tensor, dtype):
+    """Elements of `dtype` the tensor's buffer holds."""
+    return tensor._buffer.elements * tensor._buffer.dtype.itemsize // dtype.itemsize
+
+
+def access_pattern(tensor, pairs, offset, dtype, vector_offset, scalar_offset, indirect_dim):
+    """``tensor.ap(pattern, offset, vector_offset= | scalar_offset=, indirect_dim=)``: `pairs`
+    are the pattern's (stride, count) pairs and `offset` the static offset, both in elements of
+    `dtype`."""
+    if vector_offset is not None and scalar_offset is not None:
+        raise error(".ap: give scalar_offset or vector_offset, not both (one runtime offset per "
+                    "access)")
+    what = "vector_offset" if vector_offset is not None else "scalar_offset"
+    if tensor._buffer.on_chip:
+        raise error(f".ap({what}=...) on an on-chip tensor: this interpreter runs runtime "
+                    "offsets on the HBM side of a DMA (nisa.dma_copy) only")
+    d = int(indirect_dim)
+    if not 0 <= d < tensor.ndim:
+        raise error(f".ap: indirect_dim={indirect_dim} is not a dim of the {tensor.ndim}-D tensor "
+                    f"{tensor.shape} (the index scales by that dim's stride)")
+    stride = tensor.strides[d] * tensor.dtype.itemsize
+    if stride % dtype.itemsize:
+        raise error(f".ap: the stride of indirect_dim {d} is not a whole number of {dtype} "
+                    "elements")
+    stride //= dtype.itemsize
+    if vector_offset is not None:
+        if not isinstance(vector_offset, Tensor):
+            raise error(f".ap: vector_offset must be a [P, 1] SBUF tile of int32 indices, got "
+                        f"{type(vector_offset).__name__}")
+        index = index_view(vector_offset, d)
+        if pairs[0][1] != index.shape[0]:
+            raise error(f".ap: the pattern's first pair has {pairs[0][1]} partitions, the "
+                        f"vector_offset {index.shape[0]} indices (one per partition)")
+        free = pairs[1:]
+        per_partition = True
+    else:
+        if isinstance(scalar_offset, Tensor):
+            if scalar_offset.numel() != 1:
+                raise error(f".ap: scalar_offset is a tile of shape {scalar_offset.shape}; it "
+                            "holds one index ([1, 1]); per-partition indices are vector_offset")
+            index = index_view(scalar_offset, d)
+        elif _is_static_int(scalar_offset):
+            # A value known when the kernel specialises: an ordinary static offset.
+            return Tensor(tensor._buffer, [n for _, n in pairs], [st for st, _ in pairs],
+                          offset + int(scalar_offset) * stride, dtype)
+        else:
+            raise error(f".ap: scalar_offset must be a [1, 1] SBUF tile of an int32 index "
+                        f"(nisa.scalar_load's NkiScalar is not run by this interpreter), got "
+                        f"{type(scalar_offset).__name__}")
+        free = pairs
+        per_partition = False
+    # The rows an index may name: dim d whole, less those whose access would leave the tensor.
+    n = tensor.shape[d]
+    reach = sum(max(st * (c - 1), 0) for st, c in free)
+    low = sum(min(st * (c - 1), 0) for st, c in free)
+    if offset + low < 0:
+        raise error(".ap: the pattern reaches before the tensor's first element")
+    limit = _storage_elements(tensor, dtype)
+    if stride > 0:
+        n = min(n, (limit - 1 - offset - reach) // stride + 1)
+    if n < 1:
+        raise error(f".ap: the pattern {[list(p) for p in pairs]} at offset {offset} leaves the "
+                    "tensor even at index 0")
+    rows = Tensor(tensor._buffer, [n] + [c for _, c in free], [stride] + [st for st, _ in free],
+                  offset, dtype)
+    return IndirectAccess(rows, index, [None] * len(free), tensor, d, per_partition)
+
+
+def vector_select(tensor, dim, vector_offset):
+    """``tensor.vector_select(0, idx)``: partition p of the view is row idx[p] of dim 0."""
+    if int(dim) != 0:
+        raise error(f"vector_select(dim={dim}): AWS's vector_select indexes dim 0 only")
+    pairs = [(tensor.strides[0], vector_offset.shape[0] if isinstance(vector_offset, Tensor)
+              else 0)] + list(zip(tensor.strides[1:], tensor.shape[1:]))
+    return access_pattern(tensor, pairs, tensor.offset, tensor.dtype, vector_offset, None, 0)
+
+
+def _is_static_int(x):
+    import numbers
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _prod(xs):
+    out = 1
+    for x in xs:
+        out *= int(x)
+    return out
+
+
+def dma_copy(dst, src, what="nisa.dma_copy"):
+    """A DMA with one indirect side: the other side is a tile (or, for a scalar offset, any
+    view) of as many elements."""
+    from nki import language as _nl
+    if isinstance(src, IndirectAccess) and isinstance(dst, IndirectAccess):
+        raise error(f"{what}: at most one side of a DMA is placed at run time")
+    gather = isinstance(src, IndirectAccess)
+    access, dense = (src, dst) if gather else (dst, src)
+    side = "dst" if gather else "src"
+    if not isinstance(dense, Tensor):
+        raise error(f"{what}: {side} must be an NKI tensor, got {type(dense).__name__}")
+    if dense.buffer is _nl.psum:
+        raise error(f"{what}: {side} is in PSUM; DMA moves HBM and SBUF data")
+    if access.per_partition:
+        if not dense._buffer.on_chip:
+            raise error(f"{what}: the other side of a vector_offset DMA is an SBUF tile (the "
+                        "DMA engines take one descriptor per partition)")
+        if dense.shape[0] != access.shape[0]:
+            raise error(f"{what}: {side} has {dense.shape[0]} partitions, the indirect access "
+                        f"{access.shape[0]} indices (one per partition)")
+    if dense.numel() != _prod(access.shape):
+        raise error(f"{what}: {side} {dense.shape} and the indirect access {access.shape} hold "
+                    "different numbers of elements")
+    tracer = _core.current_tracer()
+    if gather:
+        return tracer.emit(OP_DMA_INDIRECT, DMA, dense, access.rows, access.index, axes=0)
+    return tracer.emit(OP_DMA_INDIRECT, DMA, access.rows, dense, access.index, axes=1)

@@ -1,0 +1,202 @@
+"""NKI 0.6's runtime offsets on a DMA's HBM side: ``.ap(vector_offset=, indirect_dim=)`` (a
+gather as dma_copy's src, a scatter as its dst), ``.ap(scalar_offset=)`` and ``vector_select``,
+checked against NumPy, with the index bounds checked when the kernel runs."""
+
+import numpy as np
+import pytest
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+def run(kernel, *args):
+    return nki.simulate(kernel)(*args)
+
+
+@nki.jit
+def gather_rows(table, idx):
+    # out[p, :] = table[idx[p], :], the index scaled by dim 0's stride (the row length).
+    n, d = idx.shape[0], table.shape[1]
+    ids = nl.ndarray((n, 1), nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ids, src=idx)
+    t = nl.ndarray((n, d), table.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=table.ap(pattern=[[d, n], [1, d]], offset=0, vector_offset=ids,
+                                      indirect_dim=0))
+    out = nl.ndarray((n, d), table.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+@nki.jit
+def scatter_flat(values, idx, size):
+    # A 1-D destination indexed by flat element positions (as a top-k scatter writes one
+    # column at a time): out_flat[idx[p]] = values[p, 0]; the pattern's partition stride is
+    # replaced by the index's.
+    n = idx.shape[0]
+    out = nl.ndarray((size.shape[1],), nl.float32, buffer=nl.shared_hbm)
+    zero = nl.ndarray((1, size.shape[1]), nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=zero, value=0.0)
+    nisa.dma_copy(dst=out.reshape((1, size.shape[1])), src=zero)
+    ids = nl.ndarray((n, 1), nl.uint32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ids, src=idx)
+    v = nl.ndarray((n, 1), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=v, src=values)
+    nisa.dma_copy(dst=out.ap([[7, n], [1, 1]], offset=0, vector_offset=ids, indirect_dim=0), src=v)
+    return out
+
+
+@nki.jit
+def pick_column(logits, targets):
+    # out[b, 0] = logits[b, targets[b]], one scalar_offset DMA per row along indirect_dim 1.
+    b, v = logits.shape
+    tg = nl.ndarray((b, 1), nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tg, src=targets)
+    got = nl.ndarray((b, 1), nl.float32, buffer=nl.sbuf)
+    for r in range(b):
+        nisa.dma_copy(dst=got[r:r + 1, :],
+                      src=logits.ap(pattern=[[v, 1], [1, 1]], offset=r * v,
+                                    scalar_offset=tg.ap(pattern=[[1, 1], [1, 1]], offset=r),
+                                    indirect_dim=1))
+    out = nl.ndarray((b, 1), nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=got)
+    return out
+
+
+@nki.jit
+def write_block_at(cache, block, start):
+    # cache[start:start + s, :] = block: a scalar offset moving a whole [s, d] tile.
+    s, d = block.shape
+    st = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=st, src=start)
+    t = nl.ndarray((s, d), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=block)
+    out = nl.ndarray(cache.shape, nl.float32, buffer=nl.shared_hbm)
+    c = nl.ndarray(cache.shape, nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=c, src=cache)
+    nisa.dma_copy(dst=out, src=c)
+    nisa.dma_copy(dst=out.ap([[d, s], [1, d]], offset=0, scalar_offset=st, indirect_dim=0), src=t)
+    return out
+
+
+@nki.jit
+def select_rows(table, idx):
+    n = idx.shape[0]
+    ids = nl.ndarray((n, 1), nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ids, src=idx)
+    t = nl.ndarray((n, table.shape[1], table.shape[2]), table.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=table.vector_select(0, ids))
+    out = nl.ndarray(t.shape, table.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_vector_offset_gathers_the_rows_its_indices_name():
+    table = np.arange(40 * 6, dtype=np.float32).reshape(40, 6)
+    idx = np.array([[3], [39], [0], [3], [17]], np.int32)
+    np.testing.assert_array_equal(run(gather_rows, table, idx), table[idx[:, 0]])
+
+
+def test_vector_offset_scatters_to_flat_positions():
+    idx = np.array([[5], [0], [22], [9]], np.uint32)
+    values = np.array([[1.5], [2.5], [3.5], [4.5]], np.float32)
+    want = np.zeros(23, np.float32)
+    want[idx[:, 0]] = values[:, 0]
+    np.testing.assert_array_equal(run(scatter_flat, values, idx, np.zeros((1, 23), np.float32)),
+                                  want)
+
+
+def test_a_scatter_with_repeated_indices_keeps_the_last_partitions_value():
+    idx = np.array([[4], [1], [4]], np.uint32)
+    values = np.array([[1.0], [2.0], [3.0]], np.float32)
+    got = run(scatter_flat, values, idx, np.zeros((1, 6), np.float32))
+    np.testing.assert_array_equal(got, np.array([0, 2, 0, 0, 3, 0], np.float32))
+
+
+def test_scalar_offset_reads_one_element_per_row_along_indirect_dim_1():
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((5, 11)).astype(np.float32)
+    targets = np.array([[0], [10], [3], [3], [7]], np.int32)
+    np.testing.assert_array_equal(run(pick_column, logits, targets),
+                                  logits[np.arange(5), targets[:, 0]][:, None])
+
+
+def test_scalar_offset_moves_a_whole_tile():
+    cache = np.zeros((10, 4), np.float32)
+    block = np.arange(12, dtype=np.float32).reshape(3, 4) + 1
+    want = cache.copy()
+    want[6:9] = block
+    np.testing.assert_array_equal(run(write_block_at, cache, block, np.array([[6]], np.int32)),
+                                  want)
+
+
+def test_vector_select_gathers_along_dim_0():
+    table = np.arange(9 * 4 * 2, dtype=np.float32).reshape(9, 4, 2)
+    idx = np.array([[8], [2], [2], [5]], np.int32)
+    np.testing.assert_array_equal(run(select_rows, table, idx), table[idx[:, 0]])
+
+
+def test_an_index_outside_the_indirect_dim_is_an_error_naming_it():
+    table = np.zeros((40, 6), np.float32)
+    with pytest.raises(Exception, match="index 40 at partition 1 .*outside \\[0, 40\\)"):
+        run(gather_rows, table, np.array([[0], [40]], np.int32))
+    with pytest.raises(Exception, match="index -1 at partition 0"):
+        run(gather_rows, table, np.array([[-1], [0]], np.int32))
+    with pytest.raises(Exception, match="index 11 at partition 0 .*outside \\[0, 11\\)"):
+        run(pick_column, np.zeros((2, 11), np.float32), np.array([[0], [11]], np.int32))
+
+
+def test_a_tile_that_would_run_past_the_tensor_is_an_error():
+    # Rows 8 and 9 exist, but a 3-row block placed there would end past the cache.
+    cache = np.zeros((10, 4), np.float32)
+    block = np.ones((3, 4), np.float32)
+    with pytest.raises(Exception, match="index 8 at partition 0 .*outside \\[0, 8\\)"):
+        run(write_block_at, cache, block, np.array([[8]], np.int32))
+
+
+@nki.jit
+def float_indices(table, idx):
+    ids = nl.ndarray((2, 1), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ids, src=idx)
+    t = nl.ndarray((2, 6), table.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=table.ap([[6, 2], [1, 6]], vector_offset=ids, indirect_dim=0))
+    return table
+
+
+@nki.jit
+def wrong_count(table, idx):
+    ids = nl.ndarray((2, 1), nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ids, src=idx)
+    t = nl.ndarray((3, 6), table.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=table.ap([[6, 3], [1, 6]], vector_offset=ids, indirect_dim=0))
+    return table
+
+
+@nki.jit
+def bad_dim(table, idx):
+    ids = nl.ndarray((2, 1), nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ids, src=idx)
+    t = nl.ndarray((2, 6), table.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=table.ap([[6, 2], [1, 6]], vector_offset=ids, indirect_dim=2))
+    return table
+
+
+@nki.jit
+def skip_mode(table, idx):
+    ids = nl.ndarray((2, 1), nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ids, src=idx)
+    t = nl.ndarray((2, 6), table.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=table.ap([[6, 2], [1, 6]], vector_offset=ids, indirect_dim=0),
+                  oob_mode=nisa.oob_mode.skip)
+    return table
+
+
+@pytest.mark.parametrize("kernel, message", [
+    (float_indices, "32-bit integers"),
+    (wrong_count, "3 partitions, the vector_offset 2 indices"),
+    (bad_dim, "indirect_dim=2 is not a dim"),
+    (skip_mode, "oob_mode.error .* only"),
+])
+def test_rules_are_refused_by_name(kernel, message):
+    with pytest.raises(nki.NkiError, match=message):
+        run(kernel, np.zeros((40, 6), np.float32), np.zeros((2, 1), np.int32))
