@@ -13,8 +13,9 @@ by default, ``oob_mode.error``), naming the partition and the value. ``mask=`` n
 partitions (and so which indices are read) as it narrows any access.
 
 NKI 0.6 spells the same transfer ``nisa.dma_copy`` with ``.ap(pattern, offset,
-vector_offset=<index tile>, indirect_dim=0)`` on the HBM side; each use is reported with that
-spelling, the pattern filled in.
+vector_offset=<index tile>, indirect_dim=<the indexed dim>)`` on the HBM side (nki._indirect,
+the same interpreter instruction); each use is reported with that spelling, the pattern filled
+in.
 """
 
 from __future__ import annotations
@@ -96,9 +97,12 @@ def _spelling(access, side):
     pattern = [[int(access.rows.strides[0]), access.shape[0]]] + [
         [int(st), int(n)] for st, n in zip(access.rows.strides[1:], access.rows.shape[1:])]
     other = "src=<tile>" if side == "dst" else "dst=<tile>"
-    return (f"nisa.dma_copy({side}=<tensor>.ap(pattern={pattern}, offset={access.rows.offset}, "
-            f"vector_offset=<index tile>, indirect_dim=0), {other}) (the DMA's own bounds "
-            "check: oob_mode=nisa.oob_mode.error)")
+    # `<tensor>` is the tensor the kernel indexed: .ap's offset adds to its own, and the index
+    # scales by the stride of its dim `indexed_dim`, as NKI 0.6's .ap takes them.
+    offset = access.rows.offset - access.base.offset
+    return (f"nisa.dma_copy({side}=<tensor>.ap(pattern={pattern}, offset={offset}, "
+            f"vector_offset=<index tile>, indirect_dim={access.indexed_dim}), {other}) (the "
+            "DMA's own bounds check: oob_mode=nisa.oob_mode.error)")
 
 
 def gather(access, dtype=None):

@@ -200,3 +200,45 @@ def skip_mode(table, idx):
 def test_rules_are_refused_by_name(kernel, message):
     with pytest.raises(nki.NkiError, match=message):
         run(kernel, np.zeros((40, 6), np.float32), np.zeros((2, 1), np.int32))
+
+
+def test_the_legacy_migration_reports_spelling_runs_as_nki_0_6_code():
+    """The legacy API's t[b, <index tile>, :] is reported with its NKI 0.6 spelling; that
+    spelling, the numbers taken from the report, gives the same rows."""
+    import re
+
+    import neuronxcc.nki as lnki
+    import neuronxcc.nki.language as lnl
+
+    @lnki.jit
+    def legacy(data, idx):
+        out = lnl.ndarray((idx.shape[0], data.shape[2]), dtype=data.dtype, buffer=lnl.shared_hbm)
+        i_p = lnl.arange(idx.shape[0])[:, None]
+        i_f = lnl.arange(data.shape[2])[None, :]
+        idx_tile = lnl.load(idx[i_p, 0])
+        lnl.store(out[i_p, i_f], value=lnl.load(data[2, idx_tile[i_p, 0], i_f]))
+        return out
+
+    rng = np.random.default_rng(1)
+    data = rng.standard_normal((3, 10, 6)).astype(np.float32)
+    idx = np.array([[9], [0], [4], [4]], np.int32)
+    want = data[2, idx[:, 0]]
+    np.testing.assert_array_equal(lnki.simulate_kernel(legacy, data, idx), want)
+    (spelling,) = [r[3] for r in legacy.migration_report() if "index tile" in r[2]]
+    m = re.search(r"pattern=(\[.*?\]\]), offset=(\d+), vector_offset=<index tile>, "
+                  r"indirect_dim=(\d+)", spelling)
+    pattern, offset, dim = eval(m.group(1)), int(m.group(2)), int(m.group(3))
+    assert (offset, dim) == (2 * 10 * 6, 1)
+
+    @nki.jit
+    def migrated(data, idx):
+        ids = nl.ndarray((idx.shape[0], 1), nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=ids, src=idx)
+        t = nl.ndarray((idx.shape[0], data.shape[2]), data.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=data.ap(pattern=pattern, offset=offset, vector_offset=ids,
+                                         indirect_dim=dim))
+        out = nl.ndarray(t.shape, data.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    np.testing.assert_array_equal(run(migrated, data, idx), want)
