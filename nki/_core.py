@@ -44,7 +44,8 @@ PARTIAL = {
     "nki.isa.nc_matmul": "tile_position / tile_size are checked but tiles do not run "
                          "concurrently",
     "nki.isa.dma_copy": "dge_mode, priority and engine do not change the modelled time; "
-                        "oob_mode.skip on an indirect DMA is refused",
+                        "with oob_mode.skip, an index inside the indirect dim whose access runs "
+                        "past the tensor is an error",
     "nki.isa.tensor_scalar_cumulative": "op1=nl.subtract is refused: AWS's reference writes the "
                                         "step as op1(x, r), and nothing published says whether "
                                         "x - r or r - x is meant",

@@ -12,7 +12,10 @@ called on, and the pattern's first pair gives the transfer's partitions (one per
 stride is replaced by the index's). The values are read when the transfer runs; one that would
 take the access outside dim ``indirect_dim`` (or, with the pattern's other pairs, outside the
 tensor) is an error there (``oob_mode.error``, the default; the interpreter checks every index
-before moving any row), naming the index and its partition. A scatter whose indices repeat writes
+before moving any row), naming the index and its partition. With ``oob_mode.skip`` an index
+outside dim ``indirect_dim`` moves nothing ("silently skip", AWS's words); one inside it whose
+access would still run past the tensor stays an error, as what the engines do then is not
+published. A scatter whose indices repeat writes
 the rows in partition order, the last partition's row staying: AWS's dma_copy documents that the
 compiler synchronises the writes of repeated offsets rather than racing them.
 """
@@ -191,9 +194,10 @@ def _prod(xs):
     return out
 
 
-def dma_copy(dst, src, what="nisa.dma_copy"):
+def dma_copy(dst, src, what="nisa.dma_copy", skip_oob=False):
     """A DMA with one indirect side: the other side is a tile (or, for a scalar offset, any
-    view) of as many elements."""
+    view) of as many elements. `skip_oob` (oob_mode.skip): an index outside the indexed dim
+    moves nothing, where oob_mode.error stops the kernel."""
     from nki import language as _nl
     if isinstance(src, IndirectAccess) and isinstance(dst, IndirectAccess):
         raise error(f"{what}: at most one side of a DMA is placed at run time")
@@ -215,6 +219,11 @@ def dma_copy(dst, src, what="nisa.dma_copy"):
         raise error(f"{what}: {side} {dense.shape} and the indirect access {access.shape} hold "
                     "different numbers of elements")
     tracer = _core.current_tracer()
+    # oob_mode.skip: indices outside dim `indexed_dim` move nothing (imm0 is that dim's size).
+    skip = {"axes": 2, "imm0": float(access.base.shape[access.indexed_dim])} if skip_oob else {
+        "axes": 0}
     if gather:
-        return tracer.emit(OP_DMA_INDIRECT, DMA, dense, access.rows, access.index, axes=0)
-    return tracer.emit(OP_DMA_INDIRECT, DMA, access.rows, dense, access.index, axes=1)
+        return tracer.emit(OP_DMA_INDIRECT, DMA, dense, access.rows, access.index,
+                           axes=skip["axes"], imm0=skip.get("imm0", 0.0))
+    return tracer.emit(OP_DMA_INDIRECT, DMA, access.rows, dense, access.index,
+                       axes=1 | skip["axes"], imm0=skip.get("imm0", 0.0))

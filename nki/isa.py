@@ -573,10 +573,10 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
     label, name = name, "dma_copy"
     tracer = _core.current_tracer()
     if isinstance(dst, _indirect.IndirectAccess) or isinstance(src, _indirect.IndirectAccess):
-        if getattr(oob_mode, "name", oob_mode) != "error":
-            raise error(f"{name}: oob_mode={oob_mode} on an indirect DMA: this interpreter runs "
-                        "oob_mode.error (an index out of range stops the kernel) only")
-        return _indirect.dma_copy(dst, src, what=name)
+        mode = getattr(oob_mode, "name", oob_mode)
+        if mode not in ("error", "skip"):
+            raise error(f"{name}: oob_mode={oob_mode!r} is not an nisa.oob_mode")
+        return _indirect.dma_copy(dst, src, what=name, skip_oob=mode == "skip")
     _tensor(dst, "dst")
     _tensor(src, "src")
     for what, x in (("dst", dst), ("src", src)):

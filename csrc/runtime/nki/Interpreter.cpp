@@ -974,7 +974,14 @@ void run_extended(const Storage& mem, const Program& p, size_t i, const Instruct
       const View& dense = scatter_rows ? in.a : in.dst;
       const std::vector<int64_t> rows = load_ints(mem, in.b);
       const int64_t n = indexed.shape[0];
+      // oob_mode.skip (axes bit 1): an index outside [0, imm0) (the indexed dim) moves nothing;
+      // one inside it whose access would still leave the tensor is an error (what the DMA
+      // engines do with a partly-outside access is not published).
+      const bool skip = (in.axes & 2u) != 0;
+      const int64_t dim_size = static_cast<int64_t>(in.imm0);
+      auto skipped = [&](int64_t r) { return skip && (r < 0 || r >= dim_size); };
       for (size_t q = 0; q < rows.size(); ++q) {
+        if (skipped(rows[q])) continue;
         if (rows[q] < 0 || rows[q] >= n) {
           fail(p, i, "index " + std::to_string(rows[q]) + " at partition " + std::to_string(q) +
                          " of the index tile is outside [0, " + std::to_string(n) + ") of the " +
@@ -988,6 +995,7 @@ void run_extended(const Storage& mem, const Program& p, size_t i, const Instruct
       // scalar offset): each index moves dense.shape[0] / rows.size() partitions.
       const int64_t per = rows.empty() ? 0 : dense.shape[0] / static_cast<int64_t>(rows.size());
       for (size_t q = 0; q < rows.size(); ++q) {
+        if (skipped(rows[q])) continue;
         View far = indexed, near = dense;
         far.offset += rows[q] * indexed.stride[0];
         far.shape[0] = 1;

@@ -132,7 +132,8 @@ enum class Opcode : uint8_t {
                   // whole indexed dim (dim 0, every row an index may name); an index outside
                   // [0, its size) is an error, as the DMA engines' bounds check raises it.
                   // One index for a tile of several partitions (a scalar offset) moves the
-                  // whole tile: gather dst <- a[b[0], ...], scatter dst[b[0], ...] <- a
+                  // whole tile: gather dst <- a[b[0], ...], scatter dst[b[0], ...] <- a. axes bit 1:
+                  // oob_mode.skip, an index outside [0, imm0) moving nothing
   kBarrier,       // core_barrier (and sendrecv's synchronisation): no data moves; every logical
                   // core of the launch waits until all of them reach it (Timeline.cpp)
 };
@@ -175,7 +176,7 @@ struct Instruction {
   double imm0 = 0, imm1 = 0, imm2 = 0;
   Act act = Act::kCopy;
   uint32_t axes = 0;  // tensor_reduce: bit k reduces dim k of a; dma_copy: 1 for a DMA transpose;
-                      // matmul: 1 for double-row mode; dma_indirect: 1 for a scatter
+                      // matmul: 1 for double-row mode; dma_indirect: 1 for a scatter, 2 to skip
   bool negate = false;
   bool accumulate = false;
   ReduceCmd reduce_cmd = ReduceCmd::kIdle;
