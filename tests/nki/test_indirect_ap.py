@@ -63,20 +63,27 @@ def pick_column(logits, targets):
     return out
 
 
-@nki.jit
-def write_block_at(cache, block, start):
-    # cache[start:start + s, :] = block: a scalar offset moving a whole [s, d] tile.
-    s, d = block.shape
-    st = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=st, src=start)
-    t = nl.ndarray((s, d), nl.float32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=block)
-    out = nl.ndarray(cache.shape, nl.float32, buffer=nl.shared_hbm)
-    c = nl.ndarray(cache.shape, nl.float32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=c, src=cache)
-    nisa.dma_copy(dst=out, src=c)
-    nisa.dma_copy(dst=out.ap([[d, s], [1, d]], offset=0, scalar_offset=st, indirect_dim=0), src=t)
-    return out
+def block_writer(oob_mode=nisa.oob_mode.error):
+    """cache[start:start + s, :] = block: a scalar offset moving a whole [s, d] tile."""
+    @nki.jit
+    def k(cache, block, start):
+        s, d = block.shape
+        st = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=st, src=start)
+        t = nl.ndarray((s, d), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=block)
+        out = nl.ndarray(cache.shape, nl.float32, buffer=nl.shared_hbm)
+        c = nl.ndarray(cache.shape, nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=c, src=cache)
+        nisa.dma_copy(dst=out, src=c)
+        nisa.dma_copy(dst=out.ap([[d, s], [1, d]], offset=0, scalar_offset=st, indirect_dim=0),
+                      src=t, oob_mode=oob_mode)
+        return out
+    return k
+
+
+write_block_at = block_writer()
+block_skipping = block_writer(nisa.oob_mode.skip)
 
 
 @nki.jit
@@ -154,37 +161,24 @@ def test_a_tile_that_would_run_past_the_tensor_is_an_error():
         run(write_block_at, cache, block, np.array([[8]], np.int32))
 
 
-@nki.jit
-def float_indices(table, idx):
-    ids = nl.ndarray((2, 1), nl.float32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=ids, src=idx)
-    t = nl.ndarray((2, 6), table.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=table.ap([[6, 2], [1, 6]], vector_offset=ids, indirect_dim=0))
-    return table
-
-
-@nki.jit
-def wrong_count(table, idx):
-    ids = nl.ndarray((2, 1), nl.int32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=ids, src=idx)
-    t = nl.ndarray((3, 6), table.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=table.ap([[6, 3], [1, 6]], vector_offset=ids, indirect_dim=0))
-    return table
-
-
-@nki.jit
-def bad_dim(table, idx):
-    ids = nl.ndarray((2, 1), nl.int32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=ids, src=idx)
-    t = nl.ndarray((2, 6), table.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=table.ap([[6, 2], [1, 6]], vector_offset=ids, indirect_dim=2))
-    return table
+def bad_gather(index_dtype=nl.int32, parts=2, dim=0):
+    """A gather breaking one rule: float indices, a pattern of more partitions than indices, or
+    an indirect_dim the tensor does not have."""
+    @nki.jit
+    def k(table, idx):
+        ids = nl.ndarray((2, 1), index_dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=ids, src=idx)
+        t = nl.ndarray((parts, 6), table.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=table.ap([[6, parts], [1, 6]], vector_offset=ids,
+                                          indirect_dim=dim))
+        return table
+    return k
 
 
 @pytest.mark.parametrize("kernel, message", [
-    (float_indices, "32-bit integers"),
-    (wrong_count, "3 partitions, the vector_offset 2 indices"),
-    (bad_dim, "indirect_dim=2 is not a dim"),
+    (bad_gather(index_dtype=nl.float32), "32-bit integers"),
+    (bad_gather(parts=3), "3 partitions, the vector_offset 2 indices"),
+    (bad_gather(dim=2), "indirect_dim=2 is not a dim"),
 ])
 def test_rules_are_refused_by_name(kernel, message):
     with pytest.raises(nki.NkiError, match=message):
@@ -247,22 +241,6 @@ def scatter_skipping(values, idx, base):
     nisa.dma_copy(dst=v, src=values)
     nisa.dma_copy(dst=out.ap([[d, n], [1, d]], offset=0, vector_offset=ids, indirect_dim=0),
                   src=v, oob_mode=nisa.oob_mode.skip)
-    return out
-
-
-@nki.jit
-def block_skipping(cache, block, start):
-    s, d = block.shape
-    st = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=st, src=start)
-    t = nl.ndarray((s, d), nl.float32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=block)
-    out = nl.ndarray(cache.shape, nl.float32, buffer=nl.shared_hbm)
-    c = nl.ndarray(cache.shape, nl.float32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=c, src=cache)
-    nisa.dma_copy(dst=out, src=c)
-    nisa.dma_copy(dst=out.ap([[d, s], [1, d]], offset=0, scalar_offset=st, indirect_dim=0),
-                  src=t, oob_mode=nisa.oob_mode.skip)
     return out
 
 
