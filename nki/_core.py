@@ -38,7 +38,8 @@ PARTIAL = {
     "nki.language.NkiTensor.ap": "runtime offsets (scalar_offset= a [1, 1] SBUF tile, "
                                  "vector_offset=) run on the HBM side of nisa.dma_copy only; an "
                                  "NkiScalar (nisa.scalar_load) as scalar_offset is refused",
-    "nki.language.NkiTensor.select": "a tensor index (a runtime select) is refused",
+    "nki.language.NkiTensor.select": "a tensor index (a runtime select) runs on the HBM side "
+                                     "of nisa.dma_copy only",
     "nki.language.fori_loop": "register (runtime) bounds are refused; integer bounds unroll",
     "nki.language.dynamic_range": "register (runtime) bounds are refused; integer bounds unroll",
     "nki.isa.nc_matmul": "tile_position / tile_size are checked but tiles do not run "
@@ -576,8 +577,13 @@ class Tensor(NKIObject):
     def select(self, dim, index):
         d = self._dim(dim, "select")
         if isinstance(index, Tensor):
-            raise error("select with a tensor index (a runtime select) is not supported by this "
-                        "interpreter yet; use a static index")
+            # A runtime select: the other dims moved by one index along dim d, a scalar offset.
+            from nki import _indirect
+            pairs = [(st, n) for k, (st, n) in enumerate(zip(self.strides, self.shape)) if k != d]
+            if not pairs:
+                raise error("select with a tensor index on a 1-D tensor: use "
+                            ".ap([[1, 1], [1, 1]], scalar_offset=<index tile>, indirect_dim=0)")
+            return _indirect.access_pattern(self, pairs, self.offset, self.dtype, None, index, d)
         if not 0 <= int(index) < self.shape[d]:
             raise error(f"select(dim={dim}, {index}): index out of range for size {self.shape[d]}")
         shape = self.shape[:d] + self.shape[d + 1:]

@@ -258,3 +258,24 @@ def test_oob_mode_skip_moves_nothing_for_an_index_outside_the_dim():
     # Inside the dim but running past the tensor's end: not published, so an error.
     with pytest.raises(Exception, match="index 8 at partition 0"):
         run(block_skipping, cache, block, np.array([[8]], np.int32))
+
+
+@nki.jit
+def select_plane(table, which):
+    # out = table[which[0, 0], :, :], the plane chosen when the kernel runs.
+    w = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=w, src=which)
+    t = nl.ndarray((table.shape[1], table.shape[2]), table.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=table.select(0, w))
+    out = nl.ndarray(t.shape, table.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_select_with_a_tile_index_picks_the_plane_at_run_time():
+    table = np.arange(5 * 4 * 3, dtype=np.float32).reshape(5, 4, 3)
+    for w in (0, 4):
+        np.testing.assert_array_equal(run(select_plane, table, np.array([[w]], np.int32)),
+                                      table[w])
+    with pytest.raises(Exception, match="index 5 at partition 0 .*outside \\[0, 5\\)"):
+        run(select_plane, table, np.array([[5]], np.int32))
