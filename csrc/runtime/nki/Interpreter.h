@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/nki/Collective.h"
 #include "runtime/nki/Program.h"
 
 namespace nrtsim::nki {
@@ -42,8 +43,10 @@ class Executable {
   int64_t scratch_bytes() const { return scratch_bytes_; }
 
   // Runs the kernel over `externals` (one per bound buffer, by binding index). Returns what
-  // device_print produced, one line per print.
-  std::vector<std::string> run(const std::vector<External>& externals) const;
+  // device_print produced, one line per print. `collectives` exchanges the tiles of its
+  // collective instructions with the other ranks (Collective.h); a kernel without them needs none.
+  std::vector<std::string> run(const std::vector<External>& externals,
+                               const CollectiveHook* collectives = nullptr) const;
 
  private:
   Program program_;

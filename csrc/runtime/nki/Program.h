@@ -136,6 +136,7 @@ enum class Opcode : uint8_t {
                   // oob_mode.skip, an index outside [0, imm0) moving nothing
   kBarrier,       // core_barrier (and sendrecv's synchronisation): no data moves; every logical
                   // core of the launch waits until all of them reach it (Timeline.cpp)
+  kCollective,    // nki.collectives: an exchange with the other ranks of the job (Collective.h)
 };
 const char* opcode_name(Opcode op);
 

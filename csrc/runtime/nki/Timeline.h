@@ -16,6 +16,8 @@
 //     a fixed setup per transfer and a cost per descriptor besides its bytes; a transfer's shares
 //     go to the engines that free up first, and its data is usable a fixed latency later. DMA
 //     busy time is the time any DMA engine is busy.
+//   Collective (nki.collectives, Collective.h): the call's time on the runtime's link model
+//     (LinkModel.h), every DMA engine of the core busy for it.
 #pragma once
 
 #include <array>
@@ -23,6 +25,7 @@
 
 #include "runtime/Engine.h"
 #include "runtime/EngineModel.h"
+#include "runtime/LinkModel.h"
 #include "runtime/nki/DmaModel.h"
 #include "runtime/nki/Program.h"
 
@@ -57,6 +60,8 @@ double instruction_ns(const Program& program, const Instruction& in, const CoreS
 // A DMA transfer's occupation of each DMA engine it uses.
 std::vector<double> dma_engine_times(const Program& program, const Instruction& in,
                                      const DmaSpec& dma);
-Timeline schedule(const Program& program, const CoreSpec& spec);
+// `links`: the core's links, which price collective instructions (Collective.h); a program with
+// a collective of several ranks needs them.
+Timeline schedule(const Program& program, const CoreSpec& spec, const CoreLinks* links = nullptr);
 
 }  // namespace nrtsim::nki
