@@ -219,6 +219,16 @@ def _priority(priority, what):
         raise error(f"ncc.{what}: priority is a level 0-3, got {priority!r}")
 
 
+def _begin(what, name, priority, srcs=None, dsts=None):
+    """The checks every call starts with; the tracer (and the srcs / dsts lists)."""
+    _name(name)
+    _priority(priority, what)
+    tracer = _core.current_tracer()
+    if srcs is None:
+        return tracer
+    return tracer, _tensors(srcs, what, "srcs"), _tensors(dsts, what, "dsts")
+
+
 def _next_call(tracer):
     n = getattr(tracer, "collective_calls", 0)
     tracer.collective_calls = n + 1
@@ -242,10 +252,7 @@ def all_reduce(srcs, dsts, replica_group, op, priority=None, name=None):
     """Every rank of each sub-group gets op (nl.add / nl.minimum / nl.maximum) over the
     sub-group's tensors, element by element; srcs[i] -> dsts[i], same shapes."""
     what = "all_reduce"
-    _name(name)
-    _priority(priority, what)
-    tracer = _core.current_tracer()
-    srcs, dsts = _tensors(srcs, what, "srcs"), _tensors(dsts, what, "dsts")
+    tracer, srcs, dsts = _begin(what, name, priority, srcs, dsts)
     _memories(srcs + dsts, what)
     group_desc, rank, group, _ = _place(replica_group, what)
     opname, alu = _reduction(op, what)
@@ -276,10 +283,7 @@ def all_gather(srcs, dsts, replica_group, collective_dim, priority=None, name=No
     """Each rank of a sub-group gets the sub-group's tensors, in group order, concatenated along
     collective_dim (0 on HBM; 0 or 1 on SBUF, whose tiles are 2-D)."""
     what = "all_gather"
-    _name(name)
-    _priority(priority, what)
-    tracer = _core.current_tracer()
-    srcs, dsts = _tensors(srcs, what, "srcs"), _tensors(dsts, what, "dsts")
+    tracer, srcs, dsts = _begin(what, name, priority, srcs, dsts)
     memory = _memories(srcs + dsts, what)
     dim = _dim(collective_dim, (0,) if memory == "HBM" else (0, 1), what, memory)
     group_desc, rank, group, _ = _place(replica_group, what)
@@ -302,10 +306,7 @@ def reduce_scatter(srcs, dsts, replica_group, collective_dim, op, priority=None,
     """op over the sub-group's tensors, split along dim 0 into one part per rank: group rank i
     gets part i."""
     what = "reduce_scatter"
-    _name(name)
-    _priority(priority, what)
-    tracer = _core.current_tracer()
-    srcs, dsts = _tensors(srcs, what, "srcs"), _tensors(dsts, what, "dsts")
+    tracer, srcs, dsts = _begin(what, name, priority, srcs, dsts)
     memory = _memories(srcs + dsts, what)
     _dim(collective_dim, (0,), what, memory)
     group_desc, rank, group, _ = _place(replica_group, what)
@@ -330,10 +331,7 @@ def all_to_all(srcs, dsts, replica_group, collective_dim, priority=None, name=No
     """Split along dim 0 into one part per rank of the sub-group: part j of group rank i's src
     becomes part i of group rank j's dst. HBM only."""
     what = "all_to_all"
-    _name(name)
-    _priority(priority, what)
-    tracer = _core.current_tracer()
-    srcs, dsts = _tensors(srcs, what, "srcs"), _tensors(dsts, what, "dsts")
+    tracer, srcs, dsts = _begin(what, name, priority, srcs, dsts)
     _memories(srcs + dsts, what, allowed=("HBM",))
     _dim(collective_dim, (0,), what, "HBM")
     group_desc, rank, group, _ = _place(replica_group, what)
@@ -354,10 +352,7 @@ def all_to_all_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=F
     what arrived unless recv_counts_known), recv_displs[r] (with has_rdispls; else chunk r lands
     at r * dst elements / group size). One HBM src and dst."""
     what = "all_to_all_v"
-    _name(name)
-    _priority(priority, what)
-    tracer = _core.current_tracer()
-    srcs, dsts = _tensors(srcs, what, "srcs"), _tensors(dsts, what, "dsts")
+    tracer, srcs, dsts = _begin(what, name, priority, srcs, dsts)
     if len(srcs) != 1 or len(dsts) != 1:
         raise error(f"ncc.{what}: srcs and dsts hold exactly one tensor each")
     _memories(srcs + dsts, what, allowed=("HBM",))
@@ -386,10 +381,7 @@ def collective_permute(srcs, dsts, source_target_pairs, priority=None, name=None
     """For each (source, target) pair of ranks: the target's dst receives the source's src. A
     rank that is no pair's target keeps its dst. HBM, one tensor."""
     what = "collective_permute"
-    _name(name)
-    _priority(priority, what)
-    tracer = _core.current_tracer()
-    srcs, dsts = _tensors(srcs, what, "srcs"), _tensors(dsts, what, "dsts")
+    tracer, srcs, dsts = _begin(what, name, priority, srcs, dsts)
     if len(srcs) != 1 or len(dsts) != 1:
         raise error(f"ncc.{what}: coalesced calls are not supported; srcs and dsts hold "
                     "exactly one tensor each")
@@ -458,9 +450,7 @@ def collective_permute_implicit(srcs_by_channel, dsts_by_channel, replica_group,
     """A ring in each sub-group's list order: every rank sends its src to its successor and
     receives its predecessor's into dst, per channel."""
     what = "collective_permute_implicit"
-    _name(name)
-    _priority(priority, what)
-    tracer = _core.current_tracer()
+    tracer = _begin(what, name, priority)
     srcs = _by_channel(srcs_by_channel, what, "srcs_by_channel")
     dsts = _by_channel(dsts_by_channel, what, "dsts_by_channel")
     _memories(srcs + dsts, what, coalesced_sbuf=True)
@@ -482,9 +472,7 @@ def collective_permute_implicit_reduce(srcs0_by_channel, srcs1_by_channel, dsts_
     """The ring of collective_permute_implicit sending op(src0, src1) (computed in FP32 by the
     DMA engines, rounded to dst's dtype): dst receives the predecessor's reduced tile."""
     what = "collective_permute_implicit_reduce"
-    _name(name)
-    _priority(priority, what)
-    tracer = _core.current_tracer()
+    tracer = _begin(what, name, priority)
     s0 = _by_channel(srcs0_by_channel, what, "srcs0_by_channel")
     s1 = _by_channel(srcs1_by_channel, what, "srcs1_by_channel")
     dsts = _by_channel(dsts_by_channel, what, "dsts_by_channel")

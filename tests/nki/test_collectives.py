@@ -367,6 +367,12 @@ def _rank_main():
         sim(all_reduce_hbm)(bad, whole, nl.add)
     with pytest.raises(nki.NkiError, match="whose destination is|into"):
         sim(permute_hbm)(bad, shift)
+    with pytest.raises(nki.NkiError, match="disagree"):  # on the device: the launch fails alike
+        all_reduce_hbm(torch.from_numpy(bad).to("neuron"), whole, nl.add)
+    got = all_reduce_hbm(torch.from_numpy(xs[rank]).to("neuron"), whole, nl.add).cpu()
+    t = torch.from_numpy(xs[rank].copy())
+    dist.all_reduce(t)
+    assert torch.equal(got, t), "a device launch after a refused one"
     if world == 2:
         if rank == 1:
             with pytest.raises(nki.NkiError, match="rank 1 is in no sub-group"):
