@@ -528,9 +528,9 @@ def all_gather_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=F
     raise error(f"ncc.all_gather_v: {_ALL_GATHER_V}")
 
 
-_ALL_GATHER_V = ("AWS's current NKI 0.6 stub file (aws-neuron-sdk nki/api/nki/collectives) no "
-                 "longer defines all_gather_v and no published text gives its semantics; use "
-                 "all_to_all_v, whose metadata rows it shares")
+_ALL_GATHER_V = ("not modelled: AWS's current NKI 0.6 stub file (aws-neuron-sdk "
+                 "nki/api/nki/collectives) no longer defines all_gather_v and no published text "
+                 "gives its semantics; use all_to_all_v, whose metadata rows it shares")
 _core.refused("nki.collectives.all_gather_v", _ALL_GATHER_V)
 
 
