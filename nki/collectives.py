@@ -432,7 +432,8 @@ def _by_channel(lists, what, param):
     try:
         lists = list(lists)
     except TypeError:
-        raise error(f"ncc.{what}: {param} is a list (one per channel) of one-tensor lists") from None
+        raise error(f"ncc.{what}: {param} is a list (one per channel) of one-tensor "
+                    "lists") from None
     out = []
     for inner in lists:
         xs = _tensors(inner, what, param)

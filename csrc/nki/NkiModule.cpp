@@ -31,9 +31,10 @@ nrtsim::nki::HostKernels g_host;  // set by set_host_kernels; the runtime's loop
 // The exchange of collective instructions with the other ranks (runtime/nki/Collective.h): the
 // Python callable nki.collectives installs (set_collective_exchange), called with the GIL held
 // as exchange(description, kind, send, receive, metadata), each tile a writable (memoryview,
-// dtype code, shape) over the interpreter's staging bytes, valid during the call. Host runs pass it to the interpreter; a device's
-// launch gets it through collective_exchange()'s capsule. The callable is never released: it
-// lives as long as the process (its destructor would run after the interpreter has gone).
+// dtype code, shape) over the interpreter's staging bytes, valid during the call. Host runs pass
+// it to the interpreter; a device's launch gets it through collective_exchange()'s capsule. The
+// callable is never released: it lives as long as the process (its destructor would run after
+// the interpreter has gone).
 nrtsim::nki::CollectiveHook g_collectives;
 
 py::tuple tile_of(nrtsim::nki::StagedTile& t, bool writable) {
@@ -52,7 +53,9 @@ void set_collective_exchange(const py::function& fn) {
   };
 }
 
-const nrtsim::nki::CollectiveHook* collectives() { return g_collectives ? &g_collectives : nullptr; }
+const nrtsim::nki::CollectiveHook* collectives() {
+  return g_collectives ? &g_collectives : nullptr;
+}
 
 nrtsim::nki::View view_from(const py::handle& h) {
   nrtsim::nki::View v;
@@ -250,7 +253,8 @@ PYBIND11_MODULE(_nki, m) {
   // None before nki.collectives installs one).
   m.def("collective_exchange", []() -> py::object {
     if (!g_collectives) return py::none();
-    return py::capsule(static_cast<const void*>(&g_collectives), nrtsim::nki::kCollectiveHookCapsule);
+    return py::capsule(static_cast<const void*>(&g_collectives),
+                       nrtsim::nki::kCollectiveHookCapsule);
   });
   // The threads the interpreter splits a large instruction's partitions over
   // (runtime/nki/PartitionWorkers.h): NRTSIM_NKI_THREADS, else OMP_NUM_THREADS, else the CPUs;

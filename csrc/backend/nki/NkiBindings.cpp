@@ -116,7 +116,9 @@ py::tuple launch(const py::capsule& capsule, int device, const py::list& memory,
   const auto ext = externals_from(memory);
   const nrtsim::CoreSpec& spec = core(index).clock().model().spec();
   const nrtsim::nki::Timeline t =
-      runtime_call([&] { return nrtsim::nki::schedule(exe->program(), spec, &core(index).clock().links()); });
+      runtime_call([&] {
+        return nrtsim::nki::schedule(exe->program(), spec, &core(index).clock().links());
+      });
   nrtsim::Work work;
   work[nrtsim::Engine::kTensor].ops = t.matmul_flops;
   work.precision = nrtsim::Precision::kBf16;

@@ -15,7 +15,8 @@ namespace nrtsim::nki {
 namespace {
 
 DType dtype_of(const Program& p, const View& v) {
-  return v.dtype >= 0 ? static_cast<DType>(v.dtype) : p.buffers[static_cast<size_t>(v.buffer)].dtype;
+  return v.dtype >= 0 ? static_cast<DType>(v.dtype)
+                      : p.buffers[static_cast<size_t>(v.buffer)].dtype;
 }
 
 // Calls f(element offset) for every element of `v`, in row-major order of its dims.
@@ -26,7 +27,9 @@ void for_each_element(const View& v, F&& f) {
   std::array<int64_t, kMaxDims> idx{};
   for (int64_t e = 0; e < n; ++e) {
     int64_t off = v.offset;
-    for (int d = 0; d < v.ndim; ++d) off += idx[static_cast<size_t>(d)] * v.stride[static_cast<size_t>(d)];
+    for (int d = 0; d < v.ndim; ++d) {
+      off += idx[static_cast<size_t>(d)] * v.stride[static_cast<size_t>(d)];
+    }
     f(off);
     for (int d = v.ndim - 1; d >= 0; --d) {
       if (++idx[static_cast<size_t>(d)] < v.shape[static_cast<size_t>(d)]) break;

@@ -187,12 +187,12 @@ Timeline schedule(const Program& p, const CoreSpec& spec, const CoreLinks* links
 
     double engine_end = start + cost;
     double busy = cost;
+    const bool collective = in.op == Opcode::kCollective;
     if (is_dma) {
       // Each engine's share goes to the DMA engine that frees up first; the transfer is done
       // when its last share is, and usable latency_ns later.
       auto& queues = queue_free[in.program];
       if (queues.empty()) queues.assign(static_cast<size_t>(dma.engines), 0.0);
-      const bool collective = in.op == Opcode::kCollective;
       std::vector<double> shares = collective ? collective_shares(p, i, links, dma)
                                               : dma_engine_times(p, in, dma);
       std::sort(shares.rbegin(), shares.rend());
@@ -207,14 +207,14 @@ Timeline schedule(const Program& p, const CoreSpec& spec, const CoreLinks* links
         dma_active.emplace_back(s0, *q);
         busy = std::max(busy, share);
       }
-      if (!collective) t.dma_descriptors += static_cast<uint64_t>(dma_shape(p, in, dma).descriptors);
+      if (!collective) {
+        t.dma_descriptors += static_cast<uint64_t>(dma_shape(p, in, dma).descriptors);
+      }
       if (first >= 0) start = first;
     }
     // A collective's link time includes its hops' latency; a coalesced call's parts end with it.
-    double ready = is_dma && in.op != Opcode::kCollective ? engine_end + dma.latency_ns : engine_end;
-    if (in.op == Opcode::kCollective) {
-      if (same_call(p, i)) ready = std::max(ready, t.instructions[i - 1].end_ns);
-    }
+    double ready = is_dma && !collective ? engine_end + dma.latency_ns : engine_end;
+    if (collective && same_call(p, i)) ready = std::max(ready, t.instructions[i - 1].end_ns);
     if (!is_dma) engine_free[{in.program, index_of(in.engine)}] = engine_end;
     t.instructions[i] = {start, ready};
     const size_t e = index_of(in.engine);

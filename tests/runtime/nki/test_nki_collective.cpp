@@ -78,7 +78,8 @@ TEST(NkiCollective, StagesTheSourceViewAndWritesTheDestinationView) {
     ASSERT_EQ(x.receive.bytes.size(), back.size() * 4);
     std::memcpy(x.receive.bytes.data(), back.data(), x.receive.bytes.size());
   };
-  exe.run({{reinterpret_cast<uint8_t*>(in.data()), 48}, {reinterpret_cast<uint8_t*>(out.data()), 48}},
+  exe.run({{reinterpret_cast<uint8_t*>(in.data()), 48},
+           {reinterpret_cast<uint8_t*>(out.data()), 48}},
           &hook);
   EXPECT_EQ(seen, (std::vector<float>{1, 5, 9}));
   const std::vector<float> want = {-1, -1, -1, -1, -1, -1, -1, -1, 2, 10, 18, -1};
@@ -94,7 +95,8 @@ TEST(NkiCollective, WithoutAnExchangeTheRunFailsSayingWhatToProvide) {
   const Executable exe(p);
   std::vector<float> a(4), b(4);
   try {
-    exe.run({{reinterpret_cast<uint8_t*>(a.data()), 16}, {reinterpret_cast<uint8_t*>(b.data()), 16}});
+    exe.run({{reinterpret_cast<uint8_t*>(a.data()), 16},
+             {reinterpret_cast<uint8_t*>(b.data()), 16}});
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no exchange with other ranks"), std::string::npos);
@@ -154,7 +156,8 @@ TEST(NkiCollective, TheTimelinePricesACallOnTheLinkModelOnceForItsParts) {
   transport::VerbCall call;
   call.verb = transport::Verb::kAllreduce;
   call.bytes = 2u << 18;  // the call's two buffers as one
-  const double want = links.collective_ns(transport::collective_traffic(transport::link_bytes(call, place)));
+  const double want =
+      links.collective_ns(transport::collective_traffic(transport::link_bytes(call, place)));
   ASSERT_GT(want, 0);
   const Timeline t = schedule(p, spec, &links);
   EXPECT_DOUBLE_EQ(t.instructions[0].end_ns - t.instructions[0].start_ns, want);
