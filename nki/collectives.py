@@ -33,6 +33,7 @@ ranks.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from nki import _core
@@ -235,11 +236,25 @@ def _next_call(tracer):
     return n
 
 
-def _emit(tracer, kind, src, dst, desc, group_size, call, *, src1=None, metadata=None, alu=0,
+def _host(rank):
+    """The host of a rank, as torchrun numbers them (LOCAL_WORLD_SIZE consecutive ranks per
+    host); one host without it."""
+    local = os.environ.get("LOCAL_WORLD_SIZE", "")
+    return rank // int(local) if local.isdigit() and int(local) > 0 else 0
+
+
+def _emit(tracer, kind, src, dst, desc, group, call, *, src1=None, metadata=None, alu=0,
           name=None):
+    """One collective instruction. `group`: the ranks that move this call's bytes with this
+    rank (its sub-group; for a permute, itself and its peers), which price it: imm0 their
+    number, imm2 how many of them share this rank's host (Collective.h)."""
     text = json.dumps(dict(desc, kind=kind, call=call), sort_keys=True)
+    ctx = context()
+    rank = ctx[0] if ctx is not None else 0
+    here = sum(1 for r in group if _host(r) == _host(rank))
     return tracer.emit(_core.OP_COLLECTIVE, DMA, dst, src, None, src1, metadata, name=name,
-                       axes=kind, alu0=alu, imm0=float(group_size), imm1=float(call), text=text)
+                       axes=kind, alu0=alu, imm0=float(len(group)), imm1=float(call),
+                       imm2=float(here), text=text)
 
 
 def _same_dtype(src, dst, what):
@@ -263,7 +278,7 @@ def all_reduce(srcs, dsts, replica_group, op, priority=None, name=None):
         if s.shape != d.shape:
             raise error(f"ncc.{what}: src {s.shape} and dst {d.shape} must have one shape")
         _emit(tracer, ALL_REDUCE, s, d, {"groups": group_desc.replica_groups, "op": opname},
-              len(group), call, alu=alu, name=name)
+              group, call, alu=alu, name=name)
 
 
 def _dim(collective_dim, allowed, what, memory):
@@ -299,7 +314,7 @@ def all_gather(srcs, dsts, replica_group, collective_dim, priority=None, name=No
             raise error(f"ncc.{what}: dst {d.shape} must be src {s.shape} with dim {dim} times "
                         f"the {n} ranks of the sub-group: {want}")
         _emit(tracer, ALL_GATHER, s, d, {"groups": group_desc.replica_groups, "dim": dim},
-              n, call, name=name)
+              group, call, name=name)
 
 
 def reduce_scatter(srcs, dsts, replica_group, collective_dim, op, priority=None, name=None):
@@ -324,7 +339,7 @@ def reduce_scatter(srcs, dsts, replica_group, collective_dim, op, priority=None,
                         f"ncc.{what}: src dim 0 ({s.shape[0]}) must divide into the {n} ranks "
                         "of the sub-group")
         _emit(tracer, REDUCE_SCATTER, s, d, {"groups": group_desc.replica_groups, "op": opname},
-              n, call, alu=alu, name=name)
+              group, call, alu=alu, name=name)
 
 
 def all_to_all(srcs, dsts, replica_group, collective_dim, priority=None, name=None):
@@ -342,7 +357,8 @@ def all_to_all(srcs, dsts, replica_group, collective_dim, priority=None, name=No
         if tuple(s.shape) != tuple(d.shape) or s.shape[0] % n:
             raise error(f"ncc.{what}: src {s.shape} and dst {d.shape} need one shape whose dim 0 "
                         f"divides into the {n} ranks of the sub-group")
-        _emit(tracer, ALL_TO_ALL, s, d, {"groups": group_desc.replica_groups}, n, call, name=name)
+        _emit(tracer, ALL_TO_ALL, s, d, {"groups": group_desc.replica_groups}, group, call,
+              name=name)
 
 
 def all_to_all_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=False,
@@ -374,7 +390,7 @@ def all_to_all_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=F
     call = _next_call(tracer)
     _emit(tracer, ALL_TO_ALL_V, s, d,
           {"groups": group_desc.replica_groups, "recv_counts_known": bool(recv_counts_known),
-           "has_rdispls": bool(has_rdispls)}, n, call, metadata=m, name=name)
+           "has_rdispls": bool(has_rdispls)}, group, call, metadata=m, name=name)
 
 
 def collective_permute(srcs, dsts, source_target_pairs, priority=None, name=None):
@@ -412,8 +428,10 @@ def collective_permute(srcs, dsts, source_target_pairs, priority=None, name=None
     if s.shape != d.shape:
         raise error(f"ncc.{what}: src {s.shape} and dst {d.shape} must have one shape")
     call = _next_call(tracer)
-    _emit(tracer, PERMUTE, s, d, {"pairs": pairs}, 2 if any(a != b for a, b in pairs) else 1,
-          call, name=name)
+    rank = ctx[0] if ctx is not None else 0
+    peers = {b for a, b in pairs if a == rank} | {a for a, b in pairs if b == rank}
+    _emit(tracer, PERMUTE, s, d, {"pairs": pairs}, [rank] + sorted(peers - {rank}), call,
+          name=name)
 
 
 def _channels(channel_ids, count, what):
@@ -446,6 +464,12 @@ def _by_channel(lists, what, param):
     return out
 
 
+def _ring_peers(group, rank):
+    """This rank and its successor and predecessor in the ring (itself alone in a group of one)."""
+    p = group.index(rank)
+    return [rank] + sorted({group[(p + 1) % len(group)], group[(p - 1) % len(group)]} - {rank})
+
+
 def collective_permute_implicit(srcs_by_channel, dsts_by_channel, replica_group, channel_ids=(0,),
                                 priority=None, name=None):
     """A ring in each sub-group's list order: every rank sends its src to its successor and
@@ -464,7 +488,8 @@ def collective_permute_implicit(srcs_by_channel, dsts_by_channel, replica_group,
             raise error(f"ncc.{what}: channel {ch}: src {s.shape} and dst {d.shape} must have "
                         "one shape")
         _emit(tracer, PERMUTE_IMPLICIT, s, d, {"groups": group_desc.replica_groups,
-                                               "channel": ch}, len(group), call, name=name)
+                                               "channel": ch}, _ring_peers(group, rank), call,
+              name=name)
 
 
 def collective_permute_implicit_reduce(srcs0_by_channel, srcs1_by_channel, dsts_by_channel,
@@ -491,7 +516,7 @@ def collective_permute_implicit_reduce(srcs0_by_channel, srcs1_by_channel, dsts_
                         f"{d.shape} must have one shape")
         _emit(tracer, PERMUTE_IMPLICIT_REDUCE, a, d, {"groups": group_desc.replica_groups,
                                                       "channel": ch, "op": opname},
-              len(group), call, src1=b, alu=alu, name=name)
+              _ring_peers(group, rank), call, src1=b, alu=alu, name=name)
 
 
 def collective_permute_implicit_current_processing_rank_id(iteration_id, replica_group,

@@ -83,6 +83,11 @@ transport::LinkBytes part_bytes(const Program& p, const Instruction& in, int ran
   tp::GroupPlace place;
   place.rank = 0;
   place.size = ranks;
+  // The group's ranks on this rank's host; the others on further hosts in blocks as large.
+  const int here = static_cast<int>(in.imm2);
+  if (here >= 1 && here < ranks) {
+    for (int r = 0; r < ranks; ++r) place.host_of.push_back(r / here);
+  }
   tp::VerbCall call;
   switch (static_cast<CollectiveKind>(in.axes)) {
     case CollectiveKind::kAllReduce:
@@ -111,9 +116,10 @@ transport::LinkBytes part_bytes(const Program& p, const Instruction& in, int ran
     case CollectiveKind::kPermute:
     case CollectiveKind::kPermuteImplicit:
     case CollectiveKind::kPermuteImplicitReduce: {
-      // One tile to a peer and one from a peer, at once (full duplex).
+      // One tile to a peer and one from a peer, at once (full duplex): imm0 is 2 or 3 (this
+      // rank, its target, its source); across hosts when a peer is on another host.
       call.verb = tp::Verb::kSend;
-      call.root = 1;
+      call.root = ranks - 1;
       call.bytes = bytes_of(p, in.dst);
       tp::LinkBytes b = tp::link_bytes(call, place);
       b.received = b.sent;

@@ -12,8 +12,11 @@
 //   d      all_to_all_v's uint32 metadata (rows send_counts, send_displs, recv_counts[,
 //          recv_displs] by group rank): read, and row 2 written unless recv counts are known
 //   alu0   the reduction (add, max, min) of all_reduce, reduce_scatter and the permute-reduce
-//   imm0   the ranks of this rank's group (for the link model's price)
+//   imm0   the ranks that move the call's bytes with this one (its sub-group; for a permute,
+//          this rank and its peers): 1 costs nothing on the links
 //   imm1   the call's number in the kernel: the parts of one coalesced call share it
+//   imm2   how many of those ranks share this rank's host (the rest are on other hosts, in
+//          blocks of as many: the EFA leg of the link model)
 //   text   the front end's description of the call (replica group, pairs, dims, flags), which
 //          only the hook reads
 //

@@ -164,6 +164,13 @@ TEST(NkiCollective, TheTimelinePricesACallOnTheLinkModelOnceForItsParts) {
   EXPECT_DOUBLE_EQ(t.instructions[1].end_ns, t.instructions[0].end_ns);  // ends with its call
   EXPECT_DOUBLE_EQ(t.makespan_ns, want);
   EXPECT_DOUBLE_EQ(t.busy_ns[index_of(Engine::kDma)], want);
+  // Two of the four ranks on this host, two on another: the call crosses EFA too.
+  p.instructions[0].imm2 = p.instructions[1].imm2 = 2;
+  place.host_of = {0, 0, 1, 1};
+  const double across =
+      links.collective_ns(transport::collective_traffic(transport::link_bytes(call, place)));
+  EXPECT_GT(across, want);
+  EXPECT_DOUBLE_EQ(schedule(p, spec, &links).makespan_ns, across);
   // Without the link model a collective of several ranks cannot be timed: an error, not 0.
   EXPECT_THROW(schedule(p, spec), Error);
   // A group of one rank moves nothing over the links.
