@@ -100,11 +100,9 @@ class ReplicaGroup(_core.NKIObject):
 
 def _dist():
     """torch.distributed when a process group is initialised in this process, else None."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return None
-    dist = torch.distributed
-    if not dist.is_available() or not dist.is_initialized():
+    # A process group exists only where torch.distributed was imported: nki imports neither.
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
         return None
     return dist
 
