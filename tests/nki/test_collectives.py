@@ -103,6 +103,23 @@ def all_gather_sbuf(x, group, n, dim):
 
 
 @nki.jit
+def all_gather_coalesced(x, y, group, n):
+    srcs, dsts, outs = [], [], []
+    for t in (x, y):
+        s = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=s, src=t)
+        srcs.append(s)
+        dsts.append(nl.ndarray((t.shape[0] * n,) + tuple(t.shape[1:]), dtype=t.dtype,
+                               buffer=nl.shared_hbm))
+    ncc.all_gather(srcs=srcs, dsts=dsts, replica_group=group, collective_dim=0)
+    for d in dsts:
+        o = nl.ndarray(d.shape, dtype=d.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=d)
+        outs.append(o)
+    return tuple(outs)
+
+
+@nki.jit
 def reduce_scatter_hbm(x, group, n):
     src = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     dst = nl.ndarray((x.shape[0] // n, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
@@ -149,6 +166,23 @@ def all_to_all_v_hbm(x, meta, group, has_rdispls):
                      has_rdispls=has_rdispls)
     nisa.dma_copy(dst=out, src=dst)
     nisa.dma_copy(dst=meta_out, src=m)
+    return out, meta_out
+
+
+@nki.jit
+def all_to_all_v_sbuf_metadata(x, meta, group):
+    # The metadata on one SBUF partition: (1, rows, group size).
+    src = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    dst = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    m = nl.ndarray((1,) + tuple(meta.shape), dtype=meta.dtype, buffer=nl.sbuf)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    meta_out = nl.ndarray(meta.shape, dtype=meta.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=src, src=x)
+    nisa.dma_copy(dst=dst, src=x)
+    nisa.dma_copy(dst=m, src=meta.reshape((1,) + tuple(meta.shape)))
+    ncc.all_to_all_v(srcs=[src], dsts=[dst], replica_group=group, metadata_tensor=m)
+    nisa.dma_copy(dst=out, src=dst)
+    nisa.dma_copy(dst=meta_out.reshape((1,) + tuple(meta.shape)), src=m)
     return out, meta_out
 
 
@@ -277,11 +311,21 @@ def _rank_main():
     _check(got_f, t.numpy(), "coalesced all_reduce fp32 part")
     _check(got_i, sum(ints), "coalesced all_reduce int32 part")
 
-    # all_gather: HBM dim 0, SBUF dims 0 and 1, in the sub-group's order.
+    # fp16 on CPU tensors through nki.simulate: the backend's fp16 accumulation.
+    xh = torch.from_numpy(xs[rank] * 100).to(torch.float16)
+    got = sim(all_reduce_hbm)(xh, whole, nl.add)
+    t = xh.clone()
+    dist.all_reduce(t)
+    assert torch.equal(got.view(torch.int16), t.view(torch.int16)), "all_reduce fp16"
+
+    # all_gather: HBM dim 0, SBUF dims 0 and 1, in the sub-group's order; a coalesced call.
     got = sim(all_gather_hbm)(xs[rank], whole, world)
     _check(got, np.concatenate(xs, axis=0), "all_gather hbm")
     got = sim(all_gather_hbm)(xs[rank], halves, len(mine))
     _check(got, np.concatenate([xs[r] for r in mine], axis=0), "all_gather two sub-groups")
+    got_f, got_i = sim(all_gather_coalesced)(ys[rank], ints[rank], whole, world)
+    _check(got_f, np.concatenate(ys, axis=0), "coalesced all_gather fp32 part")
+    _check(got_i, np.concatenate(ints, axis=0), "coalesced all_gather int32 part")
     for dim in (0, 1):
         got = sim(all_gather_sbuf)(xs[rank], whole, world, dim)
         _check(got, np.concatenate(xs, axis=dim), f"all_gather sbuf dim {dim}")
@@ -329,6 +373,17 @@ def _rank_main():
             want[at:at + c] = vs[j][3 * rank:3 * rank + c]
         _check(got, want, f"all_to_all_v has_rdispls={has_rdispls}")
         assert list(meta_out[2]) == [counts(j, rank) for j in range(world)], meta_out
+
+    meta = np.zeros((3, world), dtype=np.uint32)
+    meta[0] = [counts(rank, j) for j in range(world)]
+    meta[1] = [3 * j for j in range(world)]
+    got, meta_out = sim(all_to_all_v_sbuf_metadata)(vs[rank], meta, whole)
+    assert list(meta_out[2]) == [counts(j, rank) for j in range(world)], meta_out
+    slot = elems // world
+    want = vs[rank].copy()
+    for j in range(world):
+        want[slot * j:slot * j + counts(j, rank)] = vs[j][3 * rank:3 * rank + counts(j, rank)]
+    _check(got, want, "all_to_all_v, metadata in SBUF")
 
     # collective_permute: a shift by one; the ring forms and their rank ids.
     shift = [(r, (r + 1) % world) for r in range(world)]
