@@ -35,13 +35,18 @@ class NkiError(ValueError):
 # implements only in part (what is refused): the conformance table in docs/nki.md reads them.
 REFUSED = {}
 PARTIAL = {
-    "nki.language.NkiTensor.ap": "runtime offsets (scalar_offset= a [1, 1] SBUF tile, "
-                                 "vector_offset=) run on the HBM side of nisa.dma_copy only; an "
-                                 "NkiScalar (nisa.scalar_load) as scalar_offset is refused",
+    "nki.language.NkiTensor.ap": "runtime offsets (scalar_offset= a [1, 1] SBUF tile or a "
+                                 "VirtualRegister, vector_offset=) run on the HBM side of "
+                                 "nisa.dma_copy only",
     "nki.language.NkiTensor.select": "a tensor index (a runtime select) runs on the HBM side "
                                      "of nisa.dma_copy only",
-    "nki.language.fori_loop": "register (runtime) bounds are refused; integer bounds unroll",
-    "nki.language.dynamic_range": "register (runtime) bounds are refused; integer bounds unroll",
+    "nki.language.fori_loop": "a register bound runs a device loop, an integer one unrolls; a "
+                              "device loop of a multi-program (LNC=2) launch may not hold a "
+                              "cross-core synchronisation (core_barrier / sendrecv)",
+    "nki.language.dynamic_range": "a register bound runs a device loop, an integer one "
+                                  "unrolls; a device loop of a multi-program (LNC=2) launch may "
+                                  "not hold a cross-core synchronisation (core_barrier / "
+                                  "sendrecv)",
     "nki.isa.nc_matmul": "tile_position / tile_size are checked but tiles do not run "
                          "concurrently",
     "nki.isa.dma_copy": "dge_mode, priority and engine do not change the modelled time; "
@@ -223,7 +228,8 @@ ENGINE_NAMES = ("tensor", "vector", "scalar", "gpsimd", "dma")
  OP_MAX8, OP_FIND_INDEX8, OP_MATCH_REPLACE8, OP_QUANTIZE_MX, OP_MATMUL_MX, OP_CUMULATIVE,
  OP_SELECT_REDUCE, OP_RANGE_SELECT, OP_NONZERO_WITH_COUNT, OP_SEQUENCE_BOUNDS, OP_STREAM_SHUFFLE,
  OP_LOCAL_GATHER, OP_N_GATHER, OP_DMA_COMPUTE, OP_ACTIVATE2, OP_TOPK,
- OP_DMA_INDIRECT, OP_BARRIER) = range(35)
+ OP_DMA_INDIRECT, OP_BARRIER, OP_LOOP_BEGIN, OP_LOOP_END) = range(37)
+LOOP_MARKERS = (OP_LOOP_BEGIN, OP_LOOP_END)
 # Instructions that write only part of their destination (the rest keeps its contents): an
 # assignment of their fresh result is a copy of the whole tile, never folded into them.
 PARTIAL_WRITE_OPS = (OP_NONZERO_WITH_COUNT, OP_STREAM_SHUFFLE, OP_TOPK)
@@ -975,6 +981,8 @@ class Tracer:
         self.spills = []  # [(Buffer, bytes moved)] chosen by finalize()
         self.legacy_uses = None  # a list while a legacy-API kernel traces (nki.legacy.report)
         self.touched_buffers = set()  # ids of the buffers some instruction so far reads or writes
+        self.registers = []  # VirtualRegisters allocated (nki._loops)
+        self.open_loops = []  # device loops begun and not yet ended, innermost last
 
     @property
     def locations(self):
@@ -1066,6 +1074,10 @@ class Tracer:
         """Resolves PSUM accumulation groups, checks on-chip capacity over the buffers' lifetimes
         (spilling where AWS's compiler spills) and returns (buffers, instructions) in the form the
         runtime takes."""
+        if self.open_loops:
+            raise error("this device loop's body was left before it ended (break, return or an "
+                        "exception out of a `while reg:` / nl.dynamic_range body): device loops "
+                        "run their body to its end", self.open_loops[-1]["location"])
         self._fold_assignments()
         if "check_placements" in HOOKS:  # tiles the legacy API placed (nki.legacy.allocation)
             HOOKS["check_placements"](self)
@@ -1093,12 +1105,34 @@ class Tracer:
         for i, ins in enumerate(self.instructions):
             per.setdefault(ins.program, []).append(i)
         programs = sorted(per)
-        phases = {}  # program -> [(instruction indices, the CoreSync ending the phase or None)]
+        phases = {}  # program -> [(instruction units, the CoreSync ending the phase or None)]
         for prog in programs:
             cur, out = [], []
+            depth, loop_unit = 0, None
             for i in per[prog]:
-                sync = self.instructions[i].sync
-                if sync is None:
+                ins = self.instructions[i]
+                # A device loop is one unit: its body runs as a whole, as many times as the
+                # program's registers say, so it cannot interleave with other programs'
+                # instructions, nor hold a synchronisation the other programs would have to
+                # meet the same number of times.
+                if ins.op == OP_LOOP_BEGIN:
+                    depth += 1
+                    if depth == 1:
+                        loop_unit = []
+                if depth:
+                    if ins.sync is not None:
+                        raise error(f"{ins.sync.what} inside a device loop of a {len(programs)}-"
+                                    "program launch: the cores' loops would have to meet it "
+                                    "the same number of times, which their registers decide "
+                                    "only at run time; this interpreter runs such a loop on a "
+                                    "one-program launch only", ins.location)
+                    loop_unit.append(i)
+                    if ins.op == OP_LOOP_END:
+                        depth -= 1
+                        if depth == 0:
+                            cur.append(loop_unit)
+                    continue
+                if ins.sync is None:
                     cur.append(i)
                 else:
                     out.append((cur, i))
@@ -1111,7 +1145,9 @@ class Tracer:
             queues = [phases[prog][k][0] for prog in programs]
             n = 0
             while any(n < len(q) for q in queues):
-                order.extend(q[n] for q in queues if n < len(q))
+                for q in queues:
+                    if n < len(q):
+                        order.extend(q[n] if isinstance(q[n], list) else (q[n],))
                 n += 1
             ends = [phases[prog][k][1] for prog in programs]
             if ends[0] is not None:
@@ -1188,6 +1224,10 @@ class Tracer:
             prod = self.instructions[used[0]]
             if prod.dst is None or prod.dst._buffer is not buf or not prod.dst.same_view(src):
                 continue
+            if any(self.instructions[j].op in LOOP_MARKERS for j in range(used[0] + 1, i)):
+                # A device loop's boundary in between: the producer runs a different number of
+                # times than the copy.
+                continue
             if any(used[0] < j < i for j in uses.get(dst._buffer.id, ())):
                 # The producer's write to t would move back to the producer's place: no
                 # instruction in between may read or write t's buffer (a memset of `nl.zeros`
@@ -1249,6 +1289,7 @@ class Tracer:
                     lst = uses.setdefault(b.id, [])
                     if not lst or lst[-1] != i:
                         lst.append(i)
+        self._widen_over_loops(uses)
         used_at = {}
         for bid, lst in uses.items():
             for i in lst:
@@ -1295,6 +1336,24 @@ class Tracer:
                     total[m] -= cost[m](self.buffers[bid])
         if spills:
             self._insert_spills(spills)
+
+    def _widen_over_loops(self, uses):
+        """A tile used inside a device loop's body and outside it lives across the whole loop
+        (the body runs again after its last use in program order): its uses gain the loop's
+        begin and end, so that it is never spilled across the loop's boundary."""
+        loops, stack = [], []
+        for i, ins in enumerate(self.instructions):
+            if ins.op == OP_LOOP_BEGIN:
+                stack.append(i)
+            elif ins.op == OP_LOOP_END:
+                loops.append((stack.pop(), i))
+        if not loops:
+            return
+        loops.sort(key=lambda be: be[1] - be[0])  # inner loops first
+        for bid, lst in uses.items():
+            for b, e in loops:
+                if lst[0] <= e and lst[-1] >= b and not (lst[0] > b and lst[-1] < e):
+                    lst[:] = sorted(set(lst) | {b, e})
 
     def _insert_spills(self, spills):
         import warnings

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import math
 
-from nki import _core, _indirect, _ops
+from nki import _core, _indirect, _loops, _ops
 from nki._core import (
     DMA, GPSIMD, OP_ACT, OP_BARRIER, OP_COPY, OP_DMA, OP_IOTA, OP_MATMUL, OP_MEMSET, OP_REDUCE, OP_SELECT,
     OP_TRANSPOSE, OP_TS, OP_TT, PMAX, SCALAR, STATIONARY_FMAX, TENSOR, VECTOR, Tensor, error,
@@ -121,17 +121,8 @@ def _emit(tracer, name, op, engine, *views, **params):
     return NkiInstruction(tracer.emit(op, engine, *views, name=name, **params))
 
 
-class VirtualRegister(_core.NKIObject):
-    """A 32-bit sequencer register (runtime values for device-side loops and offsets)."""
-
-    def __init__(self, state=None, frozen=False):
-        raise error(_core.REFUSED["nki.isa.VirtualRegister"])
-
-
-_core.refused("nki.isa.VirtualRegister",
-              "registers (nisa.register_alloc and VirtualRegister) hold runtime values, which "
-              "this interpreter does not model yet: loop bounds and offsets must be known when "
-              "the kernel specialises")
+# Registers (runtime 32-bit values) and their instructions: nki._loops.
+VirtualRegister = _loops.VirtualRegister
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1500,7 +1491,6 @@ def _refused(fname, why, params):
     return f
 
 
-_RUNTIME = "it needs runtime register values (device-side control flow), not modelled yet"
 _RNG = ("the hardware random number generators' bit streams are not published, so no result "
         "could be checked against hardware")
 rng = _refused("rng", _RNG, ["dst", "engine", "name"])
@@ -1509,10 +1499,10 @@ set_rng_seed = _refused("set_rng_seed", _RNG, ["src_seeds", "name"])
 rand_set_state = _refused("rand_set_state", _RNG, ["src_seeds", "engine", "name"])
 rand_get_state = _refused("rand_get_state", _RNG, ["dst", "engine", "name"])
 rand2 = _refused("rand2", _RNG, ["dst", "min", "max", "name"])
-register_alloc = _refused("register_alloc", _RUNTIME, ["x"])
-register_move = _refused("register_move", _RUNTIME, ["dst", "src"])
-register_load = _refused("register_load", _RUNTIME, ["dst", "src"])
-register_store = _refused("register_store", _RUNTIME, ["dst", "src"])
+register_alloc = _loops.register_alloc
+register_move = _loops.register_move
+register_load = _loops.register_load
+register_store = _loops.register_store
 
 
 

@@ -341,8 +341,6 @@ def test_dma_transpose_and_shared_constant():
 
 @pytest.mark.parametrize("call", [
     lambda: nisa.dropout(None, None, 0.5),
-    lambda: nisa.register_alloc(3),
-    lambda: nl.while_loop(None, None),
     lambda: nki.collectives.all_reduce(None),
 ])
 def test_refused_names_say_why(call):
