@@ -333,7 +333,9 @@ class NKIObject:
     """Base class of the objects a kernel may build (NKI 0.6 ``nl.NKIObject``): user classes
     inherit from it and behave like dataclasses, with or without ``@dataclass``: construction by
     position or keyword over the annotated fields (defaults from the class), field-wise
-    equality."""
+    equality. A field given no value and having no default stays unset until the object sets
+    it (AWS's library declares derived fields that a method fills in, e.g. the MoE kernels'
+    DimensionSizes.I_TP_sharded); reading it before is an AttributeError."""
 
     def __init__(self, *args, **kwargs):
         fields = []
@@ -349,9 +351,7 @@ class NKIObject:
                 raise TypeError(f"{type(self).__name__}: {k} given twice")
             values[k] = v
         for name in fields:
-            if name not in values:
-                if not hasattr(type(self), name):
-                    raise TypeError(f"{type(self).__name__} needs {name}")
+            if name not in values and hasattr(type(self), name):
                 values[name] = getattr(type(self), name)
         for k, v in values.items():
             object.__setattr__(self, k, v)
@@ -988,6 +988,10 @@ class Tracer:
     def locations(self):
         return [ins.location for ins in self.instructions]
 
+    def grid_size(self):
+        """How many SPMD programs the launch runs."""
+        return math.prod(self.grid)
+
     def __enter__(self):
         self._previous = getattr(_state, "tracer", None)
         _state.tracer = self
@@ -1105,29 +1109,24 @@ class Tracer:
         for i, ins in enumerate(self.instructions):
             per.setdefault(ins.program, []).append(i)
         programs = sorted(per)
+        self._mark_joint_loops(per)
         phases = {}  # program -> [(instruction units, the CoreSync ending the phase or None)]
         for prog in programs:
             cur, out = [], []
             depth, loop_unit = 0, None
             for i in per[prog]:
                 ins = self.instructions[i]
-                # A device loop is one unit: its body runs as a whole, as many times as the
-                # program's registers say, so it cannot interleave with other programs'
-                # instructions, nor hold a synchronisation the other programs would have to
-                # meet the same number of times.
-                if ins.op == OP_LOOP_BEGIN:
+                # A device loop without a synchronisation is one unit: its body runs as a
+                # whole, as many times as the program's registers say, so it cannot interleave
+                # with other programs' instructions. One that holds a synchronisation is a joint
+                # loop (_mark_joint_loops): its begin and end are synchronisation points.
+                if ins.op == OP_LOOP_BEGIN and ins.sync is None:
                     depth += 1
                     if depth == 1:
                         loop_unit = []
                 if depth:
-                    if ins.sync is not None:
-                        raise error(f"{ins.sync.what} inside a device loop of a {len(programs)}-"
-                                    "program launch: the cores' loops would have to meet it "
-                                    "the same number of times, which their registers decide "
-                                    "only at run time; this interpreter runs such a loop on a "
-                                    "one-program launch only", ins.location)
                     loop_unit.append(i)
-                    if ins.op == OP_LOOP_END:
+                    if ins.op == OP_LOOP_END and ins.sync is None:
                         depth -= 1
                         if depth == 0:
                             cur.append(loop_unit)
@@ -1183,12 +1182,52 @@ class Tracer:
             for prog, ins in here.items():
                 ins.sync.check_pair(ins, here, prog)
 
+    def _mark_joint_loops(self, per):
+        """A device loop that holds a cross-core synchronisation in a multi-program launch runs
+        as one joint loop of the cores (their bodies interleaved phase by phase between the
+        synchronisations, as the hardware's semaphores order them): its begin and end become
+        synchronisation points, which every core must reach in the same order, and the cores
+        must continue or stop together when it runs (the interpreter checks it)."""
+        for prog, indices in per.items():
+            stack, holds = [], set()
+            for i in indices:
+                ins = self.instructions[i]
+                if ins.op == OP_LOOP_BEGIN:
+                    stack.append(i)
+                elif ins.op == OP_LOOP_END:
+                    b = stack.pop()
+                    if b in holds:
+                        begin = self.instructions[b]
+                        begin.sync = CoreSync(
+                            f"the device loop of line {begin.location[1]}",
+                            ("loop", begin.axes, float(begin.imm2)))
+                        ins.sync = CoreSync(f"the end of the device loop of line "
+                                            f"{begin.location[1]}", ("loop end",))
+                elif ins.sync is not None:
+                    holds.update(stack)
+
     def _sync_slot(self, ends, indices):
         """The instructions of one synchronisation point, every program's: a barrier's, or a
         sendrecv's barrier, its transfers (each core's dst receives its peer's src), and the
-        barrier that completes the pipe."""
+        barrier that completes the pipe; or the one joint begin / end of the cores' device loop."""
         if ends[0].op == OP_BARRIER:
             return list(indices)
+        if ends[0].op in LOOP_MARKERS:
+            if len(ends) != 2:
+                raise error(f"{ends[0].sync.what} holds a cross-core synchronisation in a "
+                            f"{len(ends)}-program launch: joint device loops run on the two "
+                            "cores of an LNC=2 launch", ends[0].location)
+            first, second = ends
+            views = {k: None for k in VIEW_SLOTS}
+            if first.op == OP_LOOP_END:
+                return [Instr(OP_LOOP_END, GPSIMD, first.program, first.location, views)]
+            if first.axes & 1:  # while: each core's condition register
+                views.update(a=first.views["a"], c=second.views["a"])
+            else:  # counted: each core's bounds (registers) and induction register
+                views.update(dst=first.dst, a=first.views["a"], b=first.views["b"],
+                             c=second.views["a"], d=second.views["b"], e=second.dst)
+            return [Instr(OP_LOOP_BEGIN, GPSIMD, first.program, first.location, views,
+                          axes=first.axes | 2, imm2=first.imm2)]
 
         def barrier(ins):
             b = Instr(OP_BARRIER, GPSIMD, ins.program, ins.location,

@@ -192,12 +192,17 @@ def begin_loop(tracer, kind, lower=None, upper=None, step=1, condition=None, key
         induction = VirtualRegister(frozen=True)
         views = {}
         params = {"imm2": float(step)}
+        several = tracer.grid_size() > 1
         for slot, imm, bound in (("a", "imm0", lower), ("b", "imm1", upper)):
-            if is_register(bound):
-                views[slot] = bound.tile()
-            else:
+            if not is_register(bound):
                 _check_int32(int(bound), "a device loop bound")
-                params[imm] = float(int(bound))
+                if not several:
+                    params[imm] = float(int(bound))
+                    continue
+                # In a multi-program launch the loop may become the cores' joint loop, which
+                # takes each core's bounds from registers.
+                bound = VirtualRegister(int(bound))
+            views[slot] = bound.tile()
         index = tracer.emit(_core.OP_LOOP_BEGIN, GPSIMD, induction.tile(), views.get("a"),
                             views.get("b"), axes=0, **params)
     tracer.open_loops.append({"kind": kind, "begin": index, "location": location, "key": key})

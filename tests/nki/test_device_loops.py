@@ -309,19 +309,34 @@ def test_endless_while_loop_is_stopped():
         run(endless, np.ones((1, 1), np.float32))
 
 
-def test_sync_inside_a_device_loop_of_two_programs_is_refused():
-    @nki.jit
-    def synced(x):
-        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
-        t = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=x)
-        for _ in nl.dynamic_range(nisa.register_alloc(2)):
-            nisa.core_barrier(out, (0, 1))
-        nisa.dma_copy(dst=out, src=t)
-        return out
+@nki.jit
+def lockstep(x, counts):
+    # An LNC=2 launch whose device loop holds a core barrier: each core doubles its half of the
+    # rows once per iteration, its count from its own row of `counts`.
+    p, d = x.shape
+    h = p // 2
+    core = nl.program_id(0)
+    out = nl.ndarray((p, d), x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((h, d), x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x[core * h:(core + 1) * h, :])
+    n = _load_register(counts[core:core + 1, :])
+    for _ in nl.dynamic_range(0, n):
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+        nisa.dma_copy(dst=out[core * h:(core + 1) * h, :], src=t)
+        nisa.core_barrier(out, (0, 1))
+    nisa.dma_copy(dst=out[core * h:(core + 1) * h, :], src=t)
+    return out
 
-    with pytest.raises(nki.NkiError, match="inside a device loop of a 2-program launch"):
-        nki.simulate(synced[2])(np.ones((4, 4), np.float32))
+
+def test_device_loop_holding_a_barrier_runs_on_both_cores_together():
+    x = np.arange(32, dtype=np.float32).reshape(8, 4)
+    for n in (0, 1, 3):
+        got = nki.simulate(lockstep[2])(x, np.array([[n], [n]], np.int32))
+        np.testing.assert_array_equal(got, x * 2.0 ** n)
+    # Counts that differ: the core still looping would wait at the barrier forever.
+    with pytest.raises(nki.NkiError, match="ends on one core and not on the other after 2 "
+                                           "iterations"):
+        nki.simulate(lockstep[2])(x, np.array([[2], [3]], np.int32))
 
 
 def test_device_loops_of_two_programs_run_each_whole():

@@ -1490,18 +1490,28 @@ void check_register(const Program& p, size_t i, const View& v, const char* role)
 }
 
 void check_loop_begin(const Program& p, size_t i, const Instruction& in) {
-  if (in.axes == 1) {
-    if (!in.a.valid()) fail(p, i, "a while loop needs its condition register");
+  if (in.axes > 3) fail(p, i, "a device loop is counted (axes 0) or a while loop (axes 1)");
+  const bool joint = (in.axes & 2u) != 0;
+  if ((in.axes & 1u) != 0) {
+    if (!in.a.valid() || (joint && !in.c.valid())) {
+      fail(p, i, "a while loop needs its condition register");
+    }
     check_register(p, i, in.a, "condition");
+    check_register(p, i, in.c, "condition");
     return;
   }
-  if (in.axes != 0) fail(p, i, "a device loop is counted (axes 0) or a while loop (axes 1)");
   if (!(in.imm2 >= 1) || in.imm2 != static_cast<double>(static_cast<int64_t>(in.imm2))) {
     fail(p, i, "a counted device loop's step must be a positive integer");
+  }
+  if (joint && (!in.a.valid() || !in.b.valid() || !in.c.valid() || !in.d.valid())) {
+    fail(p, i, "a joint device loop takes both cores' bounds as registers");
   }
   check_register(p, i, in.a, "lower bound");
   check_register(p, i, in.b, "upper bound");
   check_register(p, i, in.dst, "induction register");
+  check_register(p, i, in.c, "lower bound");
+  check_register(p, i, in.d, "upper bound");
+  check_register(p, i, in.e, "induction register");
 }
 
 // One register's value when the instruction runs.
@@ -1709,6 +1719,7 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals,
   struct Running {
     size_t begin;
     int64_t value, upper, iterations;
+    int64_t value2, upper2;  // the second core's, in a joint loop
   };
   std::vector<Running> running;
   std::vector<int64_t> iterations(nest_.begins.size(), 0);
@@ -1723,19 +1734,30 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals,
       const bool entering = in.op == Opcode::kLoopBegin;
       const size_t begin = entering ? i : static_cast<size_t>(nest_.partner[i]);
       const Instruction& loop = p.instructions[begin];
+      const bool counted = (loop.axes & 1u) == 0, joint = (loop.axes & 2u) != 0;
       if (entering) {
-        Running r{begin, 0, 0, 0};
-        if (loop.axes == 0) {
+        Running r{begin, 0, 0, 0, 0, 0};
+        if (counted) {
           r.value = loop.a.valid() ? register_value(mem, loop.a) : static_cast<int64_t>(loop.imm0);
           r.upper = loop.b.valid() ? register_value(mem, loop.b) : static_cast<int64_t>(loop.imm1);
+          if (joint) {
+            r.value2 = register_value(mem, loop.c);
+            r.upper2 = register_value(mem, loop.d);
+          }
         }
         running.push_back(r);
-      } else {
-        Running& r = running.back();
-        if (loop.axes == 0) r.value += static_cast<int64_t>(loop.imm2);
+      } else if (counted) {
+        running.back().value += static_cast<int64_t>(loop.imm2);
+        running.back().value2 += static_cast<int64_t>(loop.imm2);
       }
       Running& r = running.back();
-      const bool again = loop.axes == 0 ? r.value < r.upper : register_value(mem, loop.a) != 0;
+      const bool again = counted ? r.value < r.upper : register_value(mem, loop.a) != 0;
+      if (joint && again != (counted ? r.value2 < r.upper2 : register_value(mem, loop.c) != 0)) {
+        fail(p, begin, "the two cores' device loop ends on one core and not on the other "
+                       "after " + std::to_string(r.iterations) + " iterations: the loop holds "
+                       "cross-core synchronisations, which would then not pair up (on the "
+                       "hardware the core still looping would wait forever)");
+      }
       if (!again) {
         running.pop_back();
         i = static_cast<size_t>(nest_.partner[begin]) + 1;
@@ -1747,7 +1769,8 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals,
                            "never reached 0?); on the hardware it would not terminate");
       }
       iterations[static_cast<size_t>(nest_.loop_at(begin))] += 1;
-      if (loop.axes == 0 && loop.dst.valid()) store_ints(mem, loop.dst, {r.value});
+      if (counted && loop.dst.valid()) store_ints(mem, loop.dst, {r.value});
+      if (counted && joint && loop.e.valid()) store_ints(mem, loop.e, {r.value2});
       i = begin + 1;
       continue;
     }
