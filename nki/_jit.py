@@ -13,6 +13,7 @@ nki, not the reverse.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import inspect
 import itertools
@@ -77,6 +78,12 @@ def _freeze(value):
         return (type(value).__name__,) + tuple(_freeze(v) for v in value)
     if isinstance(value, dict):
         return ("dict",) + tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if (dataclasses.is_dataclass(value) and not isinstance(value, type)
+            and getattr(type(value), "__hash__", None) is None):
+        # A configuration object (AWS's library passes @dataclass specs, unhashable as they
+        # are mutable): the kernel specialises on its fields' values.
+        return (type(value).__qualname__,) + tuple(
+            (f.name, _freeze(getattr(value, f.name))) for f in dataclasses.fields(value))
     try:
         hash(value)
     except TypeError:

@@ -1361,15 +1361,20 @@ def _cores_of_launch(tracer, what):
 
 
 def core_barrier(data, cores, engine=engine.gpsimd, name=None):
-    """Every core in `cores` waits here until all of them have reached it; `data` is the shared
-    HBM tensor whose writes (before the barrier, on any core) the cores read after it. Only
-    cores=(0, 1) on an LNC=2 launch (kernel[2]), or (0,) alone on a one-program launch."""
+    """Every core in `cores` waits here until all of them have reached it; `data` is the tensor
+    whose writes (before the barrier, on any core) the cores read after it. Only cores=(0, 1) on
+    an LNC=2 launch (kernel[2]), or (0,) alone on a one-program launch.
+
+    AWS's page says `data` must be in shared HBM; AWS's own library passes an SBUF tile (the
+    MoE kernels' dynamic block index, bwmm_shard_on_I), which its compiler takes. Here the
+    barrier orders every instruction of both cores whatever `data` is, so an SBUF tile is
+    taken too; PSUM is refused."""
     what = "nisa.core_barrier"
     tracer = _core.current_tracer()
     _tensor(data, "data")
-    if data._buffer.on_chip:
-        raise error(f"{what}: data must be a tensor in shared HBM (the cores synchronise on "
-                    f"their writes to it), got a {data.buffer.name} tile")
+    if data.buffer is _core.psum:
+        raise error(f"{what}: data must be a tensor in shared HBM (or SBUF, as AWS's library "
+                    "uses it), got a PSUM tile")
     try:
         ids = tuple(int(c) for c in cores)
     except (TypeError, ValueError):
