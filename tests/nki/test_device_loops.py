@@ -323,7 +323,7 @@ def lockstep(x, counts):
     for _ in nl.dynamic_range(0, n):
         nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
         nisa.dma_copy(dst=out[core * h:(core + 1) * h, :], src=t)
-        nisa.core_barrier(out, (0, 1))
+        nisa.core_barrier(t, (0, 1))  # an SBUF tile as data, as AWS's MoE kernel passes
     nisa.dma_copy(dst=out[core * h:(core + 1) * h, :], src=t)
     return out
 
@@ -370,3 +370,19 @@ def test_device_launch_charges_the_run_iterations():
         out = scale_rows_fori(x.to("neuron"), count.to("neuron"))
         assert torch.equal(out.cpu(), host)
         assert scale_rows_fori.last_run.makespan_ns == pytest.approx(host_ns, rel=1e-12)
+
+
+def test_core_barrier_takes_an_sbuf_tile_as_data():
+    # AWS's page asks for shared HBM; AWS's dynamic MoE kernel passes an SBUF tile.
+    x = np.arange(32, dtype=np.float32).reshape(8, 4)
+    np.testing.assert_array_equal(nki.simulate(lockstep[2])(x, np.array([[1], [1]], np.int32)),
+                                  2 * x)
+
+    @nki.jit
+    def psum_data(a):
+        t = nl.ndarray((1, 1), nl.float32, buffer=nl.psum)
+        nisa.core_barrier(t, (0, 1))
+        return a
+
+    with pytest.raises(nki.NkiError, match="got a PSUM tile"):
+        nki.simulate(psum_data[2])(np.ones((1, 1), np.float32))
