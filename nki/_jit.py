@@ -13,6 +13,7 @@ nki, not the reverse.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import inspect
 import itertools
@@ -77,6 +78,12 @@ def _freeze(value):
         return (type(value).__name__,) + tuple(_freeze(v) for v in value)
     if isinstance(value, dict):
         return ("dict",) + tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if (dataclasses.is_dataclass(value) and not isinstance(value, type)
+            and getattr(type(value), "__hash__", None) is None):
+        # A configuration object (AWS's library passes @dataclass specs, unhashable as they
+        # are mutable): the kernel specialises on its fields' values.
+        return (type(value).__qualname__,) + tuple(
+            (f.name, _freeze(getattr(value, f.name))) for f in dataclasses.fields(value))
     try:
         hash(value)
     except TypeError:
@@ -368,7 +375,10 @@ class JitKernel:
                      in spec.outputs if kind == "output"]
             memory = [(t.data_ptr(), t.numel() * t.element_size()) for t in inputs + fresh]
             memory += [(c.ctypes.data, c.nbytes) for c in spec.constants]
-        printed = spec.executable.run_host(memory)
+        try:
+            printed, loop_iterations = spec.executable.run_host(memory)
+        except ValueError as e:
+            raise _runtime_error(self.__name__, spec, e) from None
         for i in spec.mutated:
             if not _same_memory(inputs[i], arrays[i]):
                 if numpy:
@@ -376,7 +386,10 @@ class JitKernel:
                 else:
                     with torch.no_grad():
                         arrays[i].copy_(inputs[i])
-        timeline = spec.timeline()
+        # A kernel with device loops costs what its loops' bodies ran this time (the counts
+        # are runtime values); the others' timing is the same every call.
+        timeline = (spec.executable.timeline(spec.chip, loop_iterations) if loop_iterations
+                    else spec.timeline())
         self.last_run = KernelRun(timeline, printed, spec.spills)
         _print(printed)
         return _outputs(spec, arrays, fresh)
@@ -474,6 +487,18 @@ def jit(fn=None, *, platform_target=None, mode=None, **options):
     if isinstance(fn, JitKernel):
         return fn
     return JitKernel(fn, platform_target=platform_target, **options)
+
+
+def _runtime_error(name, spec, e):
+    """An error the interpreter raised while the kernel ran (a runtime offset out of range, a
+    device loop that does not end), as an NkiError at the kernel's file:line."""
+    import re
+
+    found = re.search(r"instruction (\d+) \(", str(e))
+    if found and int(found.group(1)) < len(spec.locations):
+        file, line = spec.locations[int(found.group(1))]
+        return _core.NkiError(f"{file}:{line} in kernel '{name}': {e}")
+    return _core.NkiError(f"kernel '{name}': {e}")
 
 
 def simulate(kernel):
