@@ -13,6 +13,7 @@ nki, not the reverse.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import inspect
 import itertools
@@ -77,6 +78,12 @@ def _freeze(value):
         return (type(value).__name__,) + tuple(_freeze(v) for v in value)
     if isinstance(value, dict):
         return ("dict",) + tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if not isinstance(value, type) and (dataclasses.is_dataclass(value)
+                                        or isinstance(value, _core.NKIObject)):
+        # A configuration object (an @dataclass NKIObject is unhashable, its __eq__ field-wise):
+        # the kernel specialises on its type and field values.
+        return (type(value).__qualname__, "fields") + tuple(
+            (k, _freeze(v)) for k, v in sorted(vars(value).items()))
     try:
         hash(value)
     except TypeError:

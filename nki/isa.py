@@ -542,9 +542,13 @@ def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
     if math.prod(counts) != _free(dst):
         raise error(f"{name}: pattern {pattern} gives {math.prod(counts)} elements per partition, "
                     f"dst has {_free(dst)}")
-    if dst.strides != _core._contiguous_strides(dst.shape):
-        raise error(f"{name}: dst must be a contiguous tile")
-    view = Tensor(dst._buffer, (dst.shape[0],) + tuple(counts), None, dst.offset)
+    # Any partition stride (a column block of a wider tile, t[:, a:b]); the free elements of a
+    # partition dense, as the pattern walks them.
+    if dst.strides[1:] != _core._contiguous_strides(dst.shape[1:]):
+        raise error(f"{name}: dst's free elements must be contiguous in each partition")
+    view = Tensor(dst._buffer, (dst.shape[0],) + tuple(counts),
+                  (dst.strides[0],) + _core._contiguous_strides(tuple(counts)), dst.offset,
+                  dst._dtype)
     return _emit(tracer, label, OP_IOTA, GPSIMD, view, imm0=offset, imm1=channel_multiplier,
                        pattern=[0] + steps)
 

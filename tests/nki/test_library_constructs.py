@@ -1,0 +1,65 @@
+"""Constructs AWS's NKI library uses that its test runs found missing here: a configuration
+object (an ``@dataclass`` ``nl.NKIObject``, unhashable) passed to a kernel as a constant
+(attention_tkg's AttnTKGConfig), and ``nisa.iota`` into a column block of a wider tile
+(gen_mask_tkg's block-KV mask)."""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@dataclass
+class _Config(nl.NKIObject):
+    scale: float = 1.0
+    rows: int = 0
+
+
+@nki.jit
+def _scaled(x, cfg):
+    out = nl.ndarray((cfg.rows, x.shape[1]), x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((cfg.rows, x.shape[1]), x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x[0:cfg.rows, :])
+    nisa.tensor_scalar(t, t, nl.multiply, cfg.scale)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_a_dataclass_configuration_is_a_kernel_constant():
+    x = np.arange(8 * 4, dtype=np.float32).reshape(8, 4)
+    before = len(_scaled._cache)
+    np.testing.assert_array_equal(nki.simulate(_scaled)(x, _Config(2.0, 8)), 2 * x)
+    # An equal configuration reuses the specialisation; another one specialises anew.
+    np.testing.assert_array_equal(nki.simulate(_scaled)(x, _Config(2.0, 8)), 2 * x)
+    assert len(_scaled._cache) == before + 1
+    np.testing.assert_array_equal(nki.simulate(_scaled)(x, _Config(3.0, 4)), 3 * x[:4])
+    assert len(_scaled._cache) == before + 2
+    # A configuration that holds an array is not a constant.
+    with pytest.raises(nki.NkiError, match="neither an array nor a hashable constant"):
+        nki.simulate(_scaled)(x, _Config(np.ones(2), 8))
+
+
+@nki.jit
+def _iota_blocks(x):
+    p, f = x.shape
+    out = nl.ndarray((p, f), nl.int32, buffer=nl.shared_hbm)
+    t = nl.ndarray((p, f), nl.int32, buffer=nl.sbuf)
+    half = f // 2
+    for block in range(2):
+        nisa.iota(dst=t[:, nl.ds(block * half, half)], pattern=[[1, half]],
+                  offset=1000 * block, channel_multiplier=half)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_iota_into_column_blocks_of_a_wider_tile():
+    p, f = 128, 16
+    out = nki.simulate(_iota_blocks)(np.zeros((p, f), np.float32))
+    part = np.arange(p)[:, None] * (f // 2)
+    col = np.arange(f // 2)[None, :]
+    want = np.concatenate([part + col, 1000 + part + col], axis=1)
+    np.testing.assert_array_equal(out, want)
