@@ -902,8 +902,8 @@ def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_p
 
 def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
                   oob_mode=oob_mode.error, name=None):
-    """dst = src with its dims permuted (`axes`, default reversed), moved by the DMA engines
-    (2- and 4-byte dtypes; NeuronCore-v3 and later)."""
+    """dst = src with its dims permuted (`axes`; by default [1, 0], [2, 1, 0] or [3, 1, 2, 0]),
+    moved by the DMA engines (2- and 4-byte dtypes; NeuronCore-v3 and later)."""
     what = "dma_transpose"
     tracer = _core.current_tracer()
     if tracer.spec["version"] < 3:
@@ -912,7 +912,13 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
     _tensor(src, "src")
     if src.dtype.itemsize not in (2, 4):
         raise error(f"{what}: DMA transposes 2- and 4-byte dtypes, got {src.dtype}")
-    axes = tuple(axes) if axes is not None else tuple(reversed(range(src.ndim)))
+    # AWS's defaults by rank: [1, 0], [2, 1, 0] and, for 4-D, [3, 1, 2, 0] (the middle dims
+    # keep their order; not the reversal).
+    default = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
+    if axes is None and src.ndim not in default:
+        raise error(f"{what}: a {src.ndim}-D source has no default permutation (2-, 3- and 4-D "
+                    "do); pass axes=")
+    axes = tuple(axes) if axes is not None else default[src.ndim]
     view = src.permute(axes) if not src._buffer.on_chip or axes[0] == 0 else None
     if view is None:
         # An on-chip source whose partition dim moves: read it through a free-dim view of the
