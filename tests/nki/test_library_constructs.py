@@ -82,3 +82,31 @@ def test_dma_transpose_of_4d_keeps_the_middle_dims_in_order(middle):
     src = np.arange(16 * middle[0] * middle[1] * 8, dtype=np.float32).reshape(16, *middle, 8)
     out = nki.simulate(_transpose4)(src)
     np.testing.assert_array_equal(out, src.transpose(3, 1, 2, 0))
+
+
+@dataclass
+class _Section(nl.NKIObject):
+    index = None  # unannotated: @dataclass makes no field of it, NKI takes it by keyword
+    offset = 0
+    width: int = 4
+
+
+@nki.jit
+def _section_copy(x):
+    s = _Section(index=1, offset=x.shape[1] // 2)
+    out = nl.ndarray((x.shape[0], s.width), x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((x.shape[0], s.width), x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x[:, s.offset:s.offset + s.width])
+    nisa.tensor_scalar(t, t, nl.add, float(s.index))
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_a_dataclass_object_takes_its_unannotated_class_attributes_by_keyword():
+    x = np.arange(4 * 8, dtype=np.float32).reshape(4, 8)
+    np.testing.assert_array_equal(nki.simulate(_section_copy)(x), x[:, 4:8] + 1)
+    s = _Section(index=3)
+    assert (s.index, s.offset, s.width) == (3, 0, 4)
+    assert _Section(width=2).width == 2  # the dataclass's own fields as before
+    with pytest.raises(TypeError):
+        _Section(nonexistent=1)  # neither a field nor a class attribute: the dataclass refuses
