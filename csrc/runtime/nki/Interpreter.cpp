@@ -549,8 +549,13 @@ bool run_streamed(const Storage& mem, const Instruction& in) {
                 [&](float* out, const std::array<Chunk, 3>& x, int64_t n) {
                   const Chunk s0 = in.b.valid() ? x[1] : Chunk{&imm0, 0};
                   const Chunk s1 = in.c.valid() ? x[2] : Chunk{&imm1, 0};
-                  apply_chunk(in.alu0, out, x[0], s0, n, in.reverse0);
-                  apply_chunk(in.alu1, out, Chunk{out, 1}, s1, n, in.reverse1);
+                  // operand1 read in place from dst itself (acc = data * s + acc): the first
+                  // operation's results go to a buffer, or they would overwrite operand1 before
+                  // the second reads it.
+                  alignas(64) float first[kChunk];
+                  float* mid = s1.p == out ? first : out;
+                  apply_chunk(in.alu0, mid, x[0], s0, n, in.reverse0);
+                  apply_chunk(in.alu1, out, Chunk{mid, 1}, s1, n, in.reverse1);
                 });
       return true;
     }
@@ -559,6 +564,11 @@ bool run_streamed(const Storage& mem, const Instruction& in) {
       if (!streamable(mem, in.dst, {&in.a, &in.b, &in.c})) return false;
       const auto s0 = static_cast<float>(in.imm0), b1 = static_cast<float>(in.imm1);
       const Alu bias_op = in.reverse0 ? Alu::kSubtract : Alu::kAdd;
+      // A bias or scale read in place from dst itself would be overwritten by the first step
+      // before it is read: the staged path loads every operand first.
+      if ((in.b.valid() && same_view(in.b, in.dst)) || (in.c.valid() && same_view(in.c, in.dst))) {
+        return false;
+      }
       stream<3>(mem, in.dst, {&in.a, &in.b, &in.c},
                 [&](float* out, const std::array<Chunk, 3>& x, int64_t n) {
                   // As the staged path: scale, then bias, then the function.
