@@ -1287,12 +1287,27 @@ bool partitions_independent(const Instruction& in) {
   }
 }
 
-// The partition rows of a written view must not share memory with each other: a step between
-// partitions at least the extent of one partition's elements.
+// The partition rows of a written view must not share memory with each other. Sufficient: no two
+// elements of the view share memory, which holds where, with the dims ordered by step, each step
+// is larger than the farthest offset the smaller-step dims reach (a store of a [P, T, D] tile
+// into a [T, P, D] tensor, partitions interleaved with the other dims); or a partition step at
+// least the extent of one partition's elements.
 bool rows_apart(const View& v) {
   int64_t extent = 1;
   for (int d = 1; d < v.ndim; ++d) extent += (v.shape[d] - 1) * std::abs(v.stride[d]);
-  return std::abs(v.stride[0]) >= extent;
+  if (std::abs(v.stride[0]) >= extent) return true;
+  std::array<std::pair<int64_t, int64_t>, kMaxDims> dims{};  // (step, size) of dims of size > 1
+  int n = 0;
+  for (int d = 0; d < v.ndim; ++d) {
+    if (v.shape[d] > 1) dims[static_cast<size_t>(n++)] = {std::abs(v.stride[d]), v.shape[d]};
+  }
+  std::sort(dims.begin(), dims.begin() + n);
+  int64_t reach = 0;  // the farthest offset the dims before reach
+  for (int k = 0; k < n; ++k) {
+    if (dims[static_cast<size_t>(k)].first <= reach) return false;
+    reach += (dims[static_cast<size_t>(k)].second - 1) * dims[static_cast<size_t>(k)].first;
+  }
+  return true;
 }
 
 // Runs `in` as partition ranges on the partition workers when it is large enough and its
