@@ -526,7 +526,8 @@ def collective_permute_implicit_current_processing_rank_id(iteration_id, replica
     _name(name)
     if not isinstance(iteration_id, int) or iteration_id < 0:
         raise error(f"ncc.{what}: iteration_id must be a ring step >= 0 known when the kernel "
-                    f"specialises, got {iteration_id!r}")
+                    f"specialises (an integer; a register is not supported), got "
+                    f"{iteration_id!r}")
     if not isinstance(channel_id, int) or not 0 <= channel_id < 4:
         raise error(f"ncc.{what}: channel_id must be 0..3, got {channel_id!r}")
     _, rank, group, pos = _place(replica_group, what)
@@ -534,8 +535,8 @@ def collective_permute_implicit_current_processing_rank_id(iteration_id, replica
 
 
 _core.PARTIAL["nki.collectives.collective_permute_implicit_current_processing_rank_id"] = (
-    "iteration_id must be known when the kernel specialises (an integer); a register "
-    "iteration id is refused, as registers are")
+    "iteration_id must be known when the kernel specialises (an integer): a register "
+    "(a device loop's induction value) is refused, as the ring's rank ids are resolved then")
 
 
 def rank_id(name=None):

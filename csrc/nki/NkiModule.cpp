@@ -166,9 +166,12 @@ class PyExecutable {
       : exe_(std::make_shared<const Executable>(
             checked([&] { return Executable(program_from(name, buffers, instructions)); }))) {}
 
-  // `links`: a capsule of the core's links (nrtsim.CoreLinks, from a device), which price
-  // collective instructions; None for a kernel without them.
-  py::dict timeline(const std::string& chip, const py::object& links) const {
+  // The modelled timing on `chip`: of the program as traced, or, given a run's device-loop
+  // counts (run_host's second result), of that run. `links`: a capsule of the core's links
+  // (nrtsim.CoreLinks, from a device), which price collective instructions; None for a kernel
+  // without them.
+  py::dict timeline(const std::string& chip, const py::object& loop_iterations,
+                    const py::object& links) const {
     const nrtsim::CoreSpec spec = checked([&] { return spec_named(chip); });
     const nrtsim::CoreLinks* core_links = nullptr;
     if (!links.is_none()) {
@@ -178,27 +181,35 @@ class PyExecutable {
       }
       core_links = static_cast<const nrtsim::CoreLinks*>(c.get_pointer());
     }
-    return nki_binding::timeline_dict(
-        checked([&] { return nrtsim::nki::schedule(exe_->program(), spec, core_links); }), spec,
-        true);
+    nrtsim::nki::Timeline t =
+        checked([&] { return nrtsim::nki::schedule(exe_->program(), spec, core_links); });
+    if (!loop_iterations.is_none()) {
+      const auto counts = loop_iterations.cast<std::vector<int64_t>>();
+      t = checked([&] { return nrtsim::nki::with_iterations(t, counts); });
+    }
+    return nki_binding::timeline_dict(t, spec, true);
   }
 
-  py::list run_host(const py::list& memory) const {
+  // Runs the kernel on host memory: (printed lines, per device loop the iterations its body ran).
+  py::tuple run_host(const py::list& memory) const {
     const auto ext = externals_from(memory);
     std::vector<std::string> printed;
+    std::vector<int64_t> iterations;
     {
       py::gil_scoped_release release;
       void* token = g_host.enter_run ? g_host.enter_run() : nullptr;
       try {
-        printed = checked([&] { return exe_->run(ext, collectives()); });
+        printed = checked([&] { return exe_->run(ext, &iterations, collectives()); });
       } catch (...) {
         if (g_host.exit_run) g_host.exit_run(token);
         throw;
       }
       if (g_host.exit_run) g_host.exit_run(token);
     }
-    return py::cast(printed);
+    return py::make_tuple(py::cast(printed), py::cast(iterations));
   }
+
+  int64_t loop_count() const { return static_cast<int64_t>(exe_->loops().begins.size()); }
 
   // The executable for a device's launch (a capsule the device's binding opens).
   py::capsule capsule() const {
@@ -231,10 +242,12 @@ PYBIND11_MODULE(_nki, m) {
   py::class_<PyExecutable>(m, "Executable")
       .def(py::init<const std::string&, const py::list&, const py::list&>(), py::arg("name"),
            py::arg("buffers"), py::arg("instructions"))
-      .def("timeline", &PyExecutable::timeline, py::arg("chip"), py::arg("links") = py::none())
+      .def("timeline", &PyExecutable::timeline, py::arg("chip"),
+           py::arg("loop_iterations") = py::none(), py::arg("links") = py::none())
       .def("run_host", &PyExecutable::run_host, py::arg("memory"))
       .def("capsule", &PyExecutable::capsule)
       .def_property_readonly("scratch_bytes", &PyExecutable::scratch_bytes)
+      .def_property_readonly("loop_count", &PyExecutable::loop_count)
       .def_property_readonly("instruction_count", &PyExecutable::instruction_count);
   m.def("set_engine_model_path", &nrtsim::set_default_engine_model_path, py::arg("path"));
   // The tile geometry of `chip` in the engine model file (runtime/TensorTiles.h): the one place
