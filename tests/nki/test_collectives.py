@@ -339,6 +339,22 @@ def _rank_main():
     got = sim(reduce_scatter_sbuf)(zs[rank], whole, world)
     _check(got, np.minimum.reduce(zs)[4 * rank:4 * rank + 4], "reduce_scatter sbuf min")
 
+    # A sub-group listed out of order: its list order is the parts' order (torch numbers a
+    # group's ranks sorted; the exchange maps between the two).
+    backwards = ReplicaGroup([list(reversed(range(world)))])
+    got = sim(all_gather_hbm)(xs[rank], backwards, world)
+    _check(got, np.concatenate(xs[::-1], axis=0), "all_gather, group listed backwards")
+    got = sim(reduce_scatter_hbm)(zs[rank], backwards, world)
+    p = world - 1 - rank
+    want = torch.empty(4, 8)
+    dist.reduce_scatter_tensor(want, torch.from_numpy(zs[rank].copy()))  # the same sums, ...
+    whole_sum = [torch.empty(4, 8) for _ in range(world)]
+    dist.all_gather(whole_sum, want)  # ... so every part of the reduction is known here
+    _check(got, whole_sum[p].numpy(), "reduce_scatter, group listed backwards")
+    got = sim(all_to_all_hbm)(zs[rank], backwards)
+    want = np.concatenate([zs[world - 1 - q][4 * p:4 * p + 4] for q in range(world)])
+    _check(got, want, "all_to_all, group listed backwards")
+
     # all_to_all: part j of rank i's input -> part i of rank j's output.
     got = sim(all_to_all_hbm)(zs[rank], whole)
     want = np.concatenate([zs[r][4 * rank:4 * rank + 4] for r in range(world)])
