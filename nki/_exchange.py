@@ -160,6 +160,10 @@ def exchange(text, kind_name, send, receive, metadata):
     # torch numbers a group's ranks in sorted order; the replica group's list order is the
     # order of the parts: part p belongs to group[p].
     pos = [group.index(r) for r in order]  # torch's group rank j -> list position
+    if n == 1 and kind != _ncc.ALL_TO_ALL_V:
+        # A group of one (a job of one rank needs no torch): every form is the identity.
+        receive[0][:] = send[0]
+        return
     if n == 1:
         pg = None
     else:
@@ -230,10 +234,9 @@ def _all_to_all(dist, pg, n, pos, send, receive):
 
 
 def _all_to_all_v(text, desc, dist, pg, n, pos, send, receive, metadata):
-    torch = _torch()
     mv, _, shape = metadata
     meta = np.frombuffer(mv, dtype=np.uint32).reshape(-1, n)
-    src, dst = _raw(send).reshape(-1), _raw(receive).reshape(-1)
+    src, dst = np.frombuffer(send[0], dtype=np.uint8), np.frombuffer(receive[0], dtype=np.uint8)
     src_n, dst_n = math.prod(send[2]), math.prod(receive[2])
     item = len(send[0]) // src_n if src_n else 1
     send_counts = [int(c) for c in meta[0]]
@@ -247,21 +250,23 @@ def _all_to_all_v(text, desc, dist, pg, n, pos, send, receive, metadata):
         recv_counts = send_counts[:]
         chunks = [src[send_displs[0] * item:(send_displs[0] + send_counts[0]) * item]]
     else:
+        torch = _torch()
         counts = torch.tensor([send_counts[pos[j]] for j in range(n)], dtype=torch.int64)
         got = torch.empty_like(counts)
         dist.all_to_all_single(got, counts, group=pg)
         recv_counts = [0] * n
         for j in range(n):
             recv_counts[pos[j]] = int(got[j])
-        inp = torch.cat([src[send_displs[pos[j]] * item:
-                             (send_displs[pos[j]] + send_counts[pos[j]]) * item]
-                         for j in range(n)]).contiguous()
+        inp = torch.from_numpy(np.concatenate(
+            [src[send_displs[pos[j]] * item:(send_displs[pos[j]] + send_counts[pos[j]]) * item]
+             for j in range(n)]))
         sizes_in = [send_counts[pos[j]] * item for j in range(n)]
         sizes_out = [recv_counts[pos[j]] * item for j in range(n)]
         out = torch.empty(sum(sizes_out), dtype=torch.uint8)
         dist.all_to_all_single(out, inp, output_split_sizes=sizes_out,
                                input_split_sizes=sizes_in, group=pg)
-        pieces = out.split(sizes_out)
+        pieces = out.numpy()
+        pieces = np.split(pieces, np.cumsum(sizes_out)[:-1])
         chunks = [None] * n
         for j in range(n):
             chunks[pos[j]] = pieces[j]
@@ -284,7 +289,7 @@ def _all_to_all_v(text, desc, dist, pg, n, pos, send, receive, metadata):
                                "destination; give them disjoint recv displacements")
     for p in range(n):
         if recv_counts[p]:
-            dst[recv_displs[p] * item:(recv_displs[p] + recv_counts[p]) * item].copy_(chunks[p])
+            dst[recv_displs[p] * item:(recv_displs[p] + recv_counts[p]) * item] = chunks[p]
     if not desc["recv_counts_known"]:
         meta[2] = np.asarray(recv_counts, dtype=np.uint32)
 
@@ -292,7 +297,6 @@ def _all_to_all_v(text, desc, dist, pg, n, pos, send, receive, metadata):
 def _permute(text, desc, dist, rank, send, receive):
     """One tile to a target rank and one from a source rank (a pair list, or the ring of a
     sub-group: successor and predecessor)."""
-    torch = _torch()
     world = dist.get_world_size() if dist is not None else 1
     if desc["kind"] == _ncc.PERMUTE:
         pairs = [tuple(p) for p in desc["pairs"]]
@@ -308,15 +312,16 @@ def _permute(text, desc, dist, rank, send, receive):
         group = _sub_group(text, desc, rank, world)
         p = group.index(rank)
         target, source = group[(p + 1) % len(group)], group[(p - 1) % len(group)]
-    x, out = _raw(send), _raw(receive)
     if target == rank and source == rank:
-        out.copy_(x)
+        receive[0][:] = send[0]
         return
     if target is None and source is None:
         return  # in no pair: nothing moves, dst keeps its contents
     if dist is None:
         raise _error(text, f"this process is not part of a torch.distributed job; "
                            f"{_ncc._START}")
+    torch = _torch()
+    x, out = _raw(send), _raw(receive)
     # Both ends of each link learn both descriptions, so a mismatch raises on both.
     kind, call = desc["kind"], desc["call"]
     mine_src = torch.tensor(_signature(kind, call, send), dtype=torch.int64)

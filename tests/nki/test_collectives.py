@@ -513,6 +513,31 @@ def test_without_a_process_group_a_job_of_one_rank_runs():
     assert ncc.rank_id() == 0
 
 
+def test_a_job_of_one_rank_needs_no_torch():
+    # nki alone (NumPy in, NumPy out): a group of rank 0 runs without importing torch.
+    script = (
+        "import sys, numpy as np, nki, nki.isa as nisa, nki.language as nl\n"
+        "import nki.collectives as ncc\n"
+        "sys.path.insert(0, %r)\n"
+        "from test_collectives import all_reduce_hbm, all_to_all_v_hbm, ring_hbm\n"
+        "g = ncc.ReplicaGroup([[0]])\n"
+        "x = np.arange(8, dtype=np.float32).reshape(4, 2)\n"
+        "assert (nki.simulate(all_reduce_hbm)(x, g, nl.add) == x).all()\n"
+        "assert (nki.simulate(ring_hbm)(x, g) == x).all()\n"
+        "meta = np.array([[3], [1], [0]], dtype=np.uint32)\n"
+        "out, m = nki.simulate(all_to_all_v_hbm)(x, meta, g, False)\n"
+        "want = x.copy().reshape(-1); want[0:3] = x.reshape(-1)[1:4]\n"
+        "assert (out.reshape(-1) == want).all() and m[2, 0] == 3, (out, m)\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    ) % str(Path(__file__).parent)
+    import subprocess
+
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_mixed_memories_and_bad_arguments_are_refused():
     x = np.ones((2, 3), dtype=np.float32)
     with pytest.raises(nki.NkiError, match="must all be on HBM or all on SBUF"):
