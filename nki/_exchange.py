@@ -160,7 +160,8 @@ def exchange(text, kind_name, send, receive, metadata):
     # torch numbers a group's ranks in sorted order; the replica group's list order is the
     # order of the parts: part p belongs to group[p].
     pos = [group.index(r) for r in order]  # torch's group rank j -> list position
-    if n == 1 and kind != _ncc.ALL_TO_ALL_V:
+    variable = kind in (_ncc.ALL_TO_ALL_V, _ncc.ALL_GATHER_V)
+    if n == 1 and not variable:
         # A group of one (a job of one rank needs no torch): every form is the identity.
         receive[0][:] = send[0]
         return
@@ -170,7 +171,7 @@ def exchange(text, kind_name, send, receive, metadata):
         pg = _group(dist, tuple(order))
         # all_to_all_v's flat buffers may differ in size between ranks (the metadata says
         # what moves): only the call itself must agree.
-        mine = [kind, desc["call"]] if kind == _ncc.ALL_TO_ALL_V else (
+        mine = [kind, desc["call"]] if variable else (
             _signature(kind, desc["call"], send) + _signature(kind, desc["call"], receive)[2:])
         _agree(text, dist, pg, n, mine)
     if kind == _ncc.ALL_REDUCE:
@@ -185,7 +186,7 @@ def exchange(text, kind_name, send, receive, metadata):
         _reduce_scatter(dist, pg, n, pos, desc["op"], send, receive)
     elif kind == _ncc.ALL_TO_ALL:
         _all_to_all(dist, pg, n, pos, send, receive)
-    elif kind == _ncc.ALL_TO_ALL_V:
+    elif variable:
         _all_to_all_v(text, desc, dist, pg, n, pos, send, receive, metadata)
     else:
         raise _error(text, f"unknown collective kind {kind}")
@@ -241,6 +242,9 @@ def _all_to_all_v(text, desc, dist, pg, n, pos, send, receive, metadata):
     item = len(send[0]) // src_n if src_n else 1
     send_counts = [int(c) for c in meta[0]]
     send_displs = [int(c) for c in meta[1]]
+    if desc["kind"] == _ncc.ALL_GATHER_V:
+        # all_gather_v: the one chunk of the first column goes to every rank.
+        send_counts, send_displs = [send_counts[0]] * n, [send_displs[0]] * n
     for p in range(n):
         if send_displs[p] + send_counts[p] > src_n:
             raise _error(text, f"send chunk {p} (displacement {send_displs[p]}, count "

@@ -17,6 +17,8 @@ What each rank sees:
   all_to_all      part j of group rank i's tile (dim 0) goes to part i of group rank j's
   all_to_all_v    flat element chunks by the uint32 metadata rows (send counts, send displs,
                   recv counts, recv displs) per group rank
+  all_gather_v    one flat chunk (rows 0 / 1, first column) to every rank of the group, landing
+                  by rows 2 / 3 as all_to_all_v's
   collective_permute   each (source, target) pair: target's dst <- source's src
   collective_permute_implicit(_reduce)   a ring in the group's list order: each rank sends to
                   its successor and receives from its predecessor (the reduce form sends
@@ -42,7 +44,7 @@ from nki._core import DMA, Tensor, error
 
 # Collective kinds (nrtsim::nki::CollectiveKind).
 (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, ALL_TO_ALL_V, PERMUTE, PERMUTE_IMPLICIT,
- PERMUTE_IMPLICIT_REDUCE) = range(8)
+ PERMUTE_IMPLICIT_REDUCE, ALL_GATHER_V) = range(9)
 _REDUCTIONS = ("add", "maximum", "minimum")
 # Stored formats torch.distributed reduces (by nrtsim::nki::DType code): the float8 formats and
 # the unsigned 16 / 32-bit integers are moved but not reduced.
@@ -359,13 +361,10 @@ def all_to_all(srcs, dsts, replica_group, collective_dim, priority=None, name=No
               name=name)
 
 
-def all_to_all_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=False,
-                 has_rdispls=False, priority=None, name=None):
-    """An all-to-all of flat element chunks whose sizes are known only when it runs: the uint32
-    metadata rows (by group rank r) send_counts[r], send_displs[r], recv_counts[r] (written with
-    what arrived unless recv_counts_known), recv_displs[r] (with has_rdispls; else chunk r lands
-    at r * dst elements / group size). One HBM src and dst."""
-    what = "all_to_all_v"
+def _variable(kind, what, srcs, dsts, replica_group, metadata_tensor, recv_counts_known,
+              has_rdispls, priority, name):
+    """all_to_all_v and all_gather_v: one HBM src and dst as flat element buffers, and the
+    uint32 metadata of rows x group size (SBUF: on one partition)."""
     tracer, srcs, dsts = _begin(what, name, priority, srcs, dsts)
     if len(srcs) != 1 or len(dsts) != 1:
         raise error(f"ncc.{what}: srcs and dsts hold exactly one tensor each")
@@ -378,17 +377,44 @@ def all_to_all_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=F
     m = metadata_tensor
     if m.dtype.name != "uint32":
         raise error(f"ncc.{what}: metadata_tensor must be uint32, got {m.dtype}")
-    want = (rows, n) if _memory(m) == "HBM" else (1, rows, n)
+    hbm = _memory(m) == "HBM"
+    want = (rows, n) if hbm else (1, rows, n)
+    four = (4, n) if hbm else (1, 4, n)  # a 4th row may be there unused
     if _memory(m) == "PSUM" or (tuple(m.shape) != want and not (
-            not has_rdispls and tuple(m.shape) == ((4, n) if _memory(m) == "HBM" else (1, 4, n)))):
+            not has_rdispls and tuple(m.shape) == four)):
         raise error(f"ncc.{what}: metadata_tensor {m.shape} on {_memory(m)} must be {want} "
                     f"(rows x the {n} ranks of the sub-group; SBUF: one partition)")
     s, d = srcs[0], dsts[0]
     _same_dtype(s, d, what)
     call = _next_call(tracer)
-    _emit(tracer, ALL_TO_ALL_V, s, d,
+    _emit(tracer, kind, s, d,
           {"groups": group_desc.replica_groups, "recv_counts_known": bool(recv_counts_known),
            "has_rdispls": bool(has_rdispls)}, group, call, metadata=m, name=name)
+
+
+def all_to_all_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=False,
+                 has_rdispls=False, priority=None, name=None):
+    """An all-to-all of flat element chunks whose sizes are known only when it runs: the uint32
+    metadata rows (by group rank r) send_counts[r], send_displs[r], recv_counts[r] (written with
+    what arrived unless recv_counts_known), recv_displs[r] (with has_rdispls; else chunk r lands
+    at r * dst elements / group size). One HBM src and dst."""
+    _variable(ALL_TO_ALL_V, "all_to_all_v", srcs, dsts, replica_group, metadata_tensor,
+              recv_counts_known, has_rdispls, priority, name)
+
+
+def all_gather_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=False,
+                 has_rdispls=False, priority=None, name=None):
+    """A variable-length all-gather of flat element buffers: every rank sends the one chunk
+    src[send_displ : send_displ + send_count] (rows 0 and 1, first column only) to every rank of
+    its group; the chunk from group rank r lands at r * dst elements / group size (row 2, written
+    unless recv_counts_known, says how many arrived). has_rdispls=True is not supported (AWS's
+    stub says so)."""
+    if has_rdispls:
+        raise error("ncc.all_gather_v: has_rdispls=True is not supported (AWS's NKI 0.6 stub "
+                    "lists it as a current limitation); leave row 3 out and let the chunks land "
+                    "in equal slots")
+    _variable(ALL_GATHER_V, "all_gather_v", srcs, dsts, replica_group, metadata_tensor,
+              recv_counts_known, has_rdispls, priority, name)
 
 
 def collective_permute(srcs, dsts, source_target_pairs, priority=None, name=None):
@@ -534,6 +560,8 @@ def collective_permute_implicit_current_processing_rank_id(iteration_id, replica
     return group[(pos - iteration_id) % len(group)]
 
 
+_core.PARTIAL["nki.collectives.all_gather_v"] = (
+    "has_rdispls=True is refused (AWS's stub lists it as not supported)")
 _core.PARTIAL["nki.collectives.collective_permute_implicit_current_processing_rank_id"] = (
     "iteration_id must be known when the kernel specialises (an integer): a register "
     "(a device loop's induction value) is refused, as the ring's rank ids are resolved then")
@@ -548,15 +576,6 @@ def rank_id(name=None):
     return 0 if ctx is None else ctx[0]
 
 
-def all_gather_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=False,
-                 has_rdispls=False, priority=None, name=None):
-    raise error(f"ncc.all_gather_v: {_ALL_GATHER_V}")
-
-
-_ALL_GATHER_V = ("not modelled: AWS's current NKI 0.6 stub file (aws-neuron-sdk "
-                 "nki/api/nki/collectives) no longer defines all_gather_v and no published text "
-                 "gives its semantics; use all_to_all_v, whose metadata rows it shares")
-_core.refused("nki.collectives.all_gather_v", _ALL_GATHER_V)
 
 
 # ---------------------------------------------------------------------------------------------

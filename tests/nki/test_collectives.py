@@ -187,6 +187,22 @@ def all_to_all_v_sbuf_metadata(x, meta, group):
 
 
 @nki.jit
+def all_gather_v_hbm(x, meta, group):
+    src = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    dst = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    m = nl.ndarray(meta.shape, dtype=meta.dtype, buffer=nl.shared_hbm)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    meta_out = nl.ndarray(meta.shape, dtype=meta.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=src, src=x)
+    nisa.dma_copy(dst=m, src=meta)
+    nisa.dma_copy(dst=dst, src=x)
+    ncc.all_gather_v(srcs=[src], dsts=[dst], replica_group=group, metadata_tensor=m)
+    nisa.dma_copy(dst=out, src=dst)
+    nisa.dma_copy(dst=meta_out, src=m)
+    return out, meta_out
+
+
+@nki.jit
 def permute_hbm(x, pairs):
     src = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     dst = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
@@ -401,6 +417,18 @@ def _rank_main():
         want[slot * j:slot * j + counts(j, rank)] = vs[j][3 * rank:3 * rank + counts(j, rank)]
     _check(got, want, "all_to_all_v, metadata in SBUF")
 
+    # all_gather_v: rank r sends its r + 1 elements from displacement 2 to every rank (only the
+    # first column of rows 0 and 1 counts); they land in equal slots.
+    meta = np.zeros((3, world), dtype=np.uint32)
+    meta[0] = [rank + 1] + [99] * (world - 1)
+    meta[1] = [2] + [99] * (world - 1)
+    got, meta_out = sim(all_gather_v_hbm)(vs[rank], meta, whole)
+    want = vs[rank].copy()
+    for j in range(world):
+        want[slot * j:slot * j + j + 1] = vs[j][2:2 + j + 1]
+    _check(got, want, "all_gather_v")
+    assert list(meta_out[2]) == [j + 1 for j in range(world)], meta_out
+
     # collective_permute: a shift by one; the ring forms and their rank ids.
     shift = [(r, (r + 1) % world) for r in range(world)]
     got = sim(permute_hbm)(xs[rank], shift)
@@ -547,7 +575,7 @@ def test_mixed_memories_and_bad_arguments_are_refused():
     with pytest.raises(nki.NkiError, match="must not overlap"):
         ncc.ReplicaGroup([[0, 1], [1, 2]])
     assert ncc.ReplicaGroup([[0, 1], [2, 3]]).group_of(2) == (2, 3)
-    with pytest.raises(nki.NkiError, match="all_gather_v"):
-        ncc.all_gather_v([], [], ReplicaGroup([[0]]), None)
+    with pytest.raises(nki.NkiError, match="has_rdispls=True is not supported"):
+        ncc.all_gather_v([], [], ReplicaGroup([[0]]), None, has_rdispls=True)
     if os.environ.get("RANK") is None:
         assert ncc.context() is None

@@ -95,6 +95,8 @@ transport::LinkBytes part_bytes(const Program& p, const Instruction& in, int ran
       call.bytes = bytes_of(p, in.a);
       return tp::link_bytes(call, place);
     case CollectiveKind::kAllGather:
+    case CollectiveKind::kAllGatherV:
+      // all_gather_v's chunk is known only when it runs: priced at its source's capacity.
       call.verb = tp::Verb::kAllgather;
       call.bytes = bytes_of(p, in.a);  // one rank's part
       return tp::link_bytes(call, place);
@@ -141,6 +143,7 @@ const char* collective_kind_name(CollectiveKind kind) {
     case CollectiveKind::kPermute: return "collective_permute";
     case CollectiveKind::kPermuteImplicit: return "collective_permute_implicit";
     case CollectiveKind::kPermuteImplicitReduce: return "collective_permute_implicit_reduce";
+    case CollectiveKind::kAllGatherV: return "all_gather_v";
   }
   return "collective";
 }
@@ -148,7 +151,7 @@ const char* collective_kind_name(CollectiveKind kind) {
 void run_collective(const Program& p, size_t index, const std::vector<uint8_t*>& base,
                     const CollectiveHook* hook) {
   const Instruction& in = p.instructions[index];
-  if (in.axes > static_cast<uint32_t>(CollectiveKind::kPermuteImplicitReduce)) {
+  if (in.axes > static_cast<uint32_t>(CollectiveKind::kAllGatherV)) {
     fail(p, index, "unknown collective kind " + std::to_string(in.axes));
   }
   if (hook == nullptr || !*hook) {

@@ -9,8 +9,9 @@
 //   axes   the CollectiveKind
 //   a      this rank's source view; c the second source of an implicit permute-reduce
 //   dst    the destination view
-//   d      all_to_all_v's uint32 metadata (rows send_counts, send_displs, recv_counts[,
-//          recv_displs] by group rank): read, and row 2 written unless recv counts are known
+//   d      all_to_all_v's / all_gather_v's uint32 metadata (rows send counts, send
+//          displacements, recv counts[, recv displacements] by group rank): read, and row 2
+//          written unless recv counts are known
 //   alu0   the reduction (add, max, min) of all_reduce, reduce_scatter and the permute-reduce
 //   imm0   the ranks that move the call's bytes with this one (its sub-group; for a permute,
 //          this rank and its peers): 1 costs nothing on the links
@@ -48,6 +49,7 @@ enum class CollectiveKind : uint8_t {
   kPermute,                // explicit (source, target) pairs
   kPermuteImplicit,        // a ring: send to the successor, receive from the predecessor
   kPermuteImplicitReduce,  // the ring, sending op(a, c)
+  kAllGatherV,             // one flat chunk to every rank, by all_gather_v's metadata rows
 };
 const char* collective_kind_name(CollectiveKind kind);
 
