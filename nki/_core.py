@@ -228,7 +228,7 @@ ENGINE_NAMES = ("tensor", "vector", "scalar", "gpsimd", "dma")
  OP_MAX8, OP_FIND_INDEX8, OP_MATCH_REPLACE8, OP_QUANTIZE_MX, OP_MATMUL_MX, OP_CUMULATIVE,
  OP_SELECT_REDUCE, OP_RANGE_SELECT, OP_NONZERO_WITH_COUNT, OP_SEQUENCE_BOUNDS, OP_STREAM_SHUFFLE,
  OP_LOCAL_GATHER, OP_N_GATHER, OP_DMA_COMPUTE, OP_ACTIVATE2, OP_TOPK,
- OP_DMA_INDIRECT, OP_BARRIER, OP_LOOP_BEGIN, OP_LOOP_END) = range(37)
+ OP_DMA_INDIRECT, OP_BARRIER, OP_LOOP_BEGIN, OP_LOOP_END, OP_COLLECTIVE) = range(38)
 LOOP_MARKERS = (OP_LOOP_BEGIN, OP_LOOP_END)
 # Instructions that write only part of their destination (the rest keeps its contents): an
 # assignment of their fresh result is a copy of the whole tile, never folded into them.
