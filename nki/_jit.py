@@ -180,11 +180,11 @@ class Specialization:
         # the data: computed once per specialisation, not per call. Collectives are priced on a
         # device's links (the runtime's link model).
         if self._timeline is None:
-            self._timeline = self.executable.timeline(self.chip, links=self.links())
+            self._timeline = self.executable.timeline(self.chip, self.links())
         return self._timeline
 
     def links(self):
-        """A device's links, which price the kernel's collectives (None without any)."""
+        """The links that price this kernel's collectives: a device's (None without any)."""
         if not self.has_collectives:
             return None
         return next((r.core_links(0) for r in _DEVICES.values() if hasattr(r, "core_links")),
@@ -436,9 +436,8 @@ class JitKernel:
                         arrays[i].copy_(inputs[i])
         # A kernel with device loops costs what its loops' bodies ran this time (the counts
         # are runtime values); the others' timing is the same every call.
-        timeline = (spec.executable.timeline(spec.chip, loop_iterations, links=spec.links())
-                    if loop_iterations
-                    else spec.timeline())
+        timeline = (spec.executable.timeline(spec.chip, spec.links(), loop_iterations)
+                    if loop_iterations else spec.timeline())
         self.last_run = KernelRun(timeline, printed, spec.spills)
         _print(printed)
         return _outputs(spec, arrays, fresh)

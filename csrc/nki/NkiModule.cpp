@@ -170,8 +170,8 @@ class PyExecutable {
   // counts (run_host's second result), of that run. `links`: a capsule of the core's links
   // (nrtsim.CoreLinks, from a device), which price collective instructions; None for a kernel
   // without them.
-  py::dict timeline(const std::string& chip, const py::object& loop_iterations,
-                    const py::object& links) const {
+  py::dict timeline(const std::string& chip, const py::object& links,
+                    const py::object& loop_iterations) const {
     const nrtsim::CoreSpec spec = checked([&] { return spec_named(chip); });
     const nrtsim::CoreLinks* core_links = nullptr;
     if (!links.is_none()) {
@@ -199,7 +199,7 @@ class PyExecutable {
       py::gil_scoped_release release;
       void* token = g_host.enter_run ? g_host.enter_run() : nullptr;
       try {
-        printed = checked([&] { return exe_->run(ext, &iterations, collectives()); });
+        printed = checked([&] { return exe_->run(ext, collectives(), &iterations); });
       } catch (...) {
         if (g_host.exit_run) g_host.exit_run(token);
         throw;
@@ -242,8 +242,8 @@ PYBIND11_MODULE(_nki, m) {
   py::class_<PyExecutable>(m, "Executable")
       .def(py::init<const std::string&, const py::list&, const py::list&>(), py::arg("name"),
            py::arg("buffers"), py::arg("instructions"))
-      .def("timeline", &PyExecutable::timeline, py::arg("chip"),
-           py::arg("loop_iterations") = py::none(), py::arg("links") = py::none())
+      .def("timeline", &PyExecutable::timeline, py::arg("chip"), py::arg("links") = py::none(),
+           py::arg("loop_iterations") = py::none())
       .def("run_host", &PyExecutable::run_host, py::arg("memory"))
       .def("capsule", &PyExecutable::capsule)
       .def_property_readonly("scratch_bytes", &PyExecutable::scratch_bytes)

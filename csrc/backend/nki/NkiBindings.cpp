@@ -115,9 +115,10 @@ py::tuple launch(const py::capsule& capsule, int device, const py::list& memory,
   check_device_index(index);
   const auto ext = externals_from(memory);
   const nrtsim::CoreSpec& spec = core(index).clock().model().spec();
-  nrtsim::nki::Timeline t = runtime_call([&] {
-    return nrtsim::nki::schedule(exe->program(), spec, &core(index).clock().links());
-  });
+  nrtsim::nki::Timeline t =
+      runtime_call([&] {
+        return nrtsim::nki::schedule(exe->program(), spec, &core(index).clock().links());
+      });
   nrtsim::Work work;
   auto charge = [&] {
     work[nrtsim::Engine::kTensor].ops = t.matmul_flops;
@@ -137,7 +138,7 @@ py::tuple launch(const py::capsule& capsule, int device, const py::list& memory,
             [&] {
               const SingleThreaded one_thread(true);
               std::vector<int64_t> iterations;
-              printed = exe->run(ext, &iterations, collectives);
+              printed = exe->run(ext, collectives, &iterations);
               if (!iterations.empty()) {
                 t = nrtsim::nki::with_iterations(t, iterations);
                 charge();

@@ -1671,8 +1671,8 @@ Executable::Executable(Program program) : program_(std::move(program)) {
 }
 
 std::vector<std::string> Executable::run(const std::vector<External>& externals,
-                                         std::vector<int64_t>* loop_iterations,
-                                         const CollectiveHook* collectives) const {
+                                         const CollectiveHook* collectives,
+                                         std::vector<int64_t>* loop_iterations) const {
   const Program& p = program_;
   Storage mem;
   mem.collectives = collectives;

@@ -25,8 +25,8 @@
 
 #include "runtime/Engine.h"
 #include "runtime/EngineModel.h"
-#include "runtime/LinkModel.h"
 #include "runtime/nki/DeviceLoops.h"
+#include "runtime/LinkModel.h"
 #include "runtime/nki/DmaModel.h"
 #include "runtime/nki/Program.h"
 

@@ -80,7 +80,7 @@ TEST(NkiCollective, StagesTheSourceViewAndWritesTheDestinationView) {
   };
   exe.run({{reinterpret_cast<uint8_t*>(in.data()), 48},
            {reinterpret_cast<uint8_t*>(out.data()), 48}},
-          nullptr, &hook);
+          &hook);
   EXPECT_EQ(seen, (std::vector<float>{1, 5, 9}));
   const std::vector<float> want = {-1, -1, -1, -1, -1, -1, -1, -1, 2, 10, 18, -1};
   EXPECT_EQ(out, want);
@@ -125,7 +125,7 @@ TEST(NkiCollective, APermuteReduceSendsTheFp32ResultRoundedToTheDestination) {
   };
   exe.run({{reinterpret_cast<uint8_t*>(a.data()), 8}, {reinterpret_cast<uint8_t*>(c.data()), 8},
            {reinterpret_cast<uint8_t*>(dst.data()), 4}},
-          nullptr, &hook);
+          &hook);
   EXPECT_EQ(sent, (std::vector<uint16_t>{float_to_bf16(1.0f + 1.0f / 256),
                                          float_to_bf16(3.0f + 1.0f / 128)}));
   EXPECT_EQ(dst, sent);
