@@ -287,6 +287,16 @@ def test_float_register_load_and_bad_operands_are_refused():
         run(nki.jit(write_induction), np.ones((1, 1), np.float32))
 
 
+def test_reading_a_register_nothing_set_is_an_error():
+    def unset(x):
+        for _ in nl.dynamic_range(nisa.register_alloc()):
+            pass
+        return x
+
+    with pytest.raises(nki.NkiError, match="nothing has set yet"):
+        run(nki.jit(unset), np.ones((1, 1), np.float32))
+
+
 def test_leaving_a_device_loop_early_is_an_error():
     def broken(x):
         for _ in nl.dynamic_range(nisa.register_alloc(3)):
