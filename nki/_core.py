@@ -228,7 +228,7 @@ ENGINE_NAMES = ("tensor", "vector", "scalar", "gpsimd", "dma")
  OP_MAX8, OP_FIND_INDEX8, OP_MATCH_REPLACE8, OP_QUANTIZE_MX, OP_MATMUL_MX, OP_CUMULATIVE,
  OP_SELECT_REDUCE, OP_RANGE_SELECT, OP_NONZERO_WITH_COUNT, OP_SEQUENCE_BOUNDS, OP_STREAM_SHUFFLE,
  OP_LOCAL_GATHER, OP_N_GATHER, OP_DMA_COMPUTE, OP_ACTIVATE2, OP_TOPK,
- OP_DMA_INDIRECT, OP_BARRIER, OP_LOOP_BEGIN, OP_LOOP_END) = range(37)
+ OP_DMA_INDIRECT, OP_BARRIER, OP_LOOP_BEGIN, OP_LOOP_END, OP_COLLECTIVE) = range(38)
 LOOP_MARKERS = (OP_LOOP_BEGIN, OP_LOOP_END)
 # Instructions that write only part of their destination (the rest keeps its contents): an
 # assignment of their fresh result is a copy of the whole tile, never folded into them.
@@ -329,13 +329,41 @@ def _contiguous_strides(shape):
     return tuple(reversed(strides))
 
 
-class NKIObject:
+def _class_attribute(cls, name):
+    """Whether `name` is a plain (data) class attribute of cls: a field NKI accepts by keyword
+    even unannotated."""
+    if name.startswith("__"):
+        return False
+    for klass in cls.__mro__[:-1]:
+        if name in vars(klass):
+            value = vars(klass)[name]
+            return not (callable(value) or isinstance(value, (property, staticmethod,
+                                                              classmethod)))
+    return False
+
+
+class _NKIObjectType(type):
+    # ``@dataclass`` over a class whose fields are unannotated class attributes (AWS's
+    # attention_cte: ``section_idx = None``) generates an __init__ without them; NKI builds such
+    # an object by keyword over its class attributes, so that call goes to NKIObject's own.
+    def __call__(cls, *args, **kwargs):
+        fields = getattr(cls, "__dataclass_fields__", None)
+        if (fields is not None and kwargs and "__init__" in vars(cls)
+                and any(k not in fields and _class_attribute(cls, k) for k in kwargs)):
+            obj = cls.__new__(cls)
+            NKIObject.__init__(obj, *args, **kwargs)
+            return obj
+        return super().__call__(*args, **kwargs)
+
+
+class NKIObject(metaclass=_NKIObjectType):
     """Base class of the objects a kernel may build (NKI 0.6 ``nl.NKIObject``): user classes
     inherit from it and behave like dataclasses, with or without ``@dataclass``: construction by
-    position or keyword over the annotated fields (defaults from the class), field-wise
-    equality. A field given no value and having no default stays unset until the object sets
-    it (AWS's library declares derived fields that a method fills in, e.g. the MoE kernels'
-    DimensionSizes.I_TP_sharded); reading it before is an AttributeError."""
+    position or keyword over the annotated fields, or by keyword over the other data class
+    attributes (defaults from the class), field-wise equality. A field given no value and having
+    no default stays unset until the object sets it (AWS's library declares derived fields that
+    a method fills in, e.g. the MoE kernels' DimensionSizes.I_TP_sharded); reading it before is an
+    AttributeError."""
 
     def __init__(self, *args, **kwargs):
         fields = []
@@ -343,6 +371,7 @@ class NKIObject:
             for name in getattr(klass, "__annotations__", {}):
                 if name not in fields:
                     fields.append(name)
+        fields += [k for k in kwargs if k not in fields and _class_attribute(type(self), k)]
         if len(args) > len(fields):
             raise TypeError(f"{type(self).__name__} takes {len(fields)} fields, got {len(args)}")
         values = dict(zip(fields, args))

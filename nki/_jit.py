@@ -38,8 +38,10 @@ _DEVICES = {}
 def register_device(kind, runner):
     """Lets kernels run on tensors of device type `kind`. `runner` has ``target(index)`` (the
     platform target of that device: "trn1" / "trn2" / "trn3"), ``current_device()`` and
-    ``launch(executable, index, memory)`` -> (printed lines, timeline dict), where `executable`
-    is an ``nki._nki.Executable`` and `memory` the (address, bytes) of each bound buffer."""
+    ``launch(executable, index, memory, exchange=None)`` -> (printed lines, timeline dict), where
+    `executable` is an ``nki._nki.Executable``, `memory` the (address, bytes) of each bound buffer
+    and `exchange` nki.collectives' exchange (``nki._nki.collective_exchange()``) for a kernel
+    with collectives; and ``core_links(index)``, the device's links that time collectives."""
     _DEVICES[kind] = runner
 
 _TORCH_DTYPES = {
@@ -78,12 +80,14 @@ def _freeze(value):
         return (type(value).__name__,) + tuple(_freeze(v) for v in value)
     if isinstance(value, dict):
         return ("dict",) + tuple(sorted((k, _freeze(v)) for k, v in value.items()))
-    if (dataclasses.is_dataclass(value) and not isinstance(value, type)
-            and getattr(type(value), "__hash__", None) is None):
-        # A configuration object (AWS's library passes @dataclass specs, unhashable as they
-        # are mutable): the kernel specialises on its fields' values.
-        return (type(value).__qualname__,) + tuple(
-            (f.name, _freeze(getattr(value, f.name))) for f in dataclasses.fields(value))
+    if not isinstance(value, type) and (dataclasses.is_dataclass(value)
+                                        or isinstance(value, _core.NKIObject)):
+        # A configuration object (AWS's library passes @dataclass specs and NKIObjects, unhashable
+        # as they are mutable, __eq__ field-wise): the kernel specialises on its type and fields.
+        items = (vars(value).items() if hasattr(value, "__dict__")
+                 else [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)])
+        return (type(value).__qualname__, "fields") + tuple(
+            (k, _freeze(v)) for k, v in sorted(items))
     try:
         hash(value)
     except TypeError:
@@ -167,12 +171,24 @@ class Specialization:
                        for b, moved in tracer.spills]
         self._timeline = None
 
+    @property
+    def has_collectives(self):
+        return _core.OP_COLLECTIVE in self.opcodes
+
     def timeline(self):
         # The modelled timing depends only on the program and the core (set at import), not on
-        # the data: computed once per specialisation, not per call.
+        # the data: computed once per specialisation, not per call. Collectives are priced on a
+        # device's links (the runtime's link model).
         if self._timeline is None:
-            self._timeline = self.executable.timeline(self.chip)
+            self._timeline = self.executable.timeline(self.chip, self.links())
         return self._timeline
+
+    def links(self):
+        """The links that price this kernel's collectives: a device's (None without any)."""
+        if not self.has_collectives:
+            return None
+        return next((r.core_links(0) for r in _DEVICES.values() if hasattr(r, "core_links")),
+                    None)
 
 
 def _np_dtype(dt):
@@ -193,10 +209,44 @@ def _torch_dtype(dt):
     return getattr(torch, name)
 
 
-# How many instructions a kernel's cached specialisations may hold together (888 bytes each in
-# the interpreter's program): a kernel called with many shapes in one process (a test
-# parametrised over sequence lengths) keeps the recent ones, not all.
+# How many instructions the cached specialisations of ALL kernels may hold together: a process
+# calling many kernels with many shapes (a test suite parametrised over sequence lengths) keeps
+# the recent ones, not all. A cached instruction costs about 2.5 KB resident all told (the
+# interpreter's program, the tracer's records, the modelled timeline: 100 MB freed by dropping one
+# 41,008-instruction specialisation of AWS's output projection), so the budget is about 2.5 GB.
+# One budget per process, not per kernel: per kernel, a suite calling hundreds of kernels grew
+# without bound.
 _CACHE_INSTRUCTIONS = 1_000_000
+# (kernel, key) -> instruction count, least recently used first, across every kernel.
+_CACHED = collections.OrderedDict()
+_cached_instructions = 0
+
+
+def _cache_put(kernel, key, spec):
+    global _cached_instructions
+    kernel._cache[key] = spec
+    _cached_instructions -= _CACHED.pop((kernel, key), 0)  # a key dropped from kernel._cache alone
+    _CACHED[(kernel, key)] = spec.instruction_count
+    _cached_instructions += spec.instruction_count
+    while _cached_instructions > _CACHE_INSTRUCTIONS and len(_CACHED) > 1:
+        (owner, old), count = _CACHED.popitem(last=False)
+        owner._cache.pop(old, None)
+        _cached_instructions -= count
+
+
+def _cache_touch(kernel, key):
+    kernel._cache.move_to_end(key)
+    if (kernel, key) in _CACHED:
+        _CACHED.move_to_end((kernel, key))
+
+
+def clear_cache():
+    """Drops every kernel's cached specialisations (they are traced again on their next call)."""
+    global _cached_instructions
+    for owner, key in _CACHED:
+        owner._cache.pop(key, None)
+    _CACHED.clear()
+    _cached_instructions = 0
 
 
 class JitKernel:
@@ -208,7 +258,8 @@ class JitKernel:
         self.fn = fn
         self.platform_target = platform_target
         # Specialisations by (grid, target, argument shapes / dtypes / constants): no arrays are
-        # kept. Least recently used first out once their programs exceed _CACHE_INSTRUCTIONS.
+        # kept. Least recently used first out (across all kernels) once their programs exceed
+        # _CACHE_INSTRUCTIONS.
         self._cache = collections.OrderedDict()
         self.last_run = None
 
@@ -235,17 +286,14 @@ class JitKernel:
         key = (grid, target,
                tuple(("A", tuple(a.shape), _core.as_dtype(a.dtype).name) if kinds[i] is not None
                      else ("C", _freeze(a)) for i, a in enumerate(args)),
-               tuple(sorted((k, _freeze(v)) for k, v in kwargs.items())))
+               tuple(sorted((k, _freeze(v)) for k, v in kwargs.items())),
+               _collective_context())
         spec = self._cache.get(key)
         if spec is None:
             spec = self._trace(args, kinds, arrays, kwargs, grid, target)
-            self._cache[key] = spec
-            total = sum(s.instruction_count for s in self._cache.values())
-            while total > _CACHE_INSTRUCTIONS and len(self._cache) > 1:
-                _, old = self._cache.popitem(last=False)
-                total -= old.instruction_count
+            _cache_put(self, key, spec)
         else:
-            self._cache.move_to_end(key)
+            _cache_touch(self, key)
         return spec
 
     def _make_tracer(self, target, grid):
@@ -388,8 +436,8 @@ class JitKernel:
                         arrays[i].copy_(inputs[i])
         # A kernel with device loops costs what its loops' bodies ran this time (the counts
         # are runtime values); the others' timing is the same every call.
-        timeline = (spec.executable.timeline(spec.chip, loop_iterations) if loop_iterations
-                    else spec.timeline())
+        timeline = (spec.executable.timeline(spec.chip, spec.links(), loop_iterations)
+                    if loop_iterations else spec.timeline())
         self.last_run = KernelRun(timeline, printed, spec.spills)
         _print(printed)
         return _outputs(spec, arrays, fresh)
@@ -403,7 +451,11 @@ class JitKernel:
         index = device.index if device.index is not None else runner.current_device()
         constants = [torch.from_numpy(c).to(device) for c in spec.constants]
         memory = [(t.data_ptr(), t.numel() * t.element_size()) for t in inputs + fresh + constants]
-        printed, timeline = runner.launch(spec.executable, index, memory)
+        if spec.has_collectives:
+            printed, timeline = runner.launch(spec.executable, index, memory,
+                                              exchange=_nki.collective_exchange())
+        else:
+            printed, timeline = runner.launch(spec.executable, index, memory)
         for i in spec.mutated:
             if not _same_memory(inputs[i], arrays[i]):
                 with torch.no_grad():
@@ -411,6 +463,13 @@ class JitKernel:
         self.last_run = KernelRun(timeline, printed, spec.spills)
         _print(printed)
         return _outputs(spec, arrays, fresh)
+
+
+def _collective_context():
+    """This process's (rank, world size) once nki.collectives is in use: kernels with
+    collectives specialise on the rank (rank_id(), the sub-group's size)."""
+    collectives = sys.modules.get("nki.collectives")
+    return None if collectives is None else collectives.context()
 
 
 def _same_memory(staged, array):

@@ -533,9 +533,13 @@ def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
     if math.prod(counts) != _free(dst):
         raise error(f"{name}: pattern {pattern} gives {math.prod(counts)} elements per partition, "
                     f"dst has {_free(dst)}")
-    if dst.strides != _core._contiguous_strides(dst.shape):
-        raise error(f"{name}: dst must be a contiguous tile")
-    view = Tensor(dst._buffer, (dst.shape[0],) + tuple(counts), None, dst.offset)
+    # Any partition stride (a column block of a wider tile, t[:, a:b]); the free elements of a
+    # partition dense, as the pattern walks them.
+    if dst.strides[1:] != _core._contiguous_strides(dst.shape[1:]):
+        raise error(f"{name}: dst's free elements must be contiguous in each partition")
+    view = Tensor(dst._buffer, (dst.shape[0],) + tuple(counts),
+                  (dst.strides[0],) + _core._contiguous_strides(tuple(counts)), dst.offset,
+                  dst._dtype)
     return _emit(tracer, label, OP_IOTA, GPSIMD, view, imm0=offset, imm1=channel_multiplier,
                        pattern=[0] + steps)
 
@@ -889,8 +893,8 @@ def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_p
 
 def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
                   oob_mode=oob_mode.error, name=None):
-    """dst = src with its dims permuted (`axes`, default reversed), moved by the DMA engines
-    (2- and 4-byte dtypes; NeuronCore-v3 and later)."""
+    """dst = src with its dims permuted (`axes`; by default [1, 0], [2, 1, 0] or [3, 1, 2, 0]),
+    moved by the DMA engines (2- and 4-byte dtypes; NeuronCore-v3 and later)."""
     what = "dma_transpose"
     tracer = _core.current_tracer()
     if tracer.spec["version"] < 3:
@@ -899,7 +903,13 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
     _tensor(src, "src")
     if src.dtype.itemsize not in (2, 4):
         raise error(f"{what}: DMA transposes 2- and 4-byte dtypes, got {src.dtype}")
-    axes = tuple(axes) if axes is not None else tuple(reversed(range(src.ndim)))
+    # AWS's defaults by rank: [1, 0], [2, 1, 0] and, for 4-D, [3, 1, 2, 0] (the middle dims
+    # keep their order; not the reversal).
+    default = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
+    if axes is None and src.ndim not in default:
+        raise error(f"{what}: a {src.ndim}-D source has no default permutation (2-, 3- and 4-D "
+                    "do); pass axes=")
+    axes = tuple(axes) if axes is not None else default[src.ndim]
     view = src.permute(axes) if not src._buffer.on_chip or axes[0] == 0 else None
     if view is None:
         # An on-chip source whose partition dim moves: read it through a free-dim view of the

@@ -180,6 +180,7 @@ struct Storage {
   // Whether the external buffers' memory ranges are pairwise disjoint (the caller may pass one
   // array twice): only then do different buffers mean different memory.
   bool distinct = true;
+  const CollectiveHook* collectives = nullptr;  // the exchange of collective instructions
   DType of(const View& v) const { return v.dtype >= 0 ? static_cast<DType>(v.dtype) : dtype[v.buffer]; }
 };
 
@@ -549,8 +550,13 @@ bool run_streamed(const Storage& mem, const Instruction& in) {
                 [&](float* out, const std::array<Chunk, 3>& x, int64_t n) {
                   const Chunk s0 = in.b.valid() ? x[1] : Chunk{&imm0, 0};
                   const Chunk s1 = in.c.valid() ? x[2] : Chunk{&imm1, 0};
-                  apply_chunk(in.alu0, out, x[0], s0, n, in.reverse0);
-                  apply_chunk(in.alu1, out, Chunk{out, 1}, s1, n, in.reverse1);
+                  // operand1 read in place from dst itself (acc = data * s + acc): the first
+                  // operation's results go to a buffer, or they would overwrite operand1 before
+                  // the second reads it.
+                  alignas(64) float first[kChunk];
+                  float* mid = s1.p == out ? first : out;
+                  apply_chunk(in.alu0, mid, x[0], s0, n, in.reverse0);
+                  apply_chunk(in.alu1, out, Chunk{mid, 1}, s1, n, in.reverse1);
                 });
       return true;
     }
@@ -559,6 +565,11 @@ bool run_streamed(const Storage& mem, const Instruction& in) {
       if (!streamable(mem, in.dst, {&in.a, &in.b, &in.c})) return false;
       const auto s0 = static_cast<float>(in.imm0), b1 = static_cast<float>(in.imm1);
       const Alu bias_op = in.reverse0 ? Alu::kSubtract : Alu::kAdd;
+      // A bias or scale read in place from dst itself would be overwritten by the first step
+      // before it is read: the staged path loads every operand first.
+      if ((in.b.valid() && same_view(in.b, in.dst)) || (in.c.valid() && same_view(in.c, in.dst))) {
+        return false;
+      }
       stream<3>(mem, in.dst, {&in.a, &in.b, &in.c},
                 [&](float* out, const std::array<Chunk, 3>& x, int64_t n) {
                   // As the staged path: scale, then bias, then the function.
@@ -1244,6 +1255,7 @@ void execute(const Storage& mem, const Program& p, size_t i, const Instruction& 
       // The tracer orders the instructions so that every core's instructions before a barrier
       // run before any core's after it: nothing is left to do here.
       break;
+    case Opcode::kCollective: run_collective(p, i, mem.base, mem.collectives); break;
     default: run_extended(mem, p, i, in); break;
   }
 }
@@ -1277,12 +1289,27 @@ bool partitions_independent(const Instruction& in) {
   }
 }
 
-// The partition rows of a written view must not share memory with each other: a step between
-// partitions at least the extent of one partition's elements.
+// The partition rows of a written view must not share memory with each other. Sufficient: no two
+// elements of the view share memory, which holds where, with the dims ordered by step, each step
+// is larger than the farthest offset the smaller-step dims reach (a store of a [P, T, D] tile
+// into a [T, P, D] tensor, partitions interleaved with the other dims); or a partition step at
+// least the extent of one partition's elements.
 bool rows_apart(const View& v) {
   int64_t extent = 1;
   for (int d = 1; d < v.ndim; ++d) extent += (v.shape[d] - 1) * std::abs(v.stride[d]);
-  return std::abs(v.stride[0]) >= extent;
+  if (std::abs(v.stride[0]) >= extent) return true;
+  std::array<std::pair<int64_t, int64_t>, kMaxDims> dims{};  // (step, size) of dims of size > 1
+  int n = 0;
+  for (int d = 0; d < v.ndim; ++d) {
+    if (v.shape[d] > 1) dims[static_cast<size_t>(n++)] = {std::abs(v.stride[d]), v.shape[d]};
+  }
+  std::sort(dims.begin(), dims.begin() + n);
+  int64_t reach = 0;  // the farthest offset the dims before reach
+  for (int k = 0; k < n; ++k) {
+    if (dims[static_cast<size_t>(k)].first <= reach) return false;
+    reach += (dims[static_cast<size_t>(k)].second - 1) * dims[static_cast<size_t>(k)].first;
+  }
+  return true;
 }
 
 // Runs `in` as partition ranges on the partition workers when it is large enough and its
@@ -1644,9 +1671,11 @@ Executable::Executable(Program program) : program_(std::move(program)) {
 }
 
 std::vector<std::string> Executable::run(const std::vector<External>& externals,
+                                         const CollectiveHook* collectives,
                                          std::vector<int64_t>* loop_iterations) const {
   const Program& p = program_;
   Storage mem;
+  mem.collectives = collectives;
   mem.base.resize(p.buffers.size(), nullptr);
   mem.dtype.resize(p.buffers.size());
   // Uninitialised: every buffer is poisoned before its first use (poison_before_), so zeroing
