@@ -35,6 +35,8 @@ class VirtualRegister(_core.NKIObject):
     """A 32-bit register (``nisa.register_alloc``): its value exists only while the kernel
     runs. ``state``: an optional initial value (an int, or a one-element integer tensor)."""
 
+    _is_register = True  # for nki._core's indexing (which does not import this module)
+
     def __init__(self, state=None, frozen=False):
         tracer = _core.current_tracer()
         buf = _core.Buffer(tracer, _core.sbuf, (1, 1), _core.int32,

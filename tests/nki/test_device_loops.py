@@ -396,3 +396,48 @@ def test_core_barrier_takes_an_sbuf_tile_as_data():
 
     with pytest.raises(nki.NkiError, match="got a PSUM tile"):
         nki.simulate(psum_data[2])(np.ones((1, 1), np.float32))
+
+
+@nki.jit
+def dynamic_slices(x, count):
+    # out[2 i : 2 i + 2, :] = x[i, :] (both rows) for i < count: a register as an integer index
+    # (the dim dropped) and as nl.ds's start, i.e. dynamic slices of HBM tensors.
+    rows, d = x.shape
+    out = nl.ndarray((2 * rows, d), nl.float32, buffer=nl.shared_hbm)
+    zero = nl.ndarray((2 * rows, d), nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=zero, value=0.0)
+    nisa.dma_copy(dst=out, src=zero)
+    pos = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
+    nisa.memset(dst=pos, value=0)
+    for i in nl.dynamic_range(_load_register(count)):
+        t = nl.ndarray((1, d), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[i])
+        two = nl.ndarray((2, d), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=two[0:1, :], src=t)
+        nisa.dma_copy(dst=two[1:2, :], src=t)
+        start = nisa.register_alloc(pos)
+        nisa.dma_copy(dst=out[nl.ds(start, 2), :], src=two)
+        nisa.tensor_scalar(dst=pos, data=pos, op0=nl.add, operand0=2)
+    return out
+
+
+def test_register_indices_are_dynamic_slices():
+    x = np.random.default_rng(4).standard_normal((5, 8)).astype(np.float32)
+    for n in (0, 2, 5):
+        want = np.zeros((10, 8), np.float32)
+        want[:2 * n] = np.repeat(x[:n], 2, axis=0)
+        np.testing.assert_array_equal(run(dynamic_slices, x, _count(n)), want)
+    # A slice of 2 rows from row 9 of 10 is out of range when it runs.
+    @nki.jit
+    def past_end(x, at):
+        out = nl.ndarray((4, 8), nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((2, 8), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[nl.ds(_load_register(at), 2), :])
+        nisa.dma_copy(dst=out[0:2, :], src=t)
+        nisa.dma_copy(dst=out[2:4, :], src=t)
+        return out
+
+    np.testing.assert_array_equal(run(past_end, x, _count(3)), np.tile(x[3:5], (2, 1)))
+    with pytest.raises(nki.NkiError, match=r"test_device_loops.py:\d+ in kernel 'past_end'.*"
+                                           r"index 4 .*outside \[0, 4\)"):
+        run(past_end, x, _count(4))
