@@ -160,51 +160,55 @@ def test_nested_device_loops():
         np.testing.assert_array_equal(run(nested_sums, x, y, _count(no), _count(ni)), want)
 
 
-@nki.jit
-def repeat_add_while_loop(x, count):
-    # acc = count * x: nl.while_loop on a register the body decrements (through SBUF, since
-    # registers have no arithmetic) and returns.
-    p, d = x.shape
-    t = nl.ndarray((p, d), nl.float32, buffer=nl.sbuf)
+def _repeat_add_setup(x, count):
+    # x in SBUF, a zeroed accumulator and the count in an SBUF tile (registers have no
+    # arithmetic: the bodies below decrement the tile and reload a register from it).
+    t = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
     nisa.dma_copy(dst=t, src=x)
-    acc = nl.ndarray((p, d), nl.float32, buffer=nl.sbuf)
+    acc = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
     nisa.memset(dst=acc, value=0.0)
     left = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
     nisa.dma_copy(dst=left, src=count)
+    return t, acc, left
+
+
+def _repeat_add_step(t, acc, left):
+    nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
+    nisa.tensor_scalar(dst=left, data=left, op0=nl.subtract, operand0=1)
+
+
+def _store(acc):
+    out = nl.ndarray(acc.shape, nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=acc)
+    return out
+
+
+@nki.jit
+def repeat_add_while_loop(x, count):
+    # acc = count * x: nl.while_loop on a register the body decrements and returns.
+    t, acc, left = _repeat_add_setup(x, count)
     init = nisa.register_alloc(left)
 
     def body(r):
-        nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
-        nisa.tensor_scalar(dst=left, data=left, op0=nl.subtract, operand0=1)
+        _repeat_add_step(t, acc, left)
         nxt = nisa.register_alloc()
         nisa.register_load(nxt, left)
         return nxt
 
     nl.while_loop(init, body)
-    out = nl.ndarray((p, d), nl.float32, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=acc)
-    return out
+    return _store(acc)
 
 
 @nki.jit
 def repeat_add_while_reg(x, count):
     # The same with the parser frontend's `while reg:`, reloading the register in the body.
-    p, d = x.shape
-    t = nl.ndarray((p, d), nl.float32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=x)
-    acc = nl.ndarray((p, d), nl.float32, buffer=nl.sbuf)
-    nisa.memset(dst=acc, value=0.0)
-    left = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=left, src=count)
+    t, acc, left = _repeat_add_setup(x, count)
     reg = nisa.register_alloc()
     nisa.register_load(reg, left)
     while reg:
-        nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
-        nisa.tensor_scalar(dst=left, data=left, op0=nl.subtract, operand0=1)
+        _repeat_add_step(t, acc, left)
         nisa.register_load(reg, left)
-    out = nl.ndarray((p, d), nl.float32, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=acc)
-    return out
+    return _store(acc)
 
 
 @pytest.mark.parametrize("kernel", [repeat_add_while_loop, repeat_add_while_reg])
@@ -441,3 +445,20 @@ def test_register_indices_are_dynamic_slices():
     with pytest.raises(nki.NkiError, match=r"test_device_loops.py:\d+ in kernel 'past_end'.*"
                                            r"index 4 .*outside \[0, 4\)"):
         run(past_end, x, _count(4))
+
+
+def test_nested_loop_time_is_linear_in_each_loops_iterations():
+    # T(outer, inner) = T0 + outer * A + outer * inner * B: each loop's own cost once per
+    # iteration run, the inner body's once per inner iteration in all.
+    x = np.ones((6, 8), np.float32)
+    y = np.ones((5, 8), np.float32)
+
+    def t(no, ni):
+        run(nested_sums, x, y, _count(no), _count(ni))
+        return nested_sums.last_run.makespan_ns
+
+    b2 = t(2, 3) - t(2, 2)
+    b3 = t(3, 3) - t(3, 2)
+    assert b2 > 0 and b3 == pytest.approx(1.5 * b2, rel=1e-9)
+    a_plus_2b = t(3, 2) - t(2, 2)
+    assert a_plus_2b > b2
