@@ -324,9 +324,9 @@ def test_endless_while_loop_is_stopped():
 
 
 @nki.jit
-def lockstep(x, counts):
-    # An LNC=2 launch whose device loop holds a core barrier: each core doubles its half of the
-    # rows once per iteration, its count from its own row of `counts`.
+def doubling_halves(x, counts, barrier):
+    # LNC=2: each core doubles its half of the rows once per iteration of its own device loop,
+    # its count from its own row of `counts`; with `barrier`, the loop holds a core barrier.
     p, d = x.shape
     h = p // 2
     core = nl.program_id(0)
@@ -336,41 +336,32 @@ def lockstep(x, counts):
     n = _load_register(counts[core:core + 1, :])
     for _ in nl.dynamic_range(0, n):
         nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
-        nisa.dma_copy(dst=out[core * h:(core + 1) * h, :], src=t)
-        nisa.core_barrier(t, (0, 1))  # an SBUF tile as data, as AWS's MoE kernel passes
+        if barrier:
+            nisa.dma_copy(dst=out[core * h:(core + 1) * h, :], src=t)
+            nisa.core_barrier(t, (0, 1))  # an SBUF tile as data, as AWS's MoE kernel passes
     nisa.dma_copy(dst=out[core * h:(core + 1) * h, :], src=t)
     return out
+
+
+def _halves(x, n0, n1, barrier):
+    return nki.simulate(doubling_halves[2])(x, np.array([[n0], [n1]], np.int32), barrier)
 
 
 def test_device_loop_holding_a_barrier_runs_on_both_cores_together():
     x = np.arange(32, dtype=np.float32).reshape(8, 4)
     for n in (0, 1, 3):
-        got = nki.simulate(lockstep[2])(x, np.array([[n], [n]], np.int32))
-        np.testing.assert_array_equal(got, x * 2.0 ** n)
+        np.testing.assert_array_equal(_halves(x, n, n, True), x * 2.0 ** n)
     # Counts that differ: the core still looping would wait at the barrier forever.
     with pytest.raises(nki.NkiError, match="ends on one core and not on the other after 2 "
                                            "iterations"):
-        nki.simulate(lockstep[2])(x, np.array([[2], [3]], np.int32))
+        _halves(x, 2, 3, True)
 
 
 def test_device_loops_of_two_programs_run_each_whole():
-    @nki.jit
-    def per_core(x, count):
-        # Each program doubles its own half of the rows `count` times.
-        p, d = x.shape
-        h = p // 2
-        core = nl.program_id(0)
-        out = nl.ndarray((p, d), x.dtype, buffer=nl.shared_hbm)
-        t = nl.ndarray((h, d), x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=x[core * h:(core + 1) * h, :])
-        n = _load_register(count)
-        for _ in nl.dynamic_range(n):
-            nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
-        nisa.dma_copy(dst=out[core * h:(core + 1) * h, :], src=t)
-        return out
-
+    # Without a synchronisation inside, each core's loop runs its own count.
     x = np.arange(32, dtype=np.float32).reshape(8, 4)
-    np.testing.assert_array_equal(nki.simulate(per_core[2])(x, _count(3)), 8 * x)
+    want = np.concatenate([x[:4] * 4, x[4:] * 8])
+    np.testing.assert_array_equal(_halves(x, 2, 3, False), want)
 
 
 def test_device_launch_charges_the_run_iterations():
@@ -389,8 +380,7 @@ def test_device_launch_charges_the_run_iterations():
 def test_core_barrier_takes_an_sbuf_tile_as_data():
     # AWS's page asks for shared HBM; AWS's dynamic MoE kernel passes an SBUF tile.
     x = np.arange(32, dtype=np.float32).reshape(8, 4)
-    np.testing.assert_array_equal(nki.simulate(lockstep[2])(x, np.array([[1], [1]], np.int32)),
-                                  2 * x)
+    np.testing.assert_array_equal(_halves(x, 1, 1, True), 2 * x)
 
     @nki.jit
     def psum_data(a):
