@@ -408,9 +408,16 @@ class DynamicSlice:
     """``nl.ds(start, size)``: `size` elements from `start` along one dim."""
 
     def __init__(self, start, size):
+        if getattr(start, "_is_register", False) and _is_int(size):
+            # A runtime start (a VirtualRegister): a dynamic slice of an HBM tensor, which
+            # Tensor.__getitem__ makes a scalar-offset access.
+            self.start, self.size = start, int(size)
+            if self.size <= 0:
+                raise error(f"nl.ds({start!r}, {size}): size must be positive")
+            return
         if not _is_int(start) or not _is_int(size):
-            raise error(f"nl.ds({start!r}, {size!r}): start and size must be integers known when "
-                        "the kernel specialises (runtime offsets need .ap(scalar_offset=...))")
+            raise error(f"nl.ds({start!r}, {size!r}): start must be an integer known when the "
+                        "kernel specialises or a VirtualRegister, size an integer")
         self.start, self.size = int(start), int(size)
         if self.size < 0:
             raise error(f"nl.ds({start}, {size}): size must not be negative")
@@ -424,6 +431,12 @@ class DynamicSlice:
 
 def _is_int(x):
     return isinstance(x, int) or (hasattr(x, "__index__") and not isinstance(x, float))
+
+
+def _runtime_index(k):
+    """Whether an index is placed at run time: a register, or nl.ds with a register start."""
+    return getattr(k, "_is_register", False) or (
+        isinstance(k, DynamicSlice) and getattr(k.start, "_is_register", False))
 
 
 class Tensor(NKIObject):
@@ -517,6 +530,8 @@ class Tensor(NKIObject):
             # Index grids (nl.arange / nl.mgrid) and tiles of runtime indices (an indirect DMA)
             # of the legacy neuronxcc.nki API: its module installs the indexer.
             return HOOKS["grid_index"](self, key)
+        if any(_runtime_index(k) for k in key):
+            return self._runtime_index(key)
         key = tuple(k.as_slice() if isinstance(k, DynamicSlice) else k for k in key)
         if any(k is Ellipsis for k in key):
             i = key.index(Ellipsis)
@@ -564,6 +579,35 @@ class Tensor(NKIObject):
                                            "t[:, i:i + 1] (NKI 0.6 drops an integer-indexed dim)"))
                 shape, strides = shape + [1], strides + [1]
         return self._derive(shape, strides, offset)
+
+    def _runtime_index(self, key):
+        """``t[..., i, ...]`` or ``t[..., nl.ds(i, n), ...]`` with a VirtualRegister i: the
+        access moved along that dim by i's value when the transfer runs (a scalar offset of
+        .ap, for nisa.dma_copy's HBM side)."""
+        from nki import _indirect
+        if self._buffer.on_chip:
+            raise error("a register index on an on-chip tensor: this interpreter runs runtime "
+                        "offsets on the HBM side of a DMA (nisa.dma_copy) only")
+        if Ellipsis in key:
+            i = key.index(Ellipsis)
+            key = key[:i] + (slice(None),) * (self.ndim - (len(key) - 1)) + key[i + 1:]
+        key = key + (slice(None),) * (self.ndim - len(key))
+        dims = [d for d, k in enumerate(key) if _runtime_index(k)]
+        if len(dims) != 1:
+            raise error("at most one dim of an access is placed at run time (one scalar offset)")
+        d = dims[0]
+        k = key[d]
+        size = k.size if isinstance(k, DynamicSlice) else None
+        reg = k.start if isinstance(k, DynamicSlice) else k
+        # The other dims' static indexing first, dim d kept whole.
+        base = self[key[:d] + (slice(None),) + key[d + 1:]]
+        bd = sum(1 for j in range(d) if isinstance(key[j], (slice, DynamicSlice)))
+        pairs = [(st, (size if j == bd else n)) for j, (st, n) in enumerate(zip(base.strides,
+                                                                                base.shape))
+                 if j != bd or size is not None]
+        if not pairs:
+            raise error("a register index on a 1-D tensor: use t[nl.ds(i, 1)]")
+        return _indirect.access_pattern(base, pairs, base.offset, base.dtype, None, reg, bd)
 
     def __setitem__(self, key, value):
         dst = self[key]
