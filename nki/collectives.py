@@ -21,7 +21,10 @@ def _refused(name):
 
 
 class ReplicaGroup(_core.NKIObject):
-    """A group of ranks of a collective (accepted; the collectives themselves are refused)."""
+    """A group of ranks of a collective (accepted; the collectives themselves are refused):
+    ``ReplicaGroup(groups)``, the groups as lists of ranks."""
+
+    groups: list = None
 
 
 for _name in ("all_gather", "all_gather_v", "all_reduce", "all_to_all", "all_to_all_v",
