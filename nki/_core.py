@@ -11,10 +11,12 @@ data.
 from __future__ import annotations
 
 import bisect
+import enum
 import math
 import os
 import sys
 import threading
+import typing
 
 from nki import _nki
 
@@ -329,41 +331,36 @@ def _contiguous_strides(shape):
     return tuple(reversed(strides))
 
 
-def _class_attribute(cls, name):
-    """Whether `name` is a plain (data) class attribute of cls: a field NKI accepts by keyword
-    even unannotated."""
-    if name.startswith("__"):
-        return False
-    for klass in cls.__mro__[:-1]:
-        if name in vars(klass):
-            value = vars(klass)[name]
-            return not (callable(value) or isinstance(value, (property, staticmethod,
-                                                              classmethod)))
-    return False
+def _is_data_attribute(name, value):
+    return not name.startswith("__") and not (
+        callable(value) or isinstance(value, (property, staticmethod, classmethod)))
 
 
-class _NKIObjectType(type):
-    # ``@dataclass`` over a class whose fields are unannotated class attributes (AWS's
-    # attention_cte: ``section_idx = None``) generates an __init__ without them; NKI builds such
-    # an object by keyword over its class attributes, so that call goes to NKIObject's own.
-    def __call__(cls, *args, **kwargs):
-        fields = getattr(cls, "__dataclass_fields__", None)
-        if (fields is not None and kwargs and "__init__" in vars(cls)
-                and any(k not in fields and _class_attribute(cls, k) for k in kwargs)):
-            obj = cls.__new__(cls)
-            NKIObject.__init__(obj, *args, **kwargs)
-            return obj
-        return super().__call__(*args, **kwargs)
-
-
-class NKIObject(metaclass=_NKIObjectType):
+class NKIObject:
     """Base class of the objects a kernel may build (NKI 0.6 ``nl.NKIObject``): user classes
     inherit from it and behave like dataclasses, with or without ``@dataclass``: construction by
-    position or keyword over the annotated fields, or by keyword over the other data class
-    attributes (defaults from the class), field-wise equality. A field given no value and having
-    no default stays unset until the object sets it (AWS's library declares derived fields that
-    a method fills in, e.g. the MoE kernels' DimensionSizes.I_TP_sharded); reading it before is an
-    AttributeError."""
+    position or keyword over the fields (defaults from the class), field-wise equality.
+
+    As AWS's own kernels use it (its NKI library): every field is optional, None unless given
+    (``moe_cte_utils.Configs`` is built without its clamp limits), and a plain class attribute
+    is a field too (``attention_cte.SectionParams`` declares ``section_idx = None`` under
+    ``@dataclass`` and is built by keyword). Both are settled when the class is made, so a
+    ``@dataclass`` applied after sees them."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__annotations__", {})
+        annotations = dict(own)
+        for name, value in list(cls.__dict__.items()):
+            # Immutable values only: @dataclass refuses a list / dict / set default.
+            if (name not in annotations and _is_data_attribute(name, value)
+                    and (value is None or isinstance(value, (bool, int, float, str, tuple,
+                                                             enum.Enum)))):
+                annotations[name] = typing.Any
+        for name in annotations:
+            if name not in cls.__dict__:
+                setattr(cls, name, None)
+        cls.__annotations__ = annotations
 
     def __init__(self, *args, **kwargs):
         fields = []
@@ -371,7 +368,6 @@ class NKIObject(metaclass=_NKIObjectType):
             for name in getattr(klass, "__annotations__", {}):
                 if name not in fields:
                     fields.append(name)
-        fields += [k for k in kwargs if k not in fields and _class_attribute(type(self), k)]
         if len(args) > len(fields):
             raise TypeError(f"{type(self).__name__} takes {len(fields)} fields, got {len(args)}")
         values = dict(zip(fields, args))
