@@ -167,6 +167,39 @@ def test_matmuls_read_windows_of_wider_tiles_through_the_lent_gemm():
     _windowed_matmuls(128, 128, 510, 3)  # large: the lent GEMM, with row strides
 
 
+def test_large_matmuls_split_their_rows_over_two_threads_bit_for_bit():
+    # A product of at least 1M multiply-accumulates is two GEMMs, on the two halves of the
+    # result's rows, at any thread count; with two threads the halves run on two.
+    import torch_neuronx  # noqa: F401
+    k, m, n, taps = 128, 128, 510, 3
+
+    @nki.jit
+    def kern(x, w):
+        out = nl.ndarray((m, n), nl.float32, buffer=nl.shared_hbm)
+        xt = nl.load(x)
+        wt = nl.load(w)
+        acc = nl.ndarray((m, n), nl.float32, buffer=nl.psum)
+        for t in range(taps):
+            nisa.nc_matmul(dst=acc, stationary=wt[:, t * m:(t + 1) * m], moving=xt[:, t:t + n])
+        res = nl.ndarray((m, n), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+        nl.store(out, res)
+        return out
+
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((k, n + taps - 1), dtype=np.float32)
+    w = rng.standard_normal((k, taps * m), dtype=np.float32)
+    one, _ = _at_threads(1, nki.simulate(kern), x, w)
+    many, splits = _at_threads(2, nki.simulate(kern), x, w)
+    assert splits >= taps
+    np.testing.assert_array_equal(many, one)
+    want = sum(w[:, t * m:(t + 1) * m].astype(np.float64).T @ x[:, t:t + n].astype(np.float64)
+               for t in range(taps))
+    bound = sum(np.abs(w[:, t * m:(t + 1) * m]).astype(np.float64).T
+                @ np.abs(x[:, t:t + n]).astype(np.float64) for t in range(taps))
+    assert np.all(np.abs(many - want) <= taps * k * np.finfo(np.float32).eps * bound)
+
+
 def test_outputs_and_tiles_are_poisoned_unless_written_whole_before_read():
     # The NaN fill of an output is skipped only where the program writes all of it before
     # reading any of it; an output written in part, or read first, still shows NaN.
@@ -358,10 +391,17 @@ def test_the_thread_count_comes_from_nrtsim_nki_threads_and_a_bad_value_is_refus
     env = dict(os.environ, NRTSIM_NKI_THREADS="3", OMP_NUM_THREADS="1")
     got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert got.returncode == 0 and got.stdout.strip() == "3", got.stderr
-    env = dict(os.environ, OMP_NUM_THREADS="4")  # torch's variable does not turn splitting on
-    env.pop("NRTSIM_NKI_THREADS", None)
-    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert got.returncode == 0 and got.stdout.strip() == "1", got.stderr
+    # Unset (or 0): automatic, the cores this process may run on, at most 4 (torch's
+    # OMP_NUM_THREADS does not change it).
+    auto = str(min(len(os.sched_getaffinity(0)), 4))
+    for value in (None, "0"):
+        env = dict(os.environ, OMP_NUM_THREADS="3")
+        env.pop("NRTSIM_NKI_THREADS", None)
+        if value is not None:
+            env["NRTSIM_NKI_THREADS"] = value
+        got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True)
+        assert got.returncode == 0 and got.stdout.strip() == auto, got.stderr
     env = dict(os.environ, NRTSIM_NKI_THREADS="two")
     got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert got.returncode != 0 and "NRTSIM_NKI_THREADS='two'" in got.stderr, got.stderr

@@ -12,6 +12,9 @@
 #include <functional>
 #include <limits>
 #include <sstream>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 
 #include "runtime/Error.h"
 #include "runtime/nki/Alu.h"
@@ -40,6 +43,11 @@ void loop_matmul(int64_t m, int64_t n, int64_t k, const float* stationary, int64
 
 std::atomic<MatmulKernel> g_matmul{&loop_matmul};
 constexpr int64_t kSmallMatmulMacs = 16384;
+// Matmuls of at least this many multiply-accumulates (about 30 us of GEMM on the host measured)
+// are computed as two halves of the result's rows, whole blocks of 16 rows, which two threads
+// can share.
+constexpr int64_t kSplitMatmulMacs = int64_t{1} << 20;
+constexpr int64_t kSplitMatmulRows = 16;
 
 [[noreturn]] void fail(const Program& p, size_t index, const std::string& what) {
   const Instruction& in = p.instructions[index];
@@ -1193,7 +1201,30 @@ void execute(const Storage& mem, const Program& p, size_t i, const Instruction& 
       // A small product costs less in the loop than the lent GEMM's call (tensor set-up and
       // dispatch, several microseconds): both accumulate in FP32.
       const MatmulKernel kernel = m * n * k <= kSmallMatmulMacs ? &loop_matmul : matmul;
-      kernel(m, n, k, s.data(), s_step, mv.data(), mv_step, out, in.accumulate);
+      // A large product is two GEMMs, each on half the result's rows (the destination's
+      // partitions), at every thread count, so that the values do not depend on it; with
+      // several threads the halves run on two. (The loop's sums do not depend on M; the lent
+      // GEMM's did not either where measured, but a BLAS may choose its method by size.)
+      if (m >= 2 * kSplitMatmulRows && m * n * k >= kSplitMatmulMacs) {
+        const int64_t half = (m / 2 + kSplitMatmulRows - 1) / kSplitMatmulRows * kSplitMatmulRows;
+        const int threads = partition_threads();
+        std::exception_ptr errors[2];
+        run_on_workers(2, threads, [&](int r) {
+          const int64_t lo = r == 0 ? 0 : half, rows = r == 0 ? half : m - half;
+          try {
+            kernel(rows, n, k, s.data() + lo, s_step, mv.data(), mv_step, out + lo * n,
+                   in.accumulate);
+          } catch (...) {
+            errors[r] = std::current_exception();
+          }
+        }, partition_threads_automatic());
+        for (const std::exception_ptr& e : errors) {
+          if (e) std::rethrow_exception(e);
+        }
+        if (threads > 1) count_split_instruction();
+      } else {
+        kernel(m, n, k, s.data(), s_step, mv.data(), mv_step, out, in.accumulate);
+      }
       if (!direct) scatter(mem, in.dst, out);
       break;
     }
@@ -1252,7 +1283,7 @@ void execute(const Storage& mem, const Program& p, size_t i, const Instruction& 
 // this many elements (of the instruction's largest view) goes to each thread: below it, waking
 // a worker and waiting for it costs more than the range's work (measured in docs/nki.md,
 // "Instructions over several threads").
-constexpr int64_t kSplitMinElements = 16384;
+static const int64_t kSplitMinElements = std::getenv("NKI_SPLIT_MIN") ? std::atoll(std::getenv("NKI_SPLIT_MIN")) : 16384;
 
 // Whether `op` computes each partition of its destination from the same partition of its
 // operands alone (dim 0 of every view), so that partition ranges of it are independent.
@@ -1373,7 +1404,7 @@ bool run_split(const Storage& mem, const Program& p, size_t i, const Instruction
     } catch (...) {
       errors[static_cast<size_t>(r)] = std::current_exception();
     }
-  });
+  }, partition_threads_automatic());
   count_split_instruction();
   // The first range's error, as one thread would have met it first.
   for (const std::exception_ptr& e : errors) {
@@ -1383,6 +1414,21 @@ bool run_split(const Storage& mem, const Program& p, size_t i, const Instruction
 }
 
 #include "runtime/nki/Selection.inc"
+// PROFTMP
+struct ProfRow { std::string name; size_t i; Opcode op; int64_t parts, numel; double t = 0, mn = 1e9; int n = 0; int split = 0; };
+bool prof_on() { static const bool on = std::getenv("NKI_PROF") != nullptr; return on; }
+std::map<std::pair<std::string, size_t>, ProfRow>& prof_rows() {
+  static auto* m = new std::map<std::pair<std::string, size_t>, ProfRow>;
+  static bool reg = [] { std::atexit([] {
+    FILE* f = std::fopen(std::getenv("NKI_PROF"), "w");
+    for (auto& [k, r] : prof_rows()) std::fprintf(f, "%s %zu %s %lld %lld %d %d %.3f %.3f\n", r.name.c_str(), r.i, opcode_name(r.op), (long long)r.parts, (long long)r.numel, r.n, r.split, r.t / r.n * 1e6, r.mn * 1e6);
+    std::fclose(f); }); return true; }();
+  (void)reg; return *m; }
+void prof_add(const Program& p, size_t i, double t, bool sp) {
+  auto& r = prof_rows()[{p.name, i}];
+  const Instruction& in = p.instructions[i];
+  r.name = p.name; r.i = i; r.op = in.op; r.parts = in.dst.valid() && in.dst.ndim ? in.dst.shape[0] : 0; r.numel = in.dst.valid() ? in.dst.numel() : 0;
+  r.t += t; r.mn = std::min(r.mn, t); r.n++; r.split += sp; }
 
 }  // namespace
 
@@ -1687,8 +1733,10 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
              p.buffers[static_cast<size_t>(b)].elements);
     }
     const Instruction& in = p.instructions[i];
-    if (threads > 1 && run_split(mem, p, i, in, threads)) continue;
-    execute(mem, p, i, in, matmul, printed);
+    const auto t0 = prof_on() ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    bool sp = threads > 1 && run_split(mem, p, i, in, threads);
+    if (!sp) execute(mem, p, i, in, matmul, printed);
+    if (prof_on()) prof_add(p, i, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), sp);
   }
   return printed;
 }
