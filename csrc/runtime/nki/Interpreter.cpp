@@ -43,10 +43,12 @@ void loop_matmul(int64_t m, int64_t n, int64_t k, const float* stationary, int64
 
 std::atomic<MatmulKernel> g_matmul{&loop_matmul};
 constexpr int64_t kSmallMatmulMacs = 16384;
-// Matmuls of at least this many multiply-accumulates (about 30 us of GEMM on the host measured)
-// are computed as two halves of the result's rows, whole blocks of 16 rows, which two threads
-// can share.
-constexpr int64_t kSplitMatmulMacs = int64_t{1} << 20;
+// Matmuls of at least this many multiply-accumulates (a [128, 128] x [128, 256] product, about
+// 60 us of GEMM on the host measured) are computed as two halves of the result's rows, whole
+// blocks of 16 rows, which two threads can share. On one thread two GEMMs cost more than one
+// (measured at K = M = 128: +35% at N = 128, +18% at N = 512), so smaller products (flash
+// attention's [128, 128] x [128, 128] tiles) stay whole.
+constexpr int64_t kSplitMatmulMacs = int64_t{1} << 22;
 constexpr int64_t kSplitMatmulRows = 16;
 
 [[noreturn]] void fail(const Program& p, size_t index, const std::string& what) {
