@@ -13,6 +13,7 @@ nki, not the reverse.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import inspect
 import itertools
@@ -77,6 +78,14 @@ def _freeze(value):
         return (type(value).__name__,) + tuple(_freeze(v) for v in value)
     if isinstance(value, dict):
         return ("dict",) + tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if not isinstance(value, type) and (dataclasses.is_dataclass(value)
+                                        or isinstance(value, _core.NKIObject)):
+        # A configuration object (AWS's library passes @dataclass specs and NKIObjects, unhashable
+        # as they are mutable, __eq__ field-wise): the kernel specialises on its type and fields.
+        items = (vars(value).items() if hasattr(value, "__dict__")
+                 else [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)])
+        return (type(value).__qualname__, "fields") + tuple(
+            (k, _freeze(v)) for k, v in sorted(items))
     try:
         hash(value)
     except TypeError:
@@ -186,10 +195,44 @@ def _torch_dtype(dt):
     return getattr(torch, name)
 
 
-# How many instructions a kernel's cached specialisations may hold together (888 bytes each in
-# the interpreter's program): a kernel called with many shapes in one process (a test
-# parametrised over sequence lengths) keeps the recent ones, not all.
+# How many instructions the cached specialisations of ALL kernels may hold together: a process
+# calling many kernels with many shapes (a test suite parametrised over sequence lengths) keeps
+# the recent ones, not all. A cached instruction costs about 2.5 KB resident all told (the
+# interpreter's program, the tracer's records, the modelled timeline: 100 MB freed by dropping one
+# 41,008-instruction specialisation of AWS's output projection), so the budget is about 2.5 GB.
+# One budget per process, not per kernel: per kernel, a suite calling hundreds of kernels grew
+# without bound.
 _CACHE_INSTRUCTIONS = 1_000_000
+# (kernel, key) -> instruction count, least recently used first, across every kernel.
+_CACHED = collections.OrderedDict()
+_cached_instructions = 0
+
+
+def _cache_put(kernel, key, spec):
+    global _cached_instructions
+    kernel._cache[key] = spec
+    _cached_instructions -= _CACHED.pop((kernel, key), 0)  # a key dropped from kernel._cache alone
+    _CACHED[(kernel, key)] = spec.instruction_count
+    _cached_instructions += spec.instruction_count
+    while _cached_instructions > _CACHE_INSTRUCTIONS and len(_CACHED) > 1:
+        (owner, old), count = _CACHED.popitem(last=False)
+        owner._cache.pop(old, None)
+        _cached_instructions -= count
+
+
+def _cache_touch(kernel, key):
+    kernel._cache.move_to_end(key)
+    if (kernel, key) in _CACHED:
+        _CACHED.move_to_end((kernel, key))
+
+
+def clear_cache():
+    """Drops every kernel's cached specialisations (they are traced again on their next call)."""
+    global _cached_instructions
+    for owner, key in _CACHED:
+        owner._cache.pop(key, None)
+    _CACHED.clear()
+    _cached_instructions = 0
 
 
 class JitKernel:
@@ -201,7 +244,8 @@ class JitKernel:
         self.fn = fn
         self.platform_target = platform_target
         # Specialisations by (grid, target, argument shapes / dtypes / constants): no arrays are
-        # kept. Least recently used first out once their programs exceed _CACHE_INSTRUCTIONS.
+        # kept. Least recently used first out (across all kernels) once their programs exceed
+        # _CACHE_INSTRUCTIONS.
         self._cache = collections.OrderedDict()
         self.last_run = None
 
@@ -232,13 +276,9 @@ class JitKernel:
         spec = self._cache.get(key)
         if spec is None:
             spec = self._trace(args, kinds, arrays, kwargs, grid, target)
-            self._cache[key] = spec
-            total = sum(s.instruction_count for s in self._cache.values())
-            while total > _CACHE_INSTRUCTIONS and len(self._cache) > 1:
-                _, old = self._cache.popitem(last=False)
-                total -= old.instruction_count
+            _cache_put(self, key, spec)
         else:
-            self._cache.move_to_end(key)
+            _cache_touch(self, key)
         return spec
 
     def _make_tracer(self, target, grid):
@@ -368,7 +408,10 @@ class JitKernel:
                      in spec.outputs if kind == "output"]
             memory = [(t.data_ptr(), t.numel() * t.element_size()) for t in inputs + fresh]
             memory += [(c.ctypes.data, c.nbytes) for c in spec.constants]
-        printed = spec.executable.run_host(memory)
+        try:
+            printed, loop_iterations = spec.executable.run_host(memory)
+        except ValueError as e:
+            raise _runtime_error(self.__name__, spec, e) from None
         for i in spec.mutated:
             if not _same_memory(inputs[i], arrays[i]):
                 if numpy:
@@ -376,7 +419,10 @@ class JitKernel:
                 else:
                     with torch.no_grad():
                         arrays[i].copy_(inputs[i])
-        timeline = spec.timeline()
+        # A kernel with device loops costs what its loops' bodies ran this time (the counts
+        # are runtime values); the others' timing is the same every call.
+        timeline = (spec.executable.timeline(spec.chip, loop_iterations) if loop_iterations
+                    else spec.timeline())
         self.last_run = KernelRun(timeline, printed, spec.spills)
         _print(printed)
         return _outputs(spec, arrays, fresh)
@@ -474,6 +520,18 @@ def jit(fn=None, *, platform_target=None, mode=None, **options):
     if isinstance(fn, JitKernel):
         return fn
     return JitKernel(fn, platform_target=platform_target, **options)
+
+
+def _runtime_error(name, spec, e):
+    """An error the interpreter raised while the kernel ran (a runtime offset out of range, a
+    device loop that does not end), as an NkiError at the kernel's file:line."""
+    import re
+
+    found = re.search(r"instruction (\d+) \(", str(e))
+    if found and int(found.group(1)) < len(spec.locations):
+        file, line = spec.locations[int(found.group(1))]
+        return _core.NkiError(f"{file}:{line} in kernel '{name}': {e}")
+    return _core.NkiError(f"kernel '{name}': {e}")
 
 
 def simulate(kernel):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import math
 
-from nki import _core, _indirect, _ops
+from nki import _core, _indirect, _loops, _ops
 from nki._core import (
     DMA, GPSIMD, OP_ACT, OP_BARRIER, OP_COPY, OP_DMA, OP_IOTA, OP_MATMUL, OP_MEMSET, OP_REDUCE, OP_SELECT,
     OP_TRANSPOSE, OP_TS, OP_TT, PMAX, SCALAR, STATIONARY_FMAX, TENSOR, VECTOR, Tensor, error,
@@ -121,17 +121,8 @@ def _emit(tracer, name, op, engine, *views, **params):
     return NkiInstruction(tracer.emit(op, engine, *views, name=name, **params))
 
 
-class VirtualRegister(_core.NKIObject):
-    """A 32-bit sequencer register (runtime values for device-side loops and offsets)."""
-
-    def __init__(self, state=None, frozen=False):
-        raise error(_core.REFUSED["nki.isa.VirtualRegister"])
-
-
-_core.refused("nki.isa.VirtualRegister",
-              "registers (nisa.register_alloc and VirtualRegister) hold runtime values, which "
-              "this interpreter does not model yet: loop bounds and offsets must be known when "
-              "the kernel specialises")
+# Registers (runtime 32-bit values) and their instructions: nki._loops.
+VirtualRegister = _loops.VirtualRegister
 
 
 # ---------------------------------------------------------------------------------------------
@@ -542,9 +533,13 @@ def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
     if math.prod(counts) != _free(dst):
         raise error(f"{name}: pattern {pattern} gives {math.prod(counts)} elements per partition, "
                     f"dst has {_free(dst)}")
-    if dst.strides != _core._contiguous_strides(dst.shape):
-        raise error(f"{name}: dst must be a contiguous tile")
-    view = Tensor(dst._buffer, (dst.shape[0],) + tuple(counts), None, dst.offset)
+    # Any partition stride (a column block of a wider tile, t[:, a:b]); the free elements of a
+    # partition dense, as the pattern walks them.
+    if dst.strides[1:] != _core._contiguous_strides(dst.shape[1:]):
+        raise error(f"{name}: dst's free elements must be contiguous in each partition")
+    view = Tensor(dst._buffer, (dst.shape[0],) + tuple(counts),
+                  (dst.strides[0],) + _core._contiguous_strides(tuple(counts)), dst.offset,
+                  dst._dtype)
     return _emit(tracer, label, OP_IOTA, GPSIMD, view, imm0=offset, imm1=channel_multiplier,
                        pattern=[0] + steps)
 
@@ -898,8 +893,8 @@ def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_p
 
 def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
                   oob_mode=oob_mode.error, name=None):
-    """dst = src with its dims permuted (`axes`, default reversed), moved by the DMA engines
-    (2- and 4-byte dtypes; NeuronCore-v3 and later)."""
+    """dst = src with its dims permuted (`axes`; by default [1, 0], [2, 1, 0] or [3, 1, 2, 0]),
+    moved by the DMA engines (2- and 4-byte dtypes; NeuronCore-v3 and later)."""
     what = "dma_transpose"
     tracer = _core.current_tracer()
     if tracer.spec["version"] < 3:
@@ -908,7 +903,13 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
     _tensor(src, "src")
     if src.dtype.itemsize not in (2, 4):
         raise error(f"{what}: DMA transposes 2- and 4-byte dtypes, got {src.dtype}")
-    axes = tuple(axes) if axes is not None else tuple(reversed(range(src.ndim)))
+    # AWS's defaults by rank: [1, 0], [2, 1, 0] and, for 4-D, [3, 1, 2, 0] (the middle dims
+    # keep their order; not the reversal).
+    default = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
+    if axes is None and src.ndim not in default:
+        raise error(f"{what}: a {src.ndim}-D source has no default permutation (2-, 3- and 4-D "
+                    "do); pass axes=")
+    axes = tuple(axes) if axes is not None else default[src.ndim]
     view = src.permute(axes) if not src._buffer.on_chip or axes[0] == 0 else None
     if view is None:
         # An on-chip source whose partition dim moves: read it through a free-dim view of the
@@ -1370,15 +1371,20 @@ def _cores_of_launch(tracer, what):
 
 
 def core_barrier(data, cores, engine=engine.gpsimd, name=None):
-    """Every core in `cores` waits here until all of them have reached it; `data` is the shared
-    HBM tensor whose writes (before the barrier, on any core) the cores read after it. Only
-    cores=(0, 1) on an LNC=2 launch (kernel[2]), or (0,) alone on a one-program launch."""
+    """Every core in `cores` waits here until all of them have reached it; `data` is the tensor
+    whose writes (before the barrier, on any core) the cores read after it. Only cores=(0, 1) on
+    an LNC=2 launch (kernel[2]), or (0,) alone on a one-program launch.
+
+    AWS's page says `data` must be in shared HBM; AWS's own library passes an SBUF tile (the
+    MoE kernels' dynamic block index, bwmm_shard_on_I), which its compiler takes. Here the
+    barrier orders every instruction of both cores whatever `data` is, so an SBUF tile is
+    taken too; PSUM is refused."""
     what = "nisa.core_barrier"
     tracer = _core.current_tracer()
     _tensor(data, "data")
-    if data._buffer.on_chip:
-        raise error(f"{what}: data must be a tensor in shared HBM (the cores synchronise on "
-                    f"their writes to it), got a {data.buffer.name} tile")
+    if data.buffer is _core.psum:
+        raise error(f"{what}: data must be a tensor in shared HBM (or SBUF, as AWS's library "
+                    "uses it), got a PSUM tile")
     try:
         ids = tuple(int(c) for c in cores)
     except (TypeError, ValueError):
@@ -1500,7 +1506,6 @@ def _refused(fname, why, params):
     return f
 
 
-_RUNTIME = "it needs runtime register values (device-side control flow), not modelled yet"
 _RNG = ("the hardware random number generators' bit streams are not published, so no result "
         "could be checked against hardware")
 rng = _refused("rng", _RNG, ["dst", "engine", "name"])
@@ -1509,10 +1514,10 @@ set_rng_seed = _refused("set_rng_seed", _RNG, ["src_seeds", "name"])
 rand_set_state = _refused("rand_set_state", _RNG, ["src_seeds", "engine", "name"])
 rand_get_state = _refused("rand_get_state", _RNG, ["dst", "engine", "name"])
 rand2 = _refused("rand2", _RNG, ["dst", "min", "max", "name"])
-register_alloc = _refused("register_alloc", _RUNTIME, ["x"])
-register_move = _refused("register_move", _RUNTIME, ["dst", "src"])
-register_load = _refused("register_load", _RUNTIME, ["dst", "src"])
-register_store = _refused("register_store", _RUNTIME, ["dst", "src"])
+register_alloc = _loops.register_alloc
+register_move = _loops.register_move
+register_load = _loops.register_load
+register_store = _loops.register_store
 
 
 

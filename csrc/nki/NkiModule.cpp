@@ -137,27 +137,38 @@ class PyExecutable {
       : exe_(std::make_shared<const Executable>(
             checked([&] { return Executable(program_from(name, buffers, instructions)); }))) {}
 
-  py::dict timeline(const std::string& chip) const {
+  // The modelled timing on `chip`: of the program as traced, or, given a run's device-loop
+  // counts (run_host's second result), of that run.
+  py::dict timeline(const std::string& chip, const py::object& loop_iterations) const {
     const nrtsim::CoreSpec spec = checked([&] { return spec_named(chip); });
-    return nki_binding::timeline_dict(nrtsim::nki::schedule(exe_->program(), spec), spec, true);
+    nrtsim::nki::Timeline t = checked([&] { return nrtsim::nki::schedule(exe_->program(), spec); });
+    if (!loop_iterations.is_none()) {
+      const auto counts = loop_iterations.cast<std::vector<int64_t>>();
+      t = checked([&] { return nrtsim::nki::with_iterations(t, counts); });
+    }
+    return nki_binding::timeline_dict(t, spec, true);
   }
 
-  py::list run_host(const py::list& memory) const {
+  // Runs the kernel on host memory: (printed lines, per device loop the iterations its body ran).
+  py::tuple run_host(const py::list& memory) const {
     const auto ext = externals_from(memory);
     std::vector<std::string> printed;
+    std::vector<int64_t> iterations;
     {
       py::gil_scoped_release release;
       void* token = g_host.enter_run ? g_host.enter_run() : nullptr;
       try {
-        printed = checked([&] { return exe_->run(ext); });
+        printed = checked([&] { return exe_->run(ext, &iterations); });
       } catch (...) {
         if (g_host.exit_run) g_host.exit_run(token);
         throw;
       }
       if (g_host.exit_run) g_host.exit_run(token);
     }
-    return py::cast(printed);
+    return py::make_tuple(py::cast(printed), py::cast(iterations));
   }
+
+  int64_t loop_count() const { return static_cast<int64_t>(exe_->loops().begins.size()); }
 
   // The executable for a device's launch (a capsule the device's binding opens).
   py::capsule capsule() const {
@@ -190,10 +201,12 @@ PYBIND11_MODULE(_nki, m) {
   py::class_<PyExecutable>(m, "Executable")
       .def(py::init<const std::string&, const py::list&, const py::list&>(), py::arg("name"),
            py::arg("buffers"), py::arg("instructions"))
-      .def("timeline", &PyExecutable::timeline, py::arg("chip"))
+      .def("timeline", &PyExecutable::timeline, py::arg("chip"),
+           py::arg("loop_iterations") = py::none())
       .def("run_host", &PyExecutable::run_host, py::arg("memory"))
       .def("capsule", &PyExecutable::capsule)
       .def_property_readonly("scratch_bytes", &PyExecutable::scratch_bytes)
+      .def_property_readonly("loop_count", &PyExecutable::loop_count)
       .def_property_readonly("instruction_count", &PyExecutable::instruction_count);
   m.def("set_engine_model_path", &nrtsim::set_default_engine_model_path, py::arg("path"));
   // The tile geometry of `chip` in the engine model file (runtime/TensorTiles.h): the one place

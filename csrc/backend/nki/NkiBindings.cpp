@@ -114,21 +114,31 @@ py::tuple launch(const py::capsule& capsule, int device, const py::list& memory)
   check_device_index(index);
   const auto ext = externals_from(memory);
   const nrtsim::CoreSpec& spec = core(index).clock().model().spec();
-  const nrtsim::nki::Timeline t = nrtsim::nki::schedule(exe->program(), spec);
+  nrtsim::nki::Timeline t = nrtsim::nki::schedule(exe->program(), spec);
   nrtsim::Work work;
-  work[nrtsim::Engine::kTensor].ops = t.matmul_flops;
-  work.precision = nrtsim::Precision::kBf16;
+  auto charge = [&] {
+    work[nrtsim::Engine::kTensor].ops = t.matmul_flops;
+    work.precision = nrtsim::Precision::kBf16;
+    work.has_timeline = true;
+    work.timeline_busy_ns = t.busy_ns;
+    work.timeline_ns = t.makespan_ns;
+    work.timeline_begin_ns = t.engine_begin_ns;
+    work.timeline_end_ns = t.engine_end_ns;
+  };
+  charge();
   add_dma_bytes(exe->program(), work);
-  work.has_timeline = true;
-  work.timeline_busy_ns = t.busy_ns;
-  work.timeline_ns = t.makespan_ns;
-  work.timeline_begin_ns = t.engine_begin_ns;
-  work.timeline_end_ns = t.engine_end_ns;
   std::vector<std::string> printed;
+  // The launch reads `work` after its body: a kernel with device loops is charged for the
+  // iterations this run made (DeviceLoops.h).
   launch_on(index, nrtsim::intern("nki::" + exe->program().name), LaunchKind::kNkiKernel, work,
             [&] {
               const SingleThreaded one_thread(true);
-              printed = exe->run(ext);
+              std::vector<int64_t> iterations;
+              printed = exe->run(ext, &iterations);
+              if (!iterations.empty()) {
+                t = nrtsim::nki::with_iterations(t, iterations);
+                charge();
+              }
             });
   return py::make_tuple(py::cast(printed), nki_binding::timeline_dict(t, spec, false));
 }

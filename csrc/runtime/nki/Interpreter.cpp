@@ -12,9 +12,6 @@
 #include <functional>
 #include <limits>
 #include <sstream>
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
 
 #include "runtime/Error.h"
 #include "runtime/nki/Alu.h"
@@ -559,8 +556,13 @@ bool run_streamed(const Storage& mem, const Instruction& in) {
                 [&](float* out, const std::array<Chunk, 3>& x, int64_t n) {
                   const Chunk s0 = in.b.valid() ? x[1] : Chunk{&imm0, 0};
                   const Chunk s1 = in.c.valid() ? x[2] : Chunk{&imm1, 0};
-                  apply_chunk(in.alu0, out, x[0], s0, n, in.reverse0);
-                  apply_chunk(in.alu1, out, Chunk{out, 1}, s1, n, in.reverse1);
+                  // operand1 read in place from dst itself (acc = data * s + acc): the first
+                  // operation's results go to a buffer, or they would overwrite operand1 before
+                  // the second reads it.
+                  alignas(64) float first[kChunk];
+                  float* mid = s1.p == out ? first : out;
+                  apply_chunk(in.alu0, mid, x[0], s0, n, in.reverse0);
+                  apply_chunk(in.alu1, out, Chunk{mid, 1}, s1, n, in.reverse1);
                 });
       return true;
     }
@@ -569,6 +571,11 @@ bool run_streamed(const Storage& mem, const Instruction& in) {
       if (!streamable(mem, in.dst, {&in.a, &in.b, &in.c})) return false;
       const auto s0 = static_cast<float>(in.imm0), b1 = static_cast<float>(in.imm1);
       const Alu bias_op = in.reverse0 ? Alu::kSubtract : Alu::kAdd;
+      // A bias or scale read in place from dst itself would be overwritten by the first step
+      // before it is read: the staged path loads every operand first.
+      if ((in.b.valid() && same_view(in.b, in.dst)) || (in.c.valid() && same_view(in.c, in.dst))) {
+        return false;
+      }
       stream<3>(mem, in.dst, {&in.a, &in.b, &in.c},
                 [&](float* out, const std::array<Chunk, 3>& x, int64_t n) {
                   // As the staged path: scale, then bias, then the function.
@@ -1285,7 +1292,7 @@ void execute(const Storage& mem, const Program& p, size_t i, const Instruction& 
 // this many elements (of the instruction's largest view) goes to each thread: below it, waking
 // a worker and waiting for it costs more than the range's work (measured in docs/nki.md,
 // "Instructions over several threads").
-static const int64_t kSplitMinElements = std::getenv("NKI_SPLIT_MIN") ? std::atoll(std::getenv("NKI_SPLIT_MIN")) : 16384;
+constexpr int64_t kSplitMinElements = 16384;
 
 // Whether `op` computes each partition of its destination from the same partition of its
 // operands alone (dim 0 of every view), so that partition ranges of it are independent.
@@ -1416,21 +1423,6 @@ bool run_split(const Storage& mem, const Program& p, size_t i, const Instruction
 }
 
 #include "runtime/nki/Selection.inc"
-// PROFTMP
-struct ProfRow { std::string name; size_t i; Opcode op; int64_t parts, numel; double t = 0, mn = 1e9; int n = 0; int split = 0; };
-bool prof_on() { static const bool on = std::getenv("NKI_PROF") != nullptr; return on; }
-std::map<std::pair<std::string, size_t>, ProfRow>& prof_rows() {
-  static auto* m = new std::map<std::pair<std::string, size_t>, ProfRow>;
-  static bool reg = [] { std::atexit([] {
-    FILE* f = std::fopen(std::getenv("NKI_PROF"), "w");
-    for (auto& [k, r] : prof_rows()) std::fprintf(f, "%s %zu %s %lld %lld %d %d %.3f %.3f\n", r.name.c_str(), r.i, opcode_name(r.op), (long long)r.parts, (long long)r.numel, r.n, r.split, r.t / r.n * 1e6, r.mn * 1e6);
-    std::fclose(f); }); return true; }();
-  (void)reg; return *m; }
-void prof_add(const Program& p, size_t i, double t, bool sp) {
-  auto& r = prof_rows()[{p.name, i}];
-  const Instruction& in = p.instructions[i];
-  r.name = p.name; r.i = i; r.op = in.op; r.parts = in.dst.valid() && in.dst.ndim ? in.dst.shape[0] : 0; r.numel = in.dst.valid() ? in.dst.numel() : 0;
-  r.t += t; r.mn = std::min(r.mn, t); r.n++; r.split += sp; }
 
 }  // namespace
 
@@ -1476,7 +1468,7 @@ bool written_whole_first(const Program& p, size_t i, int32_t b) {
 // NaN fill would be overwritten unseen; for a large output it cost as much as the kernel's own
 // copies); one that does not (a read first, or bytes never written) is. Buffers over 256 MiB are
 // not analysed (the byte map would be 32 MiB): they are poisoned.
-bool written_before_read(const Program& p, int32_t b) {
+bool written_before_read(const Program& p, const LoopNest& nest, int32_t b) {
   const Buffer& buf = p.buffers[static_cast<size_t>(b)];
   const int64_t bytes = buf.elements * static_cast<int64_t>(dtype_size(buf.dtype));
   if (bytes > (int64_t{1} << 28)) return false;
@@ -1492,7 +1484,8 @@ bool written_before_read(const Program& p, int32_t b) {
     });
   };
   auto bit = [&](int64_t i) { return (done[static_cast<size_t>(i >> 6)] >> (i & 63)) & 1u; };
-  for (const Instruction& in : p.instructions) {
+  for (size_t at = 0; at < p.instructions.size(); ++at) {
+    const Instruction& in = p.instructions[at];
     bool unread = true;
     for (const View* v : {&in.a, &in.b, &in.c, &in.d, &in.e, &in.f}) {
       if (!v->valid() || v->buffer != b) continue;
@@ -1502,6 +1495,8 @@ bool written_before_read(const Program& p, int32_t b) {
     }
     if (!unread) return false;
     if (in.dst.buffer != b) continue;
+    // A device loop's body may run no time at all: what it writes is not written for sure.
+    if (!nest.empty() && nest.innermost[at] >= 0) continue;
     bool whole = false;
     switch (in.op) {
       case Opcode::kDmaCopy: case Opcode::kTensorCopy: case Opcode::kTensorTensor:
@@ -1536,6 +1531,48 @@ bool written_before_read(const Program& p, int32_t b) {
 }
 
 void set_matmul_kernel(MatmulKernel kernel) { g_matmul.store(kernel ? kernel : &loop_matmul); }
+
+namespace {
+
+// A register operand of a loop: one integer element.
+void check_register(const Program& p, size_t i, const View& v, const char* role) {
+  if (!v.valid()) return;
+  const DType dt = v.dtype >= 0 ? static_cast<DType>(v.dtype)
+                                : p.buffers[static_cast<size_t>(v.buffer)].dtype;
+  if (v.numel() != 1 || dtype_is_float(dt) || dtype_is_packed(dt)) {
+    fail(p, i, std::string("a device loop's ") + role + " must be one integer (a register)");
+  }
+}
+
+void check_loop_begin(const Program& p, size_t i, const Instruction& in) {
+  if (in.axes > 3) fail(p, i, "a device loop is counted (axes 0) or a while loop (axes 1)");
+  const bool joint = (in.axes & 2u) != 0;
+  if ((in.axes & 1u) != 0) {
+    if (!in.a.valid() || (joint && !in.c.valid())) {
+      fail(p, i, "a while loop needs its condition register");
+    }
+    check_register(p, i, in.a, "condition");
+    check_register(p, i, in.c, "condition");
+    return;
+  }
+  if (!(in.imm2 >= 1) || in.imm2 != static_cast<double>(static_cast<int64_t>(in.imm2))) {
+    fail(p, i, "a counted device loop's step must be a positive integer");
+  }
+  if (joint && (!in.a.valid() || !in.b.valid() || !in.c.valid() || !in.d.valid())) {
+    fail(p, i, "a joint device loop takes both cores' bounds as registers");
+  }
+  check_register(p, i, in.a, "lower bound");
+  check_register(p, i, in.b, "upper bound");
+  check_register(p, i, in.dst, "induction register");
+  check_register(p, i, in.c, "lower bound");
+  check_register(p, i, in.d, "upper bound");
+  check_register(p, i, in.e, "induction register");
+}
+
+// One register's value when the instruction runs.
+int64_t register_value(const Storage& mem, const View& v) { return load_ints(mem, v)[0]; }
+
+}  // namespace
 
 Executable::Executable(Program program) : program_(std::move(program)) {
   const Program& p = program_;
@@ -1615,9 +1652,12 @@ Executable::Executable(Program program) : program_(std::move(program)) {
         require_same_numel(p, i, in.b, in.dst, "on_true");
         require_same_numel(p, i, in.c, in.dst, "on_false");
         break;
+      case Opcode::kLoopBegin: check_loop_begin(p, i, in); break;
       default: break;
     }
   }
+  nest_ = match_loops(p);
+  widen_lifetimes(nest_, first, last);
 
   // Storage for the kernel's own buffers: a buffer takes a free slot of its memory that is large
   // enough (best fit) when it is first used and gives it back after its last use.
@@ -1627,7 +1667,7 @@ Executable::Executable(Program program) : program_(std::move(program)) {
   poison_.assign(nb, 0);
   for (size_t b = 0; b < nb; ++b) {
     if (p.buffers[b].binding >= 0) {  // a kernel output (the caller's memory): see run()
-      poison_[b] = p.buffers[b].poison && !written_before_read(p, static_cast<int32_t>(b));
+      poison_[b] = p.buffers[b].poison && !written_before_read(p, nest_, static_cast<int32_t>(b));
       continue;
     }
     if (first[b] < 0) continue;
@@ -1658,7 +1698,8 @@ Executable::Executable(Program program) : program_(std::move(program)) {
   }
 }
 
-std::vector<std::string> Executable::run(const std::vector<External>& externals) const {
+std::vector<std::string> Executable::run(const std::vector<External>& externals,
+                                         std::vector<int64_t>* loop_iterations) const {
   const Program& p = program_;
   Storage mem;
   mem.base.resize(p.buffers.size(), nullptr);
@@ -1728,18 +1769,74 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
   std::vector<std::string> printed;
   MatmulKernel matmul = g_matmul.load();
   const int threads = partition_threads();
-  for (size_t i = 0; i < p.instructions.size(); ++i) {
+  // The device loops running now, innermost last: the induction value, the upper bound read
+  // on entry, and this execution's iterations so far.
+  struct Running {
+    size_t begin;
+    int64_t value, upper, iterations;
+    int64_t value2, upper2;  // the second core's, in a joint loop
+  };
+  std::vector<Running> running;
+  std::vector<int64_t> iterations(nest_.begins.size(), 0);
+  for (size_t i = 0; i < p.instructions.size();) {
     for (int32_t b : poison_before_[i]) {
       if (!poison_[static_cast<size_t>(b)]) continue;
       poison(mem.dtype[static_cast<size_t>(b)], mem.base[static_cast<size_t>(b)],
              p.buffers[static_cast<size_t>(b)].elements);
     }
     const Instruction& in = p.instructions[i];
-    const auto t0 = prof_on() ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-    bool sp = threads > 1 && run_split(mem, p, i, in, threads);
-    if (!sp) execute(mem, p, i, in, matmul, printed);
-    if (prof_on()) prof_add(p, i, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), sp);
+    if (in.op == Opcode::kLoopBegin || in.op == Opcode::kLoopEnd) {
+      const bool entering = in.op == Opcode::kLoopBegin;
+      const size_t begin = entering ? i : static_cast<size_t>(nest_.partner[i]);
+      const Instruction& loop = p.instructions[begin];
+      const bool counted = (loop.axes & 1u) == 0, joint = (loop.axes & 2u) != 0;
+      if (entering) {
+        Running r{begin, 0, 0, 0, 0, 0};
+        if (counted) {
+          r.value = loop.a.valid() ? register_value(mem, loop.a) : static_cast<int64_t>(loop.imm0);
+          r.upper = loop.b.valid() ? register_value(mem, loop.b) : static_cast<int64_t>(loop.imm1);
+          if (joint) {
+            r.value2 = register_value(mem, loop.c);
+            r.upper2 = register_value(mem, loop.d);
+          }
+        }
+        running.push_back(r);
+      } else if (counted) {
+        running.back().value += static_cast<int64_t>(loop.imm2);
+        running.back().value2 += static_cast<int64_t>(loop.imm2);
+      }
+      Running& r = running.back();
+      const bool again = counted ? r.value < r.upper : register_value(mem, loop.a) != 0;
+      if (joint && again != (counted ? r.value2 < r.upper2 : register_value(mem, loop.c) != 0)) {
+        fail(p, begin, "the two cores' device loop ends on one core and not on the other "
+                       "after " + std::to_string(r.iterations) + " iterations: the loop holds "
+                       "cross-core synchronisations, which would then not pair up (on the "
+                       "hardware the core still looping would wait forever)");
+      }
+      if (!again) {
+        running.pop_back();
+        i = static_cast<size_t>(nest_.partner[begin]) + 1;
+        continue;
+      }
+      if (++r.iterations > kMaxLoopIterations) {
+        fail(p, begin, "the device loop ran " + std::to_string(kMaxLoopIterations) +
+                           " iterations without ending (a while loop's condition register "
+                           "never reached 0?); on the hardware it would not terminate");
+      }
+      iterations[static_cast<size_t>(nest_.loop_at(begin))] += 1;
+      if (counted && loop.dst.valid()) store_ints(mem, loop.dst, {r.value});
+      if (counted && joint && loop.e.valid()) store_ints(mem, loop.e, {r.value2});
+      i = begin + 1;
+      continue;
+    }
+    if (threads > 1 && run_split(mem, p, i, in, threads)) {
+      ++i;
+      continue;
+    }
+    execute(mem, p, i, in, matmul, printed);
+    ++i;
   }
+  if (loop_iterations) *loop_iterations = std::move(iterations);
   return printed;
 }
 

@@ -23,6 +23,7 @@
 
 #include "runtime/Engine.h"
 #include "runtime/EngineModel.h"
+#include "runtime/nki/DeviceLoops.h"
 #include "runtime/nki/DmaModel.h"
 #include "runtime/nki/Program.h"
 
@@ -50,6 +51,9 @@ struct Timeline {
   // engine. The profiler draws these as the kernel's span on each engine's track.
   std::array<double, kEngineCount> engine_begin_ns{};
   std::array<double, kEngineCount> engine_end_ns{};
+  // Per device loop (LoopNest::begins order): its traced body's own cost (DeviceLoops.h). The
+  // figures above count every body once; with_iterations scales them to a run's counts.
+  std::vector<LoopCost> loops;
 };
 
 // How long `in` occupies its engine on a core of `spec` (for DMA: its busiest DMA engine).
@@ -58,5 +62,9 @@ double instruction_ns(const Program& program, const Instruction& in, const CoreS
 std::vector<double> dma_engine_times(const Program& program, const Instruction& in,
                                      const DmaSpec& dma);
 Timeline schedule(const Program& program, const CoreSpec& spec);
+// The timeline of a run whose device loops' bodies ran `iterations` times in all (per loop, as
+// Executable::run reports them): each loop's own cost counted that many times instead of once.
+// Per-instruction times stay those of the traced schedule.
+Timeline with_iterations(const Timeline& traced, const std::vector<int64_t>& iterations);
 
 }  // namespace nrtsim::nki
