@@ -221,7 +221,7 @@ PYBIND11_MODULE(_nki, m) {
   m.def("set_dma_model_path", &nrtsim::nki::set_default_dma_model_path, py::arg("path"));
   m.def("set_host_kernels", &set_host_kernels, py::arg("capsule"));
   // The threads the interpreter splits a large instruction's partitions over
-  // (runtime/nki/PartitionWorkers.h): NRTSIM_NKI_THREADS, else OMP_NUM_THREADS, else the CPUs;
+  // (runtime/nki/PartitionWorkers.h): NRTSIM_NKI_THREADS, else automatic (the CPUs, at most 4);
   // set_interpreter_threads(n) overrides it for the process (0: back to that) and returns the
   // count in effect before. split_instruction_count(): instructions run split so far;
   // worker_task_count(): partition ranges that worker threads ran.
