@@ -289,7 +289,9 @@ int set_partition_threads(int threads) {
 }
 
 void run_on_workers(int n, int threads, const std::function<void(int)>& task, bool adapt) {
-  if (n <= 1 || threads <= 1 || !pool().run(n, std::min(threads, n), task, adapt)) {
+  // (A block's word holds range numbers in 16 bits: more ranges run on the calling thread.)
+  if (n <= 1 || n > 0xffff || threads <= 1 ||
+      !pool().run(n, std::min(threads, n), task, adapt)) {
     for (int r = 0; r < n; ++r) task(r);
   }
 }
