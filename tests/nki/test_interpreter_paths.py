@@ -128,7 +128,7 @@ def test_streamed_instructions_convert_broadcast_operands_and_narrow_results():
     torch.testing.assert_close(nki.simulate(k)(a, s, b), want, rtol=0, atol=0)
 
 
-def _windowed_matmuls(k, m, n, taps):
+def _windowed_kernel(m, n, taps):
     # A 1-D convolution as the library writes it: each tap's moving operand is a window into one
     # wider tile (its partition stride is the tile's width, not the window's), the stationary
     # operand a column block of a wider weight tile, the taps accumulating in one PSUM tile.
@@ -145,12 +145,16 @@ def _windowed_matmuls(k, m, n, taps):
         nl.store(out, res)
         return out
 
+    return nki.simulate(kern)
+
+
+def _windowed_matmuls(k, m, n, taps):
     rng = np.random.default_rng(7)
     x = rng.standard_normal((k, n + taps - 1), dtype=np.float32)
     w = rng.standard_normal((k, taps * m + 3), dtype=np.float32)
     want = sum(w[:, t * m:(t + 1) * m].astype(np.float64).T @ x[:, t:t + n].astype(np.float64)
                for t in range(taps))
-    got = nki.simulate(kern)(x, w)
+    got = _windowed_kernel(m, n, taps)(x, w)
     # FP32 products summed over taps * k terms in some order: each sum within (taps * k) units
     # of FP32 rounding of the sum of its terms' magnitudes.
     bound = np.abs(w[:, :taps * m]).reshape(k, taps, m).transpose(1, 0, 2).reshape(taps * k, m).T \
@@ -168,29 +172,15 @@ def test_matmuls_read_windows_of_wider_tiles_through_the_lent_gemm():
 
 
 def test_large_matmuls_split_their_rows_over_two_threads_bit_for_bit():
-    # A product of at least 1M multiply-accumulates is two GEMMs, on the two halves of the
+    # A product of at least 4M multiply-accumulates is two GEMMs, on the two halves of the
     # result's rows, at any thread count; with two threads the halves run on two.
     import torch_neuronx  # noqa: F401
     k, m, n, taps = 128, 128, 510, 3
-
-    @nki.jit
-    def kern(x, w):
-        out = nl.ndarray((m, n), nl.float32, buffer=nl.shared_hbm)
-        xt = nl.load(x)
-        wt = nl.load(w)
-        acc = nl.ndarray((m, n), nl.float32, buffer=nl.psum)
-        for t in range(taps):
-            nisa.nc_matmul(dst=acc, stationary=wt[:, t * m:(t + 1) * m], moving=xt[:, t:t + n])
-        res = nl.ndarray((m, n), nl.float32, buffer=nl.sbuf)
-        nisa.tensor_copy(dst=res, src=acc)
-        nl.store(out, res)
-        return out
-
     rng = np.random.default_rng(11)
     x = rng.standard_normal((k, n + taps - 1), dtype=np.float32)
-    w = rng.standard_normal((k, taps * m), dtype=np.float32)
-    one, _ = _at_threads(1, nki.simulate(kern), x, w)
-    many, splits = _at_threads(2, nki.simulate(kern), x, w)
+    w = rng.standard_normal((k, taps * m + 3), dtype=np.float32)
+    one, _ = _at_threads(1, _windowed_kernel(m, n, taps), x, w)
+    many, splits = _at_threads(2, _windowed_kernel(m, n, taps), x, w)
     assert splits >= taps
     np.testing.assert_array_equal(many, one)
     want = sum(w[:, t * m:(t + 1) * m].astype(np.float64).T @ x[:, t:t + n].astype(np.float64)
