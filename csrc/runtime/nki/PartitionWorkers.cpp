@@ -134,8 +134,9 @@ class Pool {
   // share) means a worker lost its core; the caller then runs alone for kAlone.
   static constexpr std::chrono::microseconds kStall{500};
   static constexpr std::chrono::milliseconds kAlone{50};
-  // How often the caller looks at the host's runnable threads (/proc/loadavg).
-  static constexpr std::chrono::milliseconds kLook{20};
+  // How often the caller looks at the host's runnable threads (/proc/loadavg: 2.3-2.5 us a
+  // read on the host measured, so 0.05 % of a thread's time at this rate).
+  static constexpr std::chrono::milliseconds kLook{5};
 
   // Threads running or ready to run on the host now, less this caller and `awake` workers of
   // its own (spinning ones count as running): the fourth field of /proc/loadavg, "running/total".
