@@ -35,6 +35,15 @@ using nrtsim::nki::Executable;
 // the runtime's own loop, in BLAS's summation order, at BLAS speed.
 void aten_matmul(int64_t m, int64_t n, int64_t k, const float* stationary, int64_t srows,
                  const float* moving, int64_t mrows, float* out, bool accumulate) {
+  // A thread outside the run's SingleThreaded scope is one of the interpreter's partition
+  // workers (torch did not start it): its thread-local OpenMP and MKL counts are still their
+  // defaults, and BLAS would start a team of threads inside the interpreter's own split
+  // (measured: conv1d's process CPU time 8.9 -> 31 ms per call with two threads). Set to one,
+  // once per thread.
+  if (!SingleThreaded::active()) {
+    thread_local const bool single = (at::set_num_threads(1), true);
+    (void)single;
+  }
   const auto opts = at::TensorOptions().dtype(at::kFloat);
   const at::Tensor s = at::from_blob(const_cast<float*>(stationary), {k, m}, {srows, 1}, opts);
   const at::Tensor mv = at::from_blob(const_cast<float*>(moving), {k, n}, {mrows, 1}, opts);
