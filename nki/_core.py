@@ -38,8 +38,9 @@ class NkiError(ValueError):
 REFUSED = {}
 PARTIAL = {
     "nki.language.NkiTensor.ap": "runtime offsets (scalar_offset= a [1, 1] SBUF tile or a "
-                                 "VirtualRegister, vector_offset=) run on the HBM side of "
-                                 "nisa.dma_copy only",
+                                 "VirtualRegister, vector_offset=) run on nisa.dma_copy only: "
+                                 "on its HBM side, or a scalar_offset along a free dim of its "
+                                 "SBUF side; not on compute instructions' operands",
     "nki.language.NkiTensor.select": "a tensor index (a runtime select) runs on the HBM side "
                                      "of nisa.dma_copy only",
     "nki.language.fori_loop": "a register bound runs a device loop, an integer one unrolls; a "
@@ -581,9 +582,6 @@ class Tensor(NKIObject):
         access moved along that dim by i's value when the transfer runs (a scalar offset of
         .ap, for nisa.dma_copy's HBM side)."""
         from nki import _indirect
-        if self._buffer.on_chip:
-            raise error("a register index on an on-chip tensor: this interpreter runs runtime "
-                        "offsets on the HBM side of a DMA (nisa.dma_copy) only")
         if Ellipsis in key:
             i = key.index(Ellipsis)
             key = key[:i] + (slice(None),) * (self.ndim - (len(key) - 1)) + key[i + 1:]
@@ -595,6 +593,13 @@ class Tensor(NKIObject):
         k = key[d]
         size = k.size if isinstance(k, DynamicSlice) else None
         reg = k.start if isinstance(k, DynamicSlice) else k
+        if self._buffer.on_chip and d == 0:
+            raise error("a register index along the partition dim of an on-chip tensor: this "
+                        "interpreter places SBUF accesses at run time along a free dim only "
+                        "(sb[:, i] / sb[:, nl.ds(i, n)], for nisa.dma_copy)")
+        if size is not None and size > self.shape[d]:
+            raise error(f"nl.ds({reg!r}, {size}) on dim {d} of size {self.shape[d]}: the slice "
+                        "is longer than the dim")
         # The other dims' static indexing first, dim d kept whole.
         base = self[key[:d] + (slice(None),) + key[d + 1:]]
         bd = sum(1 for j in range(d) if isinstance(key[j], (slice, DynamicSlice)))
@@ -603,7 +608,10 @@ class Tensor(NKIObject):
                  if j != bd or size is not None]
         if not pairs:
             raise error("a register index on a 1-D tensor: use t[nl.ds(i, 1)]")
-        return _indirect.access_pattern(base, pairs, base.offset, base.dtype, None, reg, bd)
+        # An index i names element i of the dim; nl.ds(i, n) stays inside it (i <= size - n).
+        count = self.shape[d] if size is None else self.shape[d] - size + 1
+        return _indirect.access_pattern(base, pairs, base.offset, base.dtype, None, reg, bd,
+                                        count)
 
     def __setitem__(self, key, value):
         dst = self[key]
@@ -851,10 +859,6 @@ class Tensor(NKIObject):
         if base % dtype.itemsize:
             raise error(f".ap: the view's offset is not a whole number of {dtype} elements")
         off = base // dtype.itemsize + (int(offset) if offset is not None else 0)
-        if scalar_offset is not None or vector_offset is not None:
-            from nki import _indirect  # runtime offsets: an indirect DMA's HBM side
-            return _indirect.access_pattern(self, pairs, off, dtype, vector_offset,
-                                            scalar_offset, indirect_dim)
         if self._buffer.on_chip:
             pstride = self._buffer.elements // self._buffer.shape[0] * \
                 self._buffer.dtype.itemsize // dtype.itemsize
@@ -862,6 +866,10 @@ class Tensor(NKIObject):
                 raise error(f".ap on {self.buffer.name}: the first pair is the partition dim; its "
                             f"stride must be the storage's free size {pstride}, got "
                             f"{pairs[0][0]}")
+        if scalar_offset is not None or vector_offset is not None:
+            from nki import _indirect  # runtime offsets: an indirect DMA's side
+            return _indirect.access_pattern(self, pairs, off, dtype, vector_offset,
+                                            scalar_offset, indirect_dim)
         return Tensor(self._buffer, [n for _, n in pairs], [st for st, _ in pairs], off, dtype)
 
     @property

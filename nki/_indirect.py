@@ -110,21 +110,22 @@ def _storage_elements(tensor, dtype):
     return tensor._buffer.elements * tensor._buffer.dtype.itemsize // dtype.itemsize
 
 
-def access_pattern(tensor, pairs, offset, dtype, vector_offset, scalar_offset, indirect_dim):
+def access_pattern(tensor, pairs, offset, dtype, vector_offset, scalar_offset, indirect_dim,
+                   count=None):
     """``tensor.ap(pattern, offset, vector_offset= | scalar_offset=, indirect_dim=)``: `pairs`
     are the pattern's (stride, count) pairs and `offset` the static offset, both in elements of
-    `dtype`."""
+    `dtype`. `count`: the indices valid along dim `indirect_dim` when fewer than its size (a
+    dynamic slice nl.ds(i, n) of a dim of size m stays inside it: i < m - n + 1)."""
     if vector_offset is not None and scalar_offset is not None:
         raise error(".ap: give scalar_offset or vector_offset, not both (one runtime offset per "
                     "access)")
     what = "vector_offset" if vector_offset is not None else "scalar_offset"
-    if tensor._buffer.on_chip:
-        raise error(f".ap({what}=...) on an on-chip tensor: this interpreter runs runtime "
-                    "offsets on the HBM side of a DMA (nisa.dma_copy) only")
     d = int(indirect_dim)
     if not 0 <= d < tensor.ndim:
         raise error(f".ap: indirect_dim={indirect_dim} is not a dim of the {tensor.ndim}-D tensor "
                     f"{tensor.shape} (the index scales by that dim's stride)")
+    if tensor._buffer.on_chip and not _is_static_int(scalar_offset):
+        _on_chip_runtime_offset(tensor, what, d)
     stride = tensor.strides[d] * tensor.dtype.itemsize
     if stride % dtype.itemsize:
         raise error(f".ap: the stride of indirect_dim {d} is not a whole number of {dtype} "
@@ -160,7 +161,7 @@ def access_pattern(tensor, pairs, offset, dtype, vector_offset, scalar_offset, i
         free = pairs
         per_partition = False
     # The rows an index may name: dim d whole, less those whose access would leave the tensor.
-    n = tensor.shape[d]
+    n = tensor.shape[d] if count is None else min(tensor.shape[d], int(count))
     reach = sum(max(st * (c - 1), 0) for st, c in free)
     low = sum(min(st * (c - 1), 0) for st, c in free)
     if offset + low < 0:
@@ -174,6 +175,34 @@ def access_pattern(tensor, pairs, offset, dtype, vector_offset, scalar_offset, i
     rows = Tensor(tensor._buffer, [n] + [c for _, c in free], [stride] + [st for st, _ in free],
                   offset, dtype)
     return IndirectAccess(rows, index, [None] * len(free), tensor, d, per_partition)
+
+
+def _on_chip_runtime_offset(tensor, what, d):
+    """The runtime offsets of an on-chip tensor this interpreter runs: one scalar offset along a
+    free dim of an SBUF tensor, for the SBUF side of nisa.dma_copy (the DMA engines read the
+    offset when the transfer runs, as on the HBM side)."""
+    from nki import language as _nl
+    if what == "vector_offset":
+        raise error(".ap(vector_offset=...) on an on-chip tensor: per-partition runtime offsets "
+                    "index the HBM side of a DMA only (an on-chip gather is NkiTensor.indirect)")
+    if tensor.buffer is _nl.psum:
+        raise error("a runtime offset (a VirtualRegister or an index tile) on a PSUM tensor: "
+                    "DMA does not reach PSUM and compute instructions take static offsets here; "
+                    "copy the tile to SBUF first")
+    if d == 0:
+        raise error("a runtime offset along the partition dim of an on-chip tensor: this "
+                    "interpreter places SBUF accesses at run time along a free dim only (one "
+                    "scalar offset, for nisa.dma_copy)")
+
+
+def refuse_compute(what, *operands):
+    """Compute instructions take operands at offsets known when the kernel specialises."""
+    for x in operands:
+        if isinstance(x, IndirectAccess):
+            raise error(f"{what} is placed at run time (a register or index-tile offset): this "
+                        "interpreter runs runtime offsets on nisa.dma_copy only; compute "
+                        "instructions take static offsets (move the tile with nisa.dma_copy "
+                        "first)")
 
 
 def vector_select(tensor, dim, vector_offset):

@@ -130,6 +130,7 @@ VirtualRegister = _loops.VirtualRegister
 
 
 def _tensor(x, what):
+    _indirect.refuse_compute(what, x)
     if not isinstance(x, Tensor):
         raise error(f"{what} must be an NKI tensor, got {type(x).__name__}")
     return x

@@ -13,7 +13,7 @@ import contextlib
 import math
 import operator
 
-from nki import _core, _loops, _ops
+from nki import _core, _indirect, _loops, _ops
 from nki import isa as _isa
 from nki._ops import (  # noqa: F401  (the operations, re-exported as nl.<name>)
     abs, abs_max, abs_min, add, all, arctan, average, bitwise_and, bitwise_or, bitwise_xor,
@@ -351,10 +351,12 @@ for _name in ("random_seed", "rand", "dropout"):
 
 
 def load(src, dtype=None, mask=None, **kwargs):
-    """An SBUF tile holding `src` (an HBM tensor or view); the partition dim is src's dim 0."""
-    if not isinstance(src, Tensor):
+    """An SBUF tile holding `src` (an HBM tensor or view, or one placed at run time by a
+    register); the partition dim is src's dim 0."""
+    placed = isinstance(src, _indirect.IndirectAccess)
+    if not isinstance(src, Tensor) and not placed:
         raise error(f"nl.load takes an HBM tensor, got {type(src).__name__}")
-    if src._buffer.on_chip:
+    if (src.rows if placed else src)._buffer.on_chip:
         raise error("nl.load reads HBM; this tensor is already on chip (use nl.copy)")
     shape = src.shape if src.ndim >= 2 else (1,) + src.shape if src.ndim == 1 else (1, 1)
     t = ndarray(shape, dtype or src.dtype, buffer=sbuf)
@@ -363,9 +365,13 @@ def load(src, dtype=None, mask=None, **kwargs):
 
 
 def store(dst, value, mask=None, **kwargs):
-    """Writes an SBUF tile to an HBM tensor or view."""
-    if not isinstance(dst, Tensor) or dst._buffer.on_chip:
+    """Writes an SBUF tile to an HBM tensor or view (either side may be placed at run time by
+    a register: a dma_copy with a runtime offset)."""
+    placed = isinstance(dst, _indirect.IndirectAccess)
+    if not (isinstance(dst, Tensor) or placed) or (dst.rows if placed else dst)._buffer.on_chip:
         raise error("nl.store writes HBM tensors; for on-chip tensors assign or use nl.copy")
+    if isinstance(value, _indirect.IndirectAccess) and not placed:
+        return _isa.dma_copy(dst=dst, src=value)
     if not isinstance(value, Tensor):
         raise error("nl.store takes an NKI tensor value")
     if value.buffer is psum:
@@ -415,6 +421,7 @@ def _broadcast_shape(shapes):
 
 
 def _binary(self, x, y, dtype=None, mask=None, **kwargs):
+    _indirect.refuse_compute(f"nl.{self.name}: an operand", x, y)
     xt, yt = isinstance(x, Tensor), isinstance(y, Tensor)
     if not xt and not yt:
         return self.py(x, y)
@@ -437,6 +444,7 @@ def _binary(self, x, y, dtype=None, mask=None, **kwargs):
 
 
 def _unary(self, x, dtype=None, mask=None, **kwargs):
+    _indirect.refuse_compute(f"nl.{self.name}: the operand", x)
     if not isinstance(x, Tensor):
         return self.py(x)
     if not x._buffer.on_chip:

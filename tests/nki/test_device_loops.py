@@ -452,3 +452,94 @@ def test_nested_loop_time_is_linear_in_each_loops_iterations():
     assert b2 > 0 and b3 == pytest.approx(1.5 * b2, rel=1e-9)
     a_plus_2b = t(3, 2) - t(2, 2)
     assert a_plus_2b > b2
+
+
+@nki.jit
+def sbuf_tiles(x, count):
+    # out[:, t, :] = 2 * x[:, t, :] for t < count, 0 after: each tile read from and written to
+    # an SBUF buffer at a register offset along a free dim (t[:, i, :], .ap(scalar_offset=)
+    # with a register and with a [1, 1] tile, nl.ds(i, 1)) by nisa.dma_copy.
+    parts, tiles, w = x.shape
+    out = nl.ndarray((parts, tiles, w), nl.float32, buffer=nl.shared_hbm)
+    buf = nl.ndarray((parts, tiles, w), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=buf, src=x)
+    res = nl.ndarray((parts, tiles, w), nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=res, value=0.0)
+    pos = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
+    nisa.memset(dst=pos, value=0)
+    for i in nl.dynamic_range(_load_register(count)):
+        a = nl.ndarray((parts, w), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=buf[:, i, :])
+        b = nl.ndarray((parts, w), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=b, src=buf.ap([[tiles * w, parts], [1, w]], 0, scalar_offset=i,
+                                        indirect_dim=1))
+        c = nl.ndarray((parts, w), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=c, src=buf.ap([[tiles * w, parts], [1, w]], 0, scalar_offset=pos,
+                                        indirect_dim=1))
+        s = nl.ndarray((parts, w), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=s, data1=a, data2=b, op=nl.add)
+        nisa.tensor_tensor(dst=s, data1=s, data2=c, op=nl.add)
+        nisa.tensor_scalar(dst=s, data=s, op0=nl.multiply, operand0=2.0 / 3.0)
+        nisa.dma_copy(dst=res[:, nl.ds(i, 1), :], src=s)
+        nisa.tensor_scalar(dst=pos, data=pos, op0=nl.add, operand0=1)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+
+
+def test_register_offsets_on_sbuf_free_dims():
+    x = np.random.default_rng(5).integers(-8, 8, (4, 5, 6)).astype(np.float32)
+    for n in (0, 2, 5):  # one specialisation, three counts
+        # a + b + c is 3 x exactly (small integers); times fl32(2/3), one rounding each.
+        want = np.zeros_like(x)
+        want[:, :n] = (3 * x[:, :n]) * np.float32(2.0 / 3.0)
+        np.testing.assert_array_equal(run(sbuf_tiles, x, _count(n)), want)
+
+
+@nki.jit
+def sbuf_window(x, at):
+    # The window x[:, at : at + 2] read through an SBUF buffer at a runtime offset.
+    out = nl.ndarray((2, 2), nl.float32, buffer=nl.shared_hbm)
+    buf = nl.ndarray((2, 5), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=buf, src=x)
+    t = nl.ndarray((2, 2), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=buf[:, nl.ds(_load_register(at), 2)])
+    nl.store(out, t)
+    return out
+
+
+def test_sbuf_register_offset_is_checked_when_it_runs():
+    x = np.arange(10, dtype=np.float32).reshape(2, 5)
+    for at in (0, 3):
+        np.testing.assert_array_equal(run(sbuf_window, x, _count(at)), x[:, at:at + 2])
+    for at in (4, -1):
+        with pytest.raises(nki.NkiError, match=r"test_device_loops.py:\d+ in kernel "
+                                               rf"'sbuf_window'.*index {at} .*outside \[0, 4\)"):
+            run(sbuf_window, x, _count(at))
+
+
+def test_on_chip_runtime_offsets_refused_where_not_run():
+    def kernel(x, count, what):
+        buf = nl.ndarray((4, 8), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=buf, src=x)
+        i = _load_register(count)
+        t = nl.ndarray((4, 2), nl.float32, buffer=nl.sbuf)
+        if what == "partition":
+            nisa.dma_copy(dst=t[0:1, :], src=buf[nl.ds(i, 1), 0:2])
+        elif what == "psum":
+            ps = nl.ndarray((4, 8), nl.float32, buffer=nl.psum)
+            nisa.tensor_copy(dst=t, src=ps[:, nl.ds(i, 2)])
+        elif what == "nl.add":
+            t = nl.add(buf[:, nl.ds(i, 2)], 1.0)
+        else:
+            nisa.tensor_copy(dst=t, src=buf[:, nl.ds(i, 2)])
+        out = nl.ndarray((4, 2), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = np.zeros((4, 8), np.float32)
+    for what, msg in (("partition", "along the partition dim"), ("psum", "on a PSUM tensor"),
+                      ("compute", "runtime offsets on nisa.dma_copy only"),
+                      ("nl.add", "nl.add: an operand is placed at run time")):
+        k = nki.jit(lambda x, count, what=what: kernel(x, count, what))
+        with pytest.raises(nki.NkiError, match=msg):
+            run(k, x, _count(1))
