@@ -493,6 +493,7 @@ def test_register_offsets_on_sbuf_free_dims():
         want = np.zeros_like(x)
         want[:, :n] = (3 * x[:, :n]) * np.float32(2.0 / 3.0)
         np.testing.assert_array_equal(run(sbuf_tiles, x, _count(n)), want)
+    assert len(sbuf_tiles._cache) == 1  # the count and the offsets are data, not constants
 
 
 @nki.jit
