@@ -10,7 +10,8 @@ the kernel's documented result. Every kernel's output is checked against its pee
 one warm-up call each (the kernel's specialisation), kernel and peer take turns --reps times;
 the table gives medians. Both sides run at one thread and at their
 default thread count (torch's intra-op threads; the interpreter's partition threads,
-nki._nki.interpreter_threads(), which split its large instructions over partition ranges), and
+nki._nki.interpreter_threads(), which split its large instructions over partition ranges where
+the host leaves their cores free), and
 each is compared with the other at the same count, and the faster of each with the faster of the
 other. The last column compares the calling
 thread's CPU time of the one-thread kernel and one-thread torch: on a shared host it leaves out
@@ -164,7 +165,9 @@ def main():
             k1.append(_time(kernel, ck))
             t1.append(_time(peer, c1))
             torch.set_num_threads(default_threads)
-            _nki.set_interpreter_threads(default_threads)  # splitting is opt-in
+            # the interpreter's default: automatic (NRTSIM_NKI_THREADS unset), its threads
+            # used only while the host leaves their cores free
+            _nki.set_interpreter_threads(0)
             kn.append(_time(kernel, ckn))
             tn.append(_time(peer))
         mk1, mkn, m1, mn, mck, mckn, mc1 = (statistics.median(t) * 1e3

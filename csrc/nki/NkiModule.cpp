@@ -270,7 +270,7 @@ PYBIND11_MODULE(_nki, m) {
                        nrtsim::nki::kCollectiveHookCapsule);
   });
   // The threads the interpreter splits a large instruction's partitions over
-  // (runtime/nki/PartitionWorkers.h): NRTSIM_NKI_THREADS, else OMP_NUM_THREADS, else the CPUs;
+  // (runtime/nki/PartitionWorkers.h): NRTSIM_NKI_THREADS, else automatic (the CPUs, at most 4);
   // set_interpreter_threads(n) overrides it for the process (0: back to that) and returns the
   // count in effect before. split_instruction_count(): instructions run split so far;
   // worker_task_count(): partition ranges that worker threads ran.

@@ -128,7 +128,7 @@ def test_streamed_instructions_convert_broadcast_operands_and_narrow_results():
     torch.testing.assert_close(nki.simulate(k)(a, s, b), want, rtol=0, atol=0)
 
 
-def _windowed_matmuls(k, m, n, taps):
+def _windowed_kernel(m, n, taps):
     # A 1-D convolution as the library writes it: each tap's moving operand is a window into one
     # wider tile (its partition stride is the tile's width, not the window's), the stationary
     # operand a column block of a wider weight tile, the taps accumulating in one PSUM tile.
@@ -145,12 +145,16 @@ def _windowed_matmuls(k, m, n, taps):
         nl.store(out, res)
         return out
 
+    return nki.simulate(kern)
+
+
+def _windowed_matmuls(k, m, n, taps):
     rng = np.random.default_rng(7)
     x = rng.standard_normal((k, n + taps - 1), dtype=np.float32)
     w = rng.standard_normal((k, taps * m + 3), dtype=np.float32)
     want = sum(w[:, t * m:(t + 1) * m].astype(np.float64).T @ x[:, t:t + n].astype(np.float64)
                for t in range(taps))
-    got = nki.simulate(kern)(x, w)
+    got = _windowed_kernel(m, n, taps)(x, w)
     # FP32 products summed over taps * k terms in some order: each sum within (taps * k) units
     # of FP32 rounding of the sum of its terms' magnitudes.
     bound = np.abs(w[:, :taps * m]).reshape(k, taps, m).transpose(1, 0, 2).reshape(taps * k, m).T \
@@ -165,6 +169,25 @@ def test_matmuls_read_windows_of_wider_tiles_in_place():
 def test_matmuls_read_windows_of_wider_tiles_through_the_lent_gemm():
     import torch_neuronx  # noqa: F401  (lends ATen's GEMM to the interpreter)
     _windowed_matmuls(128, 128, 510, 3)  # large: the lent GEMM, with row strides
+
+
+def test_large_matmuls_split_their_rows_over_two_threads_bit_for_bit():
+    # A product of at least 4M multiply-accumulates is two GEMMs, on the two halves of the
+    # result's rows, at any thread count; with two threads the halves run on two.
+    import torch_neuronx  # noqa: F401
+    k, m, n, taps = 128, 128, 510, 3
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((k, n + taps - 1), dtype=np.float32)
+    w = rng.standard_normal((k, taps * m + 3), dtype=np.float32)
+    one, _ = _at_threads(1, _windowed_kernel(m, n, taps), x, w)
+    many, splits = _at_threads(2, _windowed_kernel(m, n, taps), x, w)
+    assert splits >= taps
+    np.testing.assert_array_equal(many, one)
+    want = sum(w[:, t * m:(t + 1) * m].astype(np.float64).T @ x[:, t:t + n].astype(np.float64)
+               for t in range(taps))
+    bound = sum(np.abs(w[:, t * m:(t + 1) * m]).astype(np.float64).T
+                @ np.abs(x[:, t:t + n]).astype(np.float64) for t in range(taps))
+    assert np.all(np.abs(many - want) <= taps * k * np.finfo(np.float32).eps * bound)
 
 
 def test_outputs_and_tiles_are_poisoned_unless_written_whole_before_read():
@@ -358,10 +381,17 @@ def test_the_thread_count_comes_from_nrtsim_nki_threads_and_a_bad_value_is_refus
     env = dict(os.environ, NRTSIM_NKI_THREADS="3", OMP_NUM_THREADS="1")
     got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert got.returncode == 0 and got.stdout.strip() == "3", got.stderr
-    env = dict(os.environ, OMP_NUM_THREADS="4")  # torch's variable does not turn splitting on
-    env.pop("NRTSIM_NKI_THREADS", None)
-    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert got.returncode == 0 and got.stdout.strip() == "1", got.stderr
+    # Unset (or 0): automatic, the cores this process may run on, at most 4 (torch's
+    # OMP_NUM_THREADS does not change it).
+    auto = str(min(len(os.sched_getaffinity(0)), 4))
+    for value in (None, "0"):
+        env = dict(os.environ, OMP_NUM_THREADS="3")
+        env.pop("NRTSIM_NKI_THREADS", None)
+        if value is not None:
+            env["NRTSIM_NKI_THREADS"] = value
+        got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True)
+        assert got.returncode == 0 and got.stdout.strip() == auto, got.stderr
     env = dict(os.environ, NRTSIM_NKI_THREADS="two")
     got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert got.returncode != 0 and "NRTSIM_NKI_THREADS='two'" in got.stderr, got.stderr

@@ -35,6 +35,15 @@ using nrtsim::nki::Executable;
 // the runtime's own loop, in BLAS's summation order, at BLAS speed.
 void aten_matmul(int64_t m, int64_t n, int64_t k, const float* stationary, int64_t srows,
                  const float* moving, int64_t mrows, float* out, bool accumulate) {
+  // A thread outside the run's SingleThreaded scope is one of the interpreter's partition
+  // workers (torch did not start it): its thread-local OpenMP and MKL counts are still their
+  // defaults, and BLAS would start a team of threads inside the interpreter's own split
+  // (measured: conv1d's process CPU time 8.9 -> 31 ms per call with two threads). Set to one,
+  // once per thread.
+  if (!SingleThreaded::active()) {
+    thread_local const bool single = (at::set_num_threads(1), true);
+    (void)single;
+  }
   const auto opts = at::TensorOptions().dtype(at::kFloat);
   const at::Tensor s = at::from_blob(const_cast<float*>(stationary), {k, m}, {srows, 1}, opts);
   const at::Tensor mv = at::from_blob(const_cast<float*>(moving), {k, n}, {mrows, 1}, opts);
@@ -75,10 +84,16 @@ nrtsim::nki::DType view_dtype(const nrtsim::nki::Program& p, const nrtsim::nki::
                       : p.buffers[static_cast<size_t>(v.buffer)].dtype;
 }
 
-// HBM bytes the kernel's DMAs read and write, for the launch record.
-void add_dma_bytes(const nrtsim::nki::Program& p, nrtsim::Work& work) {
-  for (const auto& in : p.instructions) {
+// HBM bytes the kernel's DMAs read and write, for the launch record: an instruction in a device
+// loop's body counts as many times as that loop's body ran (`iterations`, per loop; empty: once).
+void add_dma_bytes(const nrtsim::nki::Program& p, nrtsim::Work& work,
+                   const nrtsim::nki::LoopNest& nest, const std::vector<int64_t>& iterations) {
+  for (size_t i = 0; i < p.instructions.size(); ++i) {
+    const auto& in = p.instructions[i];
     if (in.engine != nrtsim::Engine::kDma || !in.a.valid()) continue;
+    const int32_t loop = nest.empty() ? -1 : nest.innermost[i];
+    const uint64_t times =
+        loop >= 0 && !iterations.empty() ? static_cast<uint64_t>(iterations[static_cast<size_t>(loop)]) : 1;
     const auto& dst = p.buffers[static_cast<size_t>(in.dst.buffer)];
     const auto& src = p.buffers[static_cast<size_t>(in.a.buffer)];
     // An indirect DMA's indexed view spans every row an index may name; the rows it moves are
@@ -87,12 +102,12 @@ void add_dma_bytes(const nrtsim::nki::Program& p, nrtsim::Work& work) {
     const int64_t moved = (in.axes & 1u) != 0 ? in.a.numel() : in.dst.numel();
     if (src.memory == nrtsim::nki::Memory::kHbm) {
       work[nrtsim::Engine::kDma].bytes_read +=
-          static_cast<uint64_t>(indirect ? moved : in.a.numel()) *
+          times * static_cast<uint64_t>(indirect ? moved : in.a.numel()) *
           nrtsim::nki::dtype_size(view_dtype(p, in.a));
     }
     if (dst.memory == nrtsim::nki::Memory::kHbm) {
       work[nrtsim::Engine::kDma].bytes_written +=
-          static_cast<uint64_t>(indirect ? moved : in.dst.numel()) *
+          times * static_cast<uint64_t>(indirect ? moved : in.dst.numel()) *
           nrtsim::nki::dtype_size(view_dtype(p, in.dst));
     }
   }
@@ -130,7 +145,6 @@ py::tuple launch(const py::capsule& capsule, int device, const py::list& memory,
     work.timeline_end_ns = t.engine_end_ns;
   };
   charge();
-  add_dma_bytes(exe->program(), work);
   std::vector<std::string> printed;
   // The launch reads `work` after its body: a kernel with device loops is charged for the
   // iterations this run made (DeviceLoops.h).
@@ -143,6 +157,7 @@ py::tuple launch(const py::capsule& capsule, int device, const py::list& memory,
                 t = nrtsim::nki::with_iterations(t, iterations);
                 charge();
               }
+              add_dma_bytes(exe->program(), work, exe->loops(), iterations);
             });
   return py::make_tuple(py::cast(printed), nki_binding::timeline_dict(t, spec, false));
 }

@@ -14,15 +14,21 @@ class SingleThreaded {
   explicit SingleThreaded(bool on)
       : saved_(on && !at::in_parallel_region() ? at::get_num_threads() : 1) {
     if (saved_ != 1) at::set_num_threads(1);
+    ++depth_;
   }
   ~SingleThreaded() {
+    --depth_;
     if (saved_ != 1) at::set_num_threads(saved_);
   }
+  // Whether this thread is inside a SingleThreaded scope (a run's calling thread is; the
+  // interpreter's partition workers, which torch did not start, are not).
+  static bool active() { return depth_ > 0; }
   SingleThreaded(const SingleThreaded&) = delete;
   SingleThreaded& operator=(const SingleThreaded&) = delete;
 
  private:
   int saved_;
+  static inline thread_local int depth_ = 0;
 };
 
 }  // namespace torch_neuronx

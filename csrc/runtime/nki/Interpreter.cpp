@@ -40,6 +40,13 @@ void loop_matmul(int64_t m, int64_t n, int64_t k, const float* stationary, int64
 
 std::atomic<MatmulKernel> g_matmul{&loop_matmul};
 constexpr int64_t kSmallMatmulMacs = 16384;
+// Matmuls of at least this many multiply-accumulates (a [128, 128] x [128, 256] product, about
+// 60 us of GEMM on the host measured) are computed as two halves of the result's rows, whole
+// blocks of 16 rows, which two threads can share. On one thread two GEMMs cost more than one
+// (measured at K = M = 128: +35% at N = 128, +18% at N = 512), so smaller products (flash
+// attention's [128, 128] x [128, 128] tiles) stay whole.
+constexpr int64_t kSplitMatmulMacs = int64_t{1} << 22;
+constexpr int64_t kSplitMatmulRows = 16;
 
 [[noreturn]] void fail(const Program& p, size_t index, const std::string& what) {
   const Instruction& in = p.instructions[index];
@@ -1251,7 +1258,30 @@ void execute(const Storage& mem, const Program& p, size_t i, const Instruction& 
       // A small product costs less in the loop than the lent GEMM's call (tensor set-up and
       // dispatch, several microseconds): both accumulate in FP32.
       const MatmulKernel kernel = m * n * k <= kSmallMatmulMacs ? &loop_matmul : matmul;
-      kernel(m, n, k, s.data(), s_step, mv.data(), mv_step, out, in.accumulate);
+      // A large product is two GEMMs, each on half the result's rows (the destination's
+      // partitions), at every thread count, so that the values do not depend on it; with
+      // several threads the halves run on two. (The loop's sums do not depend on M; the lent
+      // GEMM's did not either where measured, but a BLAS may choose its method by size.)
+      if (m >= 2 * kSplitMatmulRows && m * n * k >= kSplitMatmulMacs) {
+        const int64_t half = (m / 2 + kSplitMatmulRows - 1) / kSplitMatmulRows * kSplitMatmulRows;
+        const int threads = partition_threads();
+        std::exception_ptr errors[2];
+        run_on_workers(2, threads, [&](int r) {
+          const int64_t lo = r == 0 ? 0 : half, rows = r == 0 ? half : m - half;
+          try {
+            kernel(rows, n, k, s.data() + lo, s_step, mv.data(), mv_step, out + lo * n,
+                   in.accumulate);
+          } catch (...) {
+            errors[r] = std::current_exception();
+          }
+        }, partition_threads_automatic());
+        for (const std::exception_ptr& e : errors) {
+          if (e) std::rethrow_exception(e);
+        }
+        if (threads > 1) count_split_instruction();
+      } else {
+        kernel(m, n, k, s.data(), s_step, mv.data(), mv_step, out, in.accumulate);
+      }
       if (!direct) scatter(mem, in.dst, out);
       break;
     }
@@ -1432,7 +1462,7 @@ bool run_split(const Storage& mem, const Program& p, size_t i, const Instruction
     } catch (...) {
       errors[static_cast<size_t>(r)] = std::current_exception();
     }
-  });
+  }, partition_threads_automatic());
   count_split_instruction();
   // The first range's error, as one thread would have met it first.
   for (const std::exception_ptr& e : errors) {

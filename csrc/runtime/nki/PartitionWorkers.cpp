@@ -1,6 +1,11 @@
 #include "runtime/nki/PartitionWorkers.h"
 
+#include <fcntl.h>
+#include <sched.h>
 #include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
 
 #include <algorithm>
 #include <atomic>
@@ -18,21 +23,26 @@
 namespace nrtsim::nki {
 namespace {
 
-// One thread unless NRTSIM_NKI_THREADS asks for more. Splitting is opt-in: on the 2-core host
-// it was measured on (docs/benchmarks.md, 2026-12-07 16:01 UTC, quiet) two threads made RoPE and
-// cascaded_max faster but rope_hf 1.4-2.0x and conv1d 1.2-1.3x slower, with torch at one thread
-// or two (not yet explained; a suspect: ranges claimed by whichever thread is free move a tile's
-// partitions between the cores' caches from one instruction to the next), so no default count
-// serves every kernel yet.
+// NRTSIM_NKI_THREADS's count where it names one (> 0), else 0: automatic.
 int configured_threads() {
   static const int threads = [] {
-    int n = 1;
+    int n = 0;
     if (const std::optional<int> own = env::int_value("NRTSIM_NKI_THREADS")) {
-      if (*own > 0) n = *own;  // 0: the default
+      if (*own > 0) n = std::min(*own, kMaxPartitionThreads);  // 0: automatic
     }
-    return std::clamp(n, 1, kMaxPartitionThreads);
+    return n;
   }();
   return threads;
+}
+
+// The cores this process may run on.
+int cores() {
+  static const int n = [] {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+    return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  }();
+  return n;
 }
 
 std::atomic<int> g_override{0};
@@ -56,9 +66,22 @@ std::atomic<uint64_t> g_worker_ranges{0};
 class Pool {
  public:
   // False when another caller holds the workers (the caller then runs the tasks itself).
-  bool run(int n, int threads, const std::function<void(int)>& task) {
+  // `adapt`: use only the cores other processes leave free, and run alone for a while after a
+  // worker lost its core in the middle of a range (the automatic thread count).
+  bool run(int n, int threads, const std::function<void(int)>& task, bool adapt) {
     std::unique_lock<std::mutex> busy(run_mu_, std::try_to_lock);
     if (!busy.owns_lock()) return false;
+    const auto posted = std::chrono::steady_clock::now();
+    if (adapt) {
+      if (posted < alone_until_) return false;
+      if (posted >= next_look_) {  // how many cores the other processes leave free, now and then
+        next_look_ = posted + kLook;
+        const int others = others_running(started_ - sleepers_.load(std::memory_order_relaxed));
+        free_cores_ = others < 0 ? kMaxPartitionThreads : cores() - others;
+      }
+      threads = std::min(threads, free_cores_);
+      if (threads < 2) return false;
+    }
     // A thread the system refuses to start leaves the work to those there are.
     try {
       while (started_ < threads - 1 && started_ < kMaxPartitionThreads - 1) {
@@ -86,12 +109,19 @@ class Pool {
     }
     take(0, number, members);
     // The caller returns only when every range has finished (a worker may still be in one).
+    const auto own = std::chrono::steady_clock::now();
     if (!spin_until([&] { return done_.load(std::memory_order_acquire) == n; })) {
       std::unique_lock<std::mutex> lock(mu_);
       caller_waits_.store(true, std::memory_order_seq_cst);
       finished_.wait(lock, [&] { return done_.load(std::memory_order_seq_cst) == n; });
       caller_waits_.store(false, std::memory_order_relaxed);
     }
+    // A worker that kept the caller waiting far longer than the caller's own share took lost its
+    // core in the middle of a range (the host has more runnable threads than cores): for a while
+    // the caller runs instructions alone, as a range it cannot take over would hold each one up
+    // by the system's time slice (milliseconds).
+    const auto end = std::chrono::steady_clock::now();
+    if (adapt && end - own > 4 * (own - posted) + kStall) alone_until_ = end + kAlone;
     task_ = nullptr;
     return true;
   }
@@ -100,6 +130,34 @@ class Pool {
   // How long a thread spins before it sleeps (a worker waiting for the next instruction, the
   // caller waiting for the last ranges).
   static constexpr std::chrono::microseconds kSpin{200};
+  // A wait for the workers' last ranges longer than this (and than four times the caller's own
+  // share) means a worker lost its core; the caller then runs alone for kAlone.
+  static constexpr std::chrono::microseconds kStall{500};
+  static constexpr std::chrono::milliseconds kAlone{50};
+  // How often the caller looks at the host's runnable threads (/proc/loadavg: 2.3-2.5 us a
+  // read on the host measured, so 0.05 % of a thread's time at this rate).
+  static constexpr std::chrono::milliseconds kLook{5};
+
+  // Threads running or ready to run on the host now, less this caller and `awake` workers of
+  // its own (spinning ones count as running): the fourth field of /proc/loadavg, "running/total".
+  // -1 where it cannot be read.
+  static int others_running(int awake) {
+    const int fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    char buf[128];
+    const ssize_t got = ::read(fd, buf, sizeof buf - 1);
+    ::close(fd);
+    if (got <= 0) return -1;
+    buf[got] = '\0';
+    const char* p = buf;
+    for (int field = 0; field < 3 && p; ++field) {
+      p = std::strchr(p, ' ');
+      if (p) ++p;
+    }
+    if (!p) return -1;
+    const long running = std::strtol(p, nullptr, 10);
+    return std::max(0, static_cast<int>(running) - 1 - awake);
+  }
 
   static uint64_t pack(uint32_t number, uint32_t next, uint32_t end) {
     return static_cast<uint64_t>(number) << 32 | static_cast<uint64_t>(next) << 16 | end;
@@ -180,6 +238,9 @@ class Pool {
   };
 
   std::mutex run_mu_;  // one caller's instruction at a time
+  std::chrono::steady_clock::time_point alone_until_{};  // these four under run_mu_
+  std::chrono::steady_clock::time_point next_look_{};
+  int free_cores_ = 1;
   int started_ = 0;    // worker threads started (ids 1 .. started_)
   uint32_t number_ = 0;
   Block blocks_[kMaxPartitionThreads];
@@ -213,7 +274,13 @@ Pool& pool() {
 
 int partition_threads() {
   const int forced = g_override.load(std::memory_order_relaxed);
-  return forced > 0 ? forced : configured_threads();
+  if (forced > 0) return forced;
+  const int configured = configured_threads();
+  return configured > 0 ? configured : std::min(cores(), kAutoPartitionThreads);
+}
+
+bool partition_threads_automatic() {
+  return g_override.load(std::memory_order_relaxed) == 0 && configured_threads() == 0;
 }
 
 int set_partition_threads(int threads) {
@@ -222,8 +289,10 @@ int set_partition_threads(int threads) {
   return before;
 }
 
-void run_on_workers(int n, int threads, const std::function<void(int)>& task) {
-  if (n <= 1 || threads <= 1 || !pool().run(n, std::min(threads, n), task)) {
+void run_on_workers(int n, int threads, const std::function<void(int)>& task, bool adapt) {
+  // (A block's word holds range numbers in 16 bits: more ranges run on the calling thread.)
+  if (n <= 1 || n > 0xffff || threads <= 1 ||
+      !pool().run(n, std::min(threads, n), task, adapt)) {
     for (int r = 0; r < n; ++r) task(r);
   }
 }

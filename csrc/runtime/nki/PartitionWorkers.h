@@ -12,10 +12,14 @@
 namespace nrtsim::nki {
 
 // The number of threads the interpreter splits an instruction over (1: it does not split):
-// set_partition_threads's value where one is set, else NRTSIM_NKI_THREADS, else 1 (splitting is
-// opt-in; PartitionWorkers.cpp says why); at most kMaxPartitionThreads.
+// set_partition_threads's value where one is set, else NRTSIM_NKI_THREADS where it names a count,
+// else automatic: the cores this process may run on, at most kAutoPartitionThreads, of which an
+// instruction uses only those that other processes leave free (partition_threads_automatic);
+// at most kMaxPartitionThreads.
 int partition_threads();
+bool partition_threads_automatic();
 inline constexpr int kMaxPartitionThreads = 16;
+inline constexpr int kAutoPartitionThreads = 4;
 
 // Overrides the configured count for this process (0: back to the configuration). Returns the
 // count in effect before.
@@ -27,8 +31,11 @@ int set_partition_threads(int threads);
 // are still in its core's cache at the next instruction) and takes from the others' blocks when
 // its own is done, so which thread runs a task is not fixed and a task's result must not depend
 // on it. Where the workers are busy with another caller's instruction, every task runs on the
-// calling thread in turn. `task` must not throw.
-void run_on_workers(int n, int threads, const std::function<void(int)>& task);
+// calling thread in turn; so it does, with `adapt` (the automatic count), while the host leaves
+// no core free for a worker (fewer threads where it leaves fewer) and for 50 ms after a worker
+// lost its core in the middle of a range. `task` must not throw.
+void run_on_workers(int n, int threads, const std::function<void(int)>& task,
+                    bool adapt = false);
 
 // Instructions run as partition ranges on several threads since the process started, and the
 // ranges (tasks) that worker threads (not the callers) ran: let a test see that the split path

@@ -131,6 +131,27 @@ double instruction_ns(const Program& p, const Instruction& in, const CoreSpec& s
   return cycles / clock;
 }
 
+namespace {
+
+// The length of the union of [start, end) intervals (sorted in place).
+double union_length(std::vector<std::pair<double, double>>& intervals) {
+  std::sort(intervals.begin(), intervals.end());
+  double covered = 0, lo = 0, hi = -1;
+  for (const auto& [a, b] : intervals) {
+    if (a > hi) {
+      if (hi > lo) covered += hi - lo;
+      lo = a;
+      hi = b;
+    } else {
+      hi = std::max(hi, b);
+    }
+  }
+  if (hi > lo) covered += hi - lo;
+  return covered;
+}
+
+}  // namespace
+
 Timeline schedule(const Program& p, const CoreSpec& spec, const CoreLinks* links) {
   Timeline t;
   t.instructions.resize(p.instructions.size());
@@ -318,19 +339,7 @@ Timeline schedule(const Program& p, const CoreSpec& spec, const CoreLinks* links
     if (in.e.valid()) record(in.e, true);
   }
   // DMA is active while any of its engines is: the union of their busy intervals.
-  std::sort(dma_active.begin(), dma_active.end());
-  double covered = 0, lo = 0, hi = -1;
-  for (const auto& [a, b] : dma_active) {
-    if (a > hi) {
-      if (hi > lo) covered += hi - lo;
-      lo = a;
-      hi = b;
-    } else {
-      hi = std::max(hi, b);
-    }
-  }
-  if (hi > lo) covered += hi - lo;
-  t.busy_ns[index_of(Engine::kDma)] = covered;
+  t.busy_ns[index_of(Engine::kDma)] = union_length(dma_active);
   // Each loop's own span: its traced body's, less its inner loops'; its own DMA busy time: the
   // union of its own transfers' intervals.
   for (size_t k = 0; k < nest.begins.size(); ++k) {
@@ -339,20 +348,7 @@ Timeline schedule(const Program& p, const CoreSpec& spec, const CoreLinks* links
     const double span = t.instructions[e].start_ns - t.instructions[b].start_ns;
     t.loops[k].span_ns += span;
     if (nest.parent[k] >= 0) t.loops[static_cast<size_t>(nest.parent[k])].span_ns -= span;
-    auto& iv = loop_dma[k];
-    std::sort(iv.begin(), iv.end());
-    double own = 0, l = 0, h = -1;
-    for (const auto& [x, y] : iv) {
-      if (x > h) {
-        if (h > l) own += h - l;
-        l = x;
-        h = y;
-      } else {
-        h = std::max(h, y);
-      }
-    }
-    if (h > l) own += h - l;
-    t.loops[k].busy_ns[index_of(Engine::kDma)] = own;
+    t.loops[k].busy_ns[index_of(Engine::kDma)] = union_length(loop_dma[k]);
   }
   return t;
 }

@@ -56,6 +56,8 @@ TEST(NkiPartitionWorkers, EveryTaskRunsOnce) {
 // (the workers asleep), ranges of uneven length (a thread that finishes its own block takes from
 // the back of another's): every range runs once and all have finished when run_on_workers
 // returns, also for a task count that does not divide among the threads.
+// With `adapt` (the automatic count) as well, which uses fewer threads or none as the host's
+// load goes.
 TEST(NkiPartitionWorkers, EveryRangeFinishesBeforeTheCallReturns) {
   for (int threads : {2, 3, 16}) {
     for (int i = 0; i < 300; ++i) {
@@ -64,7 +66,7 @@ TEST(NkiPartitionWorkers, EveryRangeFinishesBeforeTheCallReturns) {
       run_on_workers(n, threads, [&](int r) {
         if (r % 5 == 0) std::this_thread::sleep_for(std::chrono::microseconds(20 * (r % 3)));
         ran[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);
-      });
+      }, /*adapt=*/i % 2 == 1);
       for (int r = 0; r < n; ++r) {
         ASSERT_EQ(ran[static_cast<size_t>(r)].load(), 1) << threads << " " << n << " " << r;
       }
