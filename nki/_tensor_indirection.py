@@ -103,6 +103,12 @@ def expand(ins):
                         "supported here yet: gather the operands with nisa.tensor_copy(src="
                         "t.indirect(index)) first", where)
         rule = _RULES.get(ins.op)
+        # OP_SELECT is tensor_copy_predicated only where it reads its own dst as c (nisa.select
+        # has no tensor indirection in the stub).
+        copy_predicated = ins.op == _core.OP_SELECT and ins.views.get("c") is not None \
+            and ins.dst is not None and ins.views["c"]._buffer is ins.dst._buffer
+        if ins.op == _core.OP_SELECT and not copy_predicated:
+            rule = None
         if rule is None or slot not in rule[0]:
             raise error("tensor indirection is not documented for this operand of this "
                         "instruction (AWS's stub allows it on: dst and the data input of "
@@ -127,6 +133,12 @@ def expand(ins):
         if slot not in _WRITTEN and _start_partition(data) != first:
             raise error(f"an indirect operand starts on partition {_start_partition(data)} and "
                         f"its index on {first}: they must start on the same partition", where)
+        src = ins.views.get("a")
+        if slot == "dst" and src is not None and src._buffer.memory is _core.sbuf \
+                and src._buffer.indirection is None and _start_partition(src) != first:
+            raise error(f"a scattered dst's index starts on partition {first} and the "
+                        f"instruction's source on {_start_partition(src)}: they must start on "
+                        "the same partition", where)
         if slot in _WRITTEN and ins.op in (_core.OP_MATMUL, _core.OP_MATMUL_MX):
             raise error("tensor indirection on nc_matmul's dst (a PSUM scatter, accumulating) "
                         "is not supported here yet: write the product to a PSUM tile and scatter "

@@ -138,6 +138,32 @@ def test_matmul_stationary_gathered_in_groups_of_32():
     assert np.all(np.abs(got - ref) <= bound)
 
 
+@nki.jit(platform_target="trn3")
+def scatter_predicated(data, index, src, pred):
+    d = _load(data)
+    nisa.tensor_copy_predicated(dst=d.indirect(_load(index), num_elem=N), src=_load(src),
+                                predicate=_load(pred))
+    return _store(d)
+
+
+def test_predicated_copy_into_scattered_dst_keeps_unselected_columns():
+    rng, data, _ = _data(5)
+    # Distinct offsets within each group (its 32 from one permutation), so that the reference
+    # does not depend on the order of repeated offsets.
+    index = np.zeros((P, K), np.uint16)
+    for g in range(P // 16):
+        index[g * 16:(g + 1) * 16] = rng.permutation(F)[:32].reshape(2, 16).T
+    src = rng.standard_normal((P, N)).astype(np.float32)
+    pred = rng.integers(0, 2, (P, N)).astype(np.uint8)
+    ref = data.copy()
+    off = offsets(index, N, 16)
+    for q in range(P):
+        for i in range(N):
+            if pred[q, i]:
+                ref[q, off[q, i]] = src[q, i]
+    np.testing.assert_array_equal(scatter_predicated(data, index, src, pred), ref)
+
+
 # -- refusals
 
 
@@ -218,9 +244,27 @@ def test_operand_and_engine_rules():
                        moving=_load(b))
         return _store(_load(psum))
 
+    @nki.jit(platform_target="trn3")
+    def select_on_false(data, index, b):
+        o = nl.ndarray((P, N), nl.float32, buffer=nl.sbuf)
+        bb = _load(b)
+        nisa.select(dst=o, predicate=bb, on_true=bb,
+                    on_false=_load(data).indirect(_load(index), num_elem=N))
+        return _store(o)
+
+    @nki.jit(platform_target="trn3")
+    def index_off_quadrant(data, index):
+        o = nl.ndarray((16, N), nl.float32, buffer=nl.sbuf)
+        ix = _load(index)
+        nisa.tensor_copy(dst=o, src=_load(data)[16:32].indirect(ix[16:32], num_elem=N))
+        return _store(o)
+
     rng, data, index = _data()
     b = rng.standard_normal((P, N)).astype(np.float32)
     _error(data2, data, index, b, match="not documented for this operand")
+    _error(select_on_false, data, index, b, match="not documented for this operand")
+    _error(index_off_quadrant, data, index, match="starts on partition 16; it must start on a "
+                                                  "quadrant boundary")
     _error(gpsimd_copy, data, index, match="runs on the vector / scalar engine, not gpsimd")
     _error(fp32_matmul, data, index, b, match="indirect operands must be float16")
 
