@@ -93,7 +93,8 @@ def test_gather_into_activation():
     _, data, index = _data(1)
     ref = np.exp(np.take_along_axis(data, offsets(index, N, 16), 1) * np.float32(0.5))
     # exp in FP32 on the host: a few ulp between libm implementations.
-    np.testing.assert_allclose(gather_activation(data, index), ref, rtol=4 * np.finfo(np.float32).eps)
+    np.testing.assert_allclose(gather_activation(data, index), ref,
+                               rtol=4 * np.finfo(np.float32).eps)
 
 
 def test_gather_into_tensor_copy_is_exact():

@@ -209,7 +209,9 @@ Timeline schedule(const Program& p, const CoreSpec& spec, const CoreLinks* links
         if (!v->valid()) continue;
         const bool write = v == &in.dst;
         for (const Access& a : accesses[static_cast<size_t>(v->buffer)]) {
-          if ((write || a.write) && a.lo < v->end() && v->lowest() < a.hi) at = std::max(at, a.ready_ns);
+          if ((write || a.write) && a.lo < v->end() && v->lowest() < a.hi) {
+            at = std::max(at, a.ready_ns);
+          }
         }
       }
       if (i > 0 && (in.axes & 1u) != 0) at = std::max(at, t.instructions[i - 1].end_ns);
