@@ -54,6 +54,9 @@ def indirect_view(data, index, num_elem=None):
     staged = tracer.allocate((data.shape[0], n), data.dtype, data._buffer.memory,
                              name="indirect view")
     staged._buffer.indirection = (data, index, n, _core.caller_location())
+    # The interpreter's staging, not a kernel allocation: it takes no SBUF / PSUM capacity (the
+    # engine streams the columns) and is never folded away.
+    staged._buffer.internal = True
     return staged
 
 

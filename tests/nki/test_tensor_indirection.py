@@ -165,6 +165,32 @@ def test_predicated_copy_into_scattered_dst_keeps_unselected_columns():
     np.testing.assert_array_equal(scatter_predicated(data, index, src, pred), ref)
 
 
+def test_staged_columns_take_no_sbuf_capacity():
+    # The data, index, output and a filler use SBUF to the last byte: the gather's staging must
+    # not push anything out (a spill would warn).
+    rng, data, index = _data(6)
+
+    @nki.jit(platform_target="trn3")
+    def full(data, index):
+        d, ix = _load(data), _load(index)
+        o = nl.ndarray((P, N), nl.float32, buffer=nl.sbuf)
+        left = nl.tile_size.total_available_sbuf_size - 4 * F - 2 * K - 4 * N
+        filler = nl.ndarray((P, left), nl.uint8, buffer=nl.sbuf)
+        nisa.memset(dst=filler, value=0)
+        nisa.memset(dst=o, value=0)
+        nisa.tensor_copy(dst=o, src=d.indirect(ix, num_elem=N))
+        # Every tile stays live across the gather: read or written after it.
+        nisa.tensor_copy(dst=d[:, 0:N], src=o)
+        nisa.tensor_copy(dst=filler[:, 0:K], src=ix)
+        return _store(o)
+
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", nki.NkiSpillWarning)
+        got = full(data, index)
+    np.testing.assert_array_equal(got, np.take_along_axis(data, offsets(index, N, 16), 1))
+
+
 # -- refusals
 
 
