@@ -37,6 +37,9 @@ class NkiError(ValueError):
 # implements only in part (what is refused): the conformance table in docs/nki.md reads them.
 REFUSED = {}
 PARTIAL = {
+    "nki.language.NkiTensor.indirect": "tensor indirection runs on the operands AWS's stub "
+                                       "documents, except nc_matmul's dst (a PSUM scatter) and "
+                                       "nc_matmul_mx's operands, refused",
     "nki.language.NkiTensor.ap": "runtime offsets (scalar_offset= a [1, 1] SBUF tile or a "
                                  "VirtualRegister, vector_offset=) run on nisa.dma_copy only: "
                                  "on its HBM side, or a scalar_offset along a free dim of its "
@@ -231,7 +234,8 @@ ENGINE_NAMES = ("tensor", "vector", "scalar", "gpsimd", "dma")
  OP_MAX8, OP_FIND_INDEX8, OP_MATCH_REPLACE8, OP_QUANTIZE_MX, OP_MATMUL_MX, OP_CUMULATIVE,
  OP_SELECT_REDUCE, OP_RANGE_SELECT, OP_NONZERO_WITH_COUNT, OP_SEQUENCE_BOUNDS, OP_STREAM_SHUFFLE,
  OP_LOCAL_GATHER, OP_N_GATHER, OP_DMA_COMPUTE, OP_ACTIVATE2, OP_TOPK,
- OP_DMA_INDIRECT, OP_BARRIER, OP_LOOP_BEGIN, OP_LOOP_END, OP_COLLECTIVE) = range(38)
+ OP_DMA_INDIRECT, OP_BARRIER, OP_LOOP_BEGIN, OP_LOOP_END, OP_COLLECTIVE,
+ OP_TENSOR_INDIRECT) = range(39)
 LOOP_MARKERS = (OP_LOOP_BEGIN, OP_LOOP_END)
 # Instructions that write only part of their destination (the rest keeps its contents): an
 # assignment of their fresh result is a copy of the whole tile, never folded into them.
@@ -309,6 +313,7 @@ class Buffer:
         self.shape = tuple(shape)
         self.dtype = dtype
         self.name = name
+        self.indirection = None  # (data, index, num_elem, where) of a tensor-indirection view
         self.binding = binding
         self.poison = poison
         self.location = caller_location()
@@ -397,8 +402,6 @@ class NKIObject:
         return f"{type(self).__name__}({fields})"
 
 
-refused("nki.language.NkiTensor.indirect",
-        "indirect (tensor indirection, NeuronCore-v4) is not supported by this interpreter yet")
 
 
 class DynamicSlice:
@@ -681,7 +684,8 @@ class Tensor(NKIObject):
         return _indirect.vector_select(self, dim, vector_offset)
 
     def indirect(self, index, num_elem=None):
-        raise error(REFUSED["nki.language.NkiTensor.indirect"])
+        from nki import _tensor_indirection  # tensor indirection (NeuronCore-v4)
+        return _tensor_indirection.indirect_view(self, index, num_elem)
 
     def expand_dim(self, dim):
         d = int(dim) + (self.ndim + 1 if int(dim) < 0 else 0)
@@ -974,6 +978,8 @@ class NkiSpillWarning(UserWarning):
 # Views an instruction may carry, in the order the runtime takes them (Program.h): dst, then the
 # operands a..f.
 VIEW_SLOTS = ("dst", "a", "b", "c", "d", "e", "f")
+# The most dims a view may have: the runtime's kMaxDims (csrc/runtime/nki/Program.h).
+MAX_VIEW_DIMS = 8
 
 
 def _nth(k):
@@ -1033,6 +1039,12 @@ class Instr:
         return [v for v in self.views.values() if v is not None]
 
     def encode(self):
+        for k in VIEW_SLOTS:
+            t = self.views.get(k)
+            if t is not None and len(t.shape) > MAX_VIEW_DIMS:
+                raise error(f"a view of {len(t.shape)} dims (shape {tuple(t.shape)}); the "
+                            f"interpreter takes views of at most {MAX_VIEW_DIMS} dims: merge "
+                            "dims (reshape / flatten_dims) or split the access", self.location)
         v = [self.views[k].encode() if self.views.get(k) is not None else None for k in VIEW_SLOTS]
         return (self.op, self.engine, self.program, self.location[1], *v, self.alu0, self.alu1,
                 self.alu2, bool(self.reverse0), bool(self.reverse1), float(self.imm0),
@@ -1136,10 +1148,15 @@ class Tracer:
                         "read only by nc_matmul_mx and copies of the same dtype, and written by "
                         "quantize_mx, copies and a zero memset")
         ins.name = name
-        self.instructions.append(ins)
-        for v in ins.operands():
-            self.touched_buffers.add(v._buffer.id)
-        return len(self.instructions) - 1
+        before = after = ()
+        if any(getattr(v._buffer, "indirection", None) is not None for v in ins.operands()):
+            from nki import _tensor_indirection
+            before, after = _tensor_indirection.expand(ins)
+        for one in (*before, ins, *after):
+            self.instructions.append(one)
+            for v in one.operands():
+                self.touched_buffers.add(v._buffer.id)
+        return len(self.instructions) - 1 - len(after)
 
     def retarget_matmul(self, index, acc):
         ins = self.instructions[index]

@@ -1030,6 +1030,53 @@ void run_extended(const Storage& mem, const Program& p, size_t i, const Instruct
       }
       break;
     }
+    case Opcode::kTensorIndirect: {
+      // Every offset is checked before any element moves: a bad one leaves the data as it was.
+      const bool scatter_cols = (in.axes & 1u) != 0;
+      const View& data = scatter_cols ? in.dst : in.a;
+      const View& dense = scatter_cols ? in.a : in.dst;
+      const std::vector<int64_t> index = load_ints(mem, in.b);
+      const int64_t parts = dense.shape[0], n = dense.free_size(), k = in.b.free_size();
+      const int64_t cols = data.free_size(), group = static_cast<int64_t>(in.imm0);
+      std::vector<int64_t> offsets(static_cast<size_t>(parts * n));
+      for (int64_t q = 0; q < parts; ++q) {
+        for (int64_t e = 0; e < n; ++e) {
+          const int64_t row = q / group * group + e % group, col = e / group;
+          const int64_t off = index[static_cast<size_t>(row * k + col)];
+          if (off < 0 || off >= cols) {
+            fail(p, i, "tensor indirection: offset " + std::to_string(off) + " (index row " +
+                           std::to_string(row) + ", column " + std::to_string(col) +
+                           ", element " + std::to_string(e) + " of partition " +
+                           std::to_string(q) + ") is outside the data tensor's " +
+                           std::to_string(cols) + " elements per partition");
+          }
+          offsets[static_cast<size_t>(q * n + e)] = off;
+        }
+      }
+      // One element at a time, through views of one element: the data's free dims flattened
+      // (an offset counts elements in its view order).
+      auto element = [](const View& v, int64_t q, int64_t f) {
+        View one = v;
+        one.offset += q * v.stride[0];
+        for (int d = v.ndim - 1; d >= 1; --d) {
+          one.offset += (f % v.shape[d]) * v.stride[d];
+          f /= v.shape[d];
+        }
+        for (int d = 0; d < v.ndim; ++d) one.shape[d] = 1;
+        return one;
+      };
+      for (int64_t q = 0; q < parts; ++q) {
+        for (int64_t e = 0; e < n; ++e) {
+          const int64_t off = offsets[static_cast<size_t>(q * n + e)];
+          if (scatter_cols) {
+            copy_raw(mem, element(dense, q, e), element(data, q, off));
+          } else {
+            copy_raw(mem, element(data, q, off), element(dense, q, e));
+          }
+        }
+      }
+      break;
+    }
     case Opcode::kMatmulMx: {
       // Dequantise both operands (value x 2^(scale - 127); scale of partition k at scale-tile
       // partition (k / 32) * 32 + (k % 32) / 8) into FP32 [4K, M] / [4K, N] and multiply them.

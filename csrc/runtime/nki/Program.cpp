@@ -112,6 +112,7 @@ const char* opcode_name(Opcode op) {
     case Opcode::kLoopBegin: return "loop_begin";
     case Opcode::kLoopEnd: return "loop_end";
     case Opcode::kCollective: return "collective";
+    case Opcode::kTensorIndirect: return "tensor_indirect";
   }
   return "?";
 }

@@ -55,7 +55,11 @@ struct Buffer {
   bool poison = true;
 };
 
-inline constexpr int kMaxDims = 5;
+// A view's dims: the partition dim and up to 7 more. NKI sets no documented limit on a tensor's
+// rank (AWS's own library kernels take 6-dim views of HBM tensors); what the hardware's access
+// patterns cannot take in one descriptor the compiler splits. nki/_core.py's MAX_VIEW_DIMS is
+// this number: past it, tracing stops with an NkiError at the kernel's line.
+inline constexpr int kMaxDims = 8;
 
 // A strided view of a buffer, in elements of the buffer's dtype. Dim 0 of an on-chip view is the
 // partition dim. A stride of 0 broadcasts.
@@ -148,6 +152,14 @@ enum class Opcode : uint8_t {
                   // are c, d and e (its condition c); both cores must continue or stop together
   kLoopEnd,       // the end of the innermost open loop's body: back to its test
   kCollective,    // nki.collectives: an exchange with the other ranks of the job (Collective.h)
+  // Tensor indirection (NkiTensor.indirect, NeuronCore-v4): the columns of an on-chip tensor at
+  // free-dim offsets read when the instruction runs, staged for the compute instruction next to
+  // it (untimed: the engine reads those columns in its own pass). a / dst: the data tensor's
+  // [P, F] view; b: the [P, K] uint16 index; imm0: the partition group G (16, 32 for the Tensor
+  // engine). Partition p of group g = p / G takes offset i from b[g * G + i % G, i / G]. axes 0,
+  // a gather: dst[p, i] <- a[p, offset]; axes 1, a scatter: dst[p, offset] <- a[p, i], in
+  // partition then element order (a repeated offset keeps the last element written).
+  kTensorIndirect,
 };
 const char* opcode_name(Opcode op);
 

@@ -201,6 +201,29 @@ Timeline schedule(const Program& p, const CoreSpec& spec, const CoreLinks* links
       t.makespan_ns = std::max(t.makespan_ns, release);
       continue;
     }
+    if (in.op == Opcode::kTensorIndirect) {
+      // Staging for the compute instruction beside it, not an instruction of its own: it takes
+      // no time and no engine; it orders the data, index and staged columns (see below).
+      double at = floor_ns;
+      for (const View* v : {&in.a, &in.b, &in.dst}) {
+        if (!v->valid()) continue;
+        const bool write = v == &in.dst;
+        for (const Access& a : accesses[static_cast<size_t>(v->buffer)]) {
+          if ((write || a.write) && a.lo < v->end() && v->lowest() < a.hi) {
+            at = std::max(at, a.ready_ns);
+          }
+        }
+      }
+      if (i > 0 && (in.axes & 1u) != 0) at = std::max(at, t.instructions[i - 1].end_ns);
+      t.instructions[i] = {at, at};
+      for (const View* v : {&in.a, &in.b, &in.dst}) {
+        if (v->valid() && v->numel() > 0) {
+          accesses[static_cast<size_t>(v->buffer)].push_back(
+              {v->lowest(), v->end(), at, v == &in.dst});
+        }
+      }
+      continue;
+    }
     const bool is_dma = in.engine == Engine::kDma;
     const double cost = is_dma ? 0.0 : instruction_ns(p, in, spec);
     double start = std::max(floor_ns, is_dma ? 0.0 : engine_free[{in.program, index_of(in.engine)}]);
@@ -306,6 +329,13 @@ Timeline schedule(const Program& p, const CoreSpec& spec, const CoreLinks* links
       list.push_back({lo, hi, ready, write});
     };
     for (const View* v : {&in.a, &in.b, &in.c, &in.f}) record(*v, false);
+    // A gather staged for this instruction reads its data and index while this one runs.
+    for (size_t j = i; j > 0 && p.instructions[j - 1].op == Opcode::kTensorIndirect &&
+                       (p.instructions[j - 1].axes & 1u) == 0;
+         --j) {
+      record(p.instructions[j - 1].a, false);
+      record(p.instructions[j - 1].b, false);
+    }
     record(in.dst, true);
     if (in.d.valid()) record(in.d, true);
     if (in.e.valid()) record(in.e, true);
