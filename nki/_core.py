@@ -11,12 +11,10 @@ data.
 from __future__ import annotations
 
 import bisect
-import enum
 import math
 import os
 import sys
 import threading
-import typing
 
 from nki import _nki
 
@@ -37,13 +35,18 @@ class NkiError(ValueError):
 # implements only in part (what is refused): the conformance table in docs/nki.md reads them.
 REFUSED = {}
 PARTIAL = {
-    "nki.language.NkiTensor.ap": "runtime offsets (scalar_offset= a [1, 1] SBUF tile, "
-                                 "vector_offset=) run on the HBM side of nisa.dma_copy only; an "
-                                 "NkiScalar (nisa.scalar_load) as scalar_offset is refused",
+    "nki.language.NkiTensor.ap": "runtime offsets (scalar_offset= a [1, 1] SBUF tile or a "
+                                 "VirtualRegister, vector_offset=) run on the HBM side of "
+                                 "nisa.dma_copy only",
     "nki.language.NkiTensor.select": "a tensor index (a runtime select) runs on the HBM side "
                                      "of nisa.dma_copy only",
-    "nki.language.fori_loop": "register (runtime) bounds are refused; integer bounds unroll",
-    "nki.language.dynamic_range": "register (runtime) bounds are refused; integer bounds unroll",
+    "nki.language.fori_loop": "a register bound runs a device loop, an integer one unrolls; a "
+                              "device loop of a multi-program (LNC=2) launch may not hold a "
+                              "cross-core synchronisation (core_barrier / sendrecv)",
+    "nki.language.dynamic_range": "a register bound runs a device loop, an integer one "
+                                  "unrolls; a device loop of a multi-program (LNC=2) launch may "
+                                  "not hold a cross-core synchronisation (core_barrier / "
+                                  "sendrecv)",
     "nki.isa.nc_matmul": "tile_position / tile_size are checked but tiles do not run "
                          "concurrently",
     "nki.isa.dma_copy": "dge_mode, priority and engine do not change the modelled time; "
@@ -225,7 +228,8 @@ ENGINE_NAMES = ("tensor", "vector", "scalar", "gpsimd", "dma")
  OP_MAX8, OP_FIND_INDEX8, OP_MATCH_REPLACE8, OP_QUANTIZE_MX, OP_MATMUL_MX, OP_CUMULATIVE,
  OP_SELECT_REDUCE, OP_RANGE_SELECT, OP_NONZERO_WITH_COUNT, OP_SEQUENCE_BOUNDS, OP_STREAM_SHUFFLE,
  OP_LOCAL_GATHER, OP_N_GATHER, OP_DMA_COMPUTE, OP_ACTIVATE2, OP_TOPK,
- OP_DMA_INDIRECT, OP_BARRIER) = range(35)
+ OP_DMA_INDIRECT, OP_BARRIER, OP_LOOP_BEGIN, OP_LOOP_END, OP_COLLECTIVE) = range(38)
+LOOP_MARKERS = (OP_LOOP_BEGIN, OP_LOOP_END)
 # Instructions that write only part of their destination (the rest keeps its contents): an
 # assignment of their fresh result is a copy of the whole tile, never folded into them.
 PARTIAL_WRITE_OPS = (OP_NONZERO_WITH_COUNT, OP_STREAM_SHUFFLE, OP_TOPK)
@@ -325,36 +329,53 @@ def _contiguous_strides(shape):
     return tuple(reversed(strides))
 
 
-def _is_data_attribute(name, value):
-    return not name.startswith("__") and not (
-        callable(value) or isinstance(value, (property, staticmethod, classmethod)))
+def _class_attribute(cls, name):
+    """Whether `name` is a plain (data) class attribute of cls: a field NKI accepts by keyword
+    even unannotated."""
+    if name.startswith("__"):
+        return False
+    for klass in cls.__mro__[:-1]:
+        if name in vars(klass):
+            value = vars(klass)[name]
+            return not (callable(value) or isinstance(value, (property, staticmethod,
+                                                              classmethod)))
+    return False
 
 
-class NKIObject:
+def _dataclass_field_missing(fields, args, kwargs):
+    import dataclasses
+
+    given = set(list(fields)[:len(args)]) | set(kwargs)
+    return any(f.init and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING and name not in given
+               for name, f in fields.items())
+
+
+class _NKIObjectType(type):
+    # ``@dataclass`` over a class whose fields are unannotated class attributes (AWS's
+    # attention_cte: ``section_idx = None``) generates an __init__ without them, and one that
+    # requires every field without a default (AWS's mlp_tkg builds its dimension sizes without
+    # remainderIFused); NKI builds such an object by keyword over its class attributes and
+    # leaves a field not given unset, so those calls go to NKIObject's own.
+    def __call__(cls, *args, **kwargs):
+        fields = getattr(cls, "__dataclass_fields__", None)
+        if fields is not None and "__init__" in vars(cls) and (
+                any(k not in fields and _class_attribute(cls, k) for k in kwargs)
+                or _dataclass_field_missing(fields, args, kwargs)):
+            obj = cls.__new__(cls)
+            NKIObject.__init__(obj, *args, **kwargs)
+            return obj
+        return super().__call__(*args, **kwargs)
+
+
+class NKIObject(metaclass=_NKIObjectType):
     """Base class of the objects a kernel may build (NKI 0.6 ``nl.NKIObject``): user classes
     inherit from it and behave like dataclasses, with or without ``@dataclass``: construction by
-    position or keyword over the fields (defaults from the class), field-wise equality.
-
-    As AWS's own kernels use it (its NKI library): every field is optional, None unless given
-    (``moe_cte_utils.Configs`` is built without its clamp limits), and a plain class attribute
-    is a field too (``attention_cte.SectionParams`` declares ``section_idx = None`` under
-    ``@dataclass`` and is built by keyword). Both are settled when the class is made, so a
-    ``@dataclass`` applied after sees them."""
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        own = cls.__dict__.get("__annotations__", {})
-        annotations = dict(own)
-        for name, value in list(cls.__dict__.items()):
-            # Immutable values only: @dataclass refuses a list / dict / set default.
-            if (name not in annotations and _is_data_attribute(name, value)
-                    and (value is None or isinstance(value, (bool, int, float, str, tuple,
-                                                             enum.Enum)))):
-                annotations[name] = typing.Any
-        for name in annotations:
-            if name not in cls.__dict__:
-                setattr(cls, name, None)
-        cls.__annotations__ = annotations
+    position or keyword over the annotated fields, or by keyword over the other data class
+    attributes (defaults from the class), field-wise equality. A field given no value and having
+    no default stays unset until the object sets it (AWS's library declares derived fields that
+    a method fills in, e.g. the MoE kernels' DimensionSizes.I_TP_sharded); reading it before is an
+    AttributeError."""
 
     def __init__(self, *args, **kwargs):
         fields = []
@@ -362,6 +383,7 @@ class NKIObject:
             for name in getattr(klass, "__annotations__", {}):
                 if name not in fields:
                     fields.append(name)
+        fields += [k for k in kwargs if k not in fields and _class_attribute(type(self), k)]
         if len(args) > len(fields):
             raise TypeError(f"{type(self).__name__} takes {len(fields)} fields, got {len(args)}")
         values = dict(zip(fields, args))
@@ -370,9 +392,7 @@ class NKIObject:
                 raise TypeError(f"{type(self).__name__}: {k} given twice")
             values[k] = v
         for name in fields:
-            if name not in values:
-                if not hasattr(type(self), name):
-                    raise TypeError(f"{type(self).__name__} needs {name}")
+            if name not in values and hasattr(type(self), name):
                 values[name] = getattr(type(self), name)
         for k, v in values.items():
             object.__setattr__(self, k, v)
@@ -1002,10 +1022,16 @@ class Tracer:
         self.spills = []  # [(Buffer, bytes moved)] chosen by finalize()
         self.legacy_uses = None  # a list while a legacy-API kernel traces (nki.legacy.report)
         self.touched_buffers = set()  # ids of the buffers some instruction so far reads or writes
+        self.registers = []  # VirtualRegisters allocated (nki._loops)
+        self.open_loops = []  # device loops begun and not yet ended, innermost last
 
     @property
     def locations(self):
         return [ins.location for ins in self.instructions]
+
+    def grid_size(self):
+        """How many SPMD programs the launch runs."""
+        return math.prod(self.grid)
 
     def __enter__(self):
         self._previous = getattr(_state, "tracer", None)
@@ -1093,6 +1119,10 @@ class Tracer:
         """Resolves PSUM accumulation groups, checks on-chip capacity over the buffers' lifetimes
         (spilling where AWS's compiler spills) and returns (buffers, instructions) in the form the
         runtime takes."""
+        if self.open_loops:
+            raise error("this device loop's body was left before it ended (break, return or an "
+                        "exception out of a `while reg:` / nl.dynamic_range body): device loops "
+                        "run their body to its end", self.open_loops[-1]["location"])
         self._fold_assignments()
         if "check_placements" in HOOKS:  # tiles the legacy API placed (nki.legacy.allocation)
             HOOKS["check_placements"](self)
@@ -1120,12 +1150,29 @@ class Tracer:
         for i, ins in enumerate(self.instructions):
             per.setdefault(ins.program, []).append(i)
         programs = sorted(per)
-        phases = {}  # program -> [(instruction indices, the CoreSync ending the phase or None)]
+        self._mark_joint_loops(per)
+        phases = {}  # program -> [(instruction units, the CoreSync ending the phase or None)]
         for prog in programs:
             cur, out = [], []
+            depth, loop_unit = 0, None
             for i in per[prog]:
-                sync = self.instructions[i].sync
-                if sync is None:
+                ins = self.instructions[i]
+                # A device loop without a synchronisation is one unit: its body runs as a
+                # whole, as many times as the program's registers say, so it cannot interleave
+                # with other programs' instructions. One that holds a synchronisation is a joint
+                # loop (_mark_joint_loops): its begin and end are synchronisation points.
+                if ins.op == OP_LOOP_BEGIN and ins.sync is None:
+                    depth += 1
+                    if depth == 1:
+                        loop_unit = []
+                if depth:
+                    loop_unit.append(i)
+                    if ins.op == OP_LOOP_END and ins.sync is None:
+                        depth -= 1
+                        if depth == 0:
+                            cur.append(loop_unit)
+                    continue
+                if ins.sync is None:
                     cur.append(i)
                 else:
                     out.append((cur, i))
@@ -1138,7 +1185,9 @@ class Tracer:
             queues = [phases[prog][k][0] for prog in programs]
             n = 0
             while any(n < len(q) for q in queues):
-                order.extend(q[n] for q in queues if n < len(q))
+                for q in queues:
+                    if n < len(q):
+                        order.extend(q[n] if isinstance(q[n], list) else (q[n],))
                 n += 1
             ends = [phases[prog][k][1] for prog in programs]
             if ends[0] is not None:
@@ -1174,12 +1223,52 @@ class Tracer:
             for prog, ins in here.items():
                 ins.sync.check_pair(ins, here, prog)
 
+    def _mark_joint_loops(self, per):
+        """A device loop that holds a cross-core synchronisation in a multi-program launch runs
+        as one joint loop of the cores (their bodies interleaved phase by phase between the
+        synchronisations, as the hardware's semaphores order them): its begin and end become
+        synchronisation points, which every core must reach in the same order, and the cores
+        must continue or stop together when it runs (the interpreter checks it)."""
+        for prog, indices in per.items():
+            stack, holds = [], set()
+            for i in indices:
+                ins = self.instructions[i]
+                if ins.op == OP_LOOP_BEGIN:
+                    stack.append(i)
+                elif ins.op == OP_LOOP_END:
+                    b = stack.pop()
+                    if b in holds:
+                        begin = self.instructions[b]
+                        begin.sync = CoreSync(
+                            f"the device loop of line {begin.location[1]}",
+                            ("loop", begin.axes, float(begin.imm2)))
+                        ins.sync = CoreSync(f"the end of the device loop of line "
+                                            f"{begin.location[1]}", ("loop end",))
+                elif ins.sync is not None:
+                    holds.update(stack)
+
     def _sync_slot(self, ends, indices):
         """The instructions of one synchronisation point, every program's: a barrier's, or a
         sendrecv's barrier, its transfers (each core's dst receives its peer's src), and the
-        barrier that completes the pipe."""
+        barrier that completes the pipe; or the one joint begin / end of the cores' device loop."""
         if ends[0].op == OP_BARRIER:
             return list(indices)
+        if ends[0].op in LOOP_MARKERS:
+            if len(ends) != 2:
+                raise error(f"{ends[0].sync.what} holds a cross-core synchronisation in a "
+                            f"{len(ends)}-program launch: joint device loops run on the two "
+                            "cores of an LNC=2 launch", ends[0].location)
+            first, second = ends
+            views = {k: None for k in VIEW_SLOTS}
+            if first.op == OP_LOOP_END:
+                return [Instr(OP_LOOP_END, GPSIMD, first.program, first.location, views)]
+            if first.axes & 1:  # while: each core's condition register
+                views.update(a=first.views["a"], c=second.views["a"])
+            else:  # counted: each core's bounds (registers) and induction register
+                views.update(dst=first.dst, a=first.views["a"], b=first.views["b"],
+                             c=second.views["a"], d=second.views["b"], e=second.dst)
+            return [Instr(OP_LOOP_BEGIN, GPSIMD, first.program, first.location, views,
+                          axes=first.axes | 2, imm2=first.imm2)]
 
         def barrier(ins):
             b = Instr(OP_BARRIER, GPSIMD, ins.program, ins.location,
@@ -1214,6 +1303,10 @@ class Tracer:
                 continue
             prod = self.instructions[used[0]]
             if prod.dst is None or prod.dst._buffer is not buf or not prod.dst.same_view(src):
+                continue
+            if any(self.instructions[j].op in LOOP_MARKERS for j in range(used[0] + 1, i)):
+                # A device loop's boundary in between: the producer runs a different number of
+                # times than the copy.
                 continue
             if any(used[0] < j < i for j in uses.get(dst._buffer.id, ())):
                 # The producer's write to t would move back to the producer's place: no
@@ -1276,6 +1369,7 @@ class Tracer:
                     lst = uses.setdefault(b.id, [])
                     if not lst or lst[-1] != i:
                         lst.append(i)
+        self._widen_over_loops(uses)
         used_at = {}
         for bid, lst in uses.items():
             for i in lst:
@@ -1322,6 +1416,24 @@ class Tracer:
                     total[m] -= cost[m](self.buffers[bid])
         if spills:
             self._insert_spills(spills)
+
+    def _widen_over_loops(self, uses):
+        """A tile used inside a device loop's body and outside it lives across the whole loop
+        (the body runs again after its last use in program order): its uses gain the loop's
+        begin and end, so that it is never spilled across the loop's boundary."""
+        loops, stack = [], []
+        for i, ins in enumerate(self.instructions):
+            if ins.op == OP_LOOP_BEGIN:
+                stack.append(i)
+            elif ins.op == OP_LOOP_END:
+                loops.append((stack.pop(), i))
+        if not loops:
+            return
+        loops.sort(key=lambda be: be[1] - be[0])  # inner loops first
+        for bid, lst in uses.items():
+            for b, e in loops:
+                if lst[0] <= e and lst[-1] >= b and not (lst[0] > b and lst[-1] < e):
+                    lst[:] = sorted(set(lst) | {b, e})
 
     def _insert_spills(self, spills):
         import warnings

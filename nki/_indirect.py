@@ -22,7 +22,7 @@ compiler synchronises the writes of repeated offsets rather than racing them.
 
 from __future__ import annotations
 
-from nki import _core
+from nki import _core, _loops
 from nki._core import DMA, OP_DMA_INDIRECT, Tensor, error
 
 _INDEX_DTYPES = ("int32", "uint32")
@@ -141,6 +141,10 @@ def access_pattern(tensor, pairs, offset, dtype, vector_offset, scalar_offset, i
         free = pairs[1:]
         per_partition = True
     else:
+        if _loops.is_register(scalar_offset):
+            # A register (a device loop's induction value, or one loaded with
+            # nisa.register_load): its [1, 1] int32 value, read when the transfer runs.
+            scalar_offset = scalar_offset.tile()
         if isinstance(scalar_offset, Tensor):
             if scalar_offset.numel() != 1:
                 raise error(f".ap: scalar_offset is a tile of shape {scalar_offset.shape}; it "
@@ -151,9 +155,8 @@ def access_pattern(tensor, pairs, offset, dtype, vector_offset, scalar_offset, i
             return Tensor(tensor._buffer, [n for _, n in pairs], [st for st, _ in pairs],
                           offset + int(scalar_offset) * stride, dtype)
         else:
-            raise error(f".ap: scalar_offset must be a [1, 1] SBUF tile of an int32 index "
-                        f"(nisa.scalar_load's NkiScalar is not run by this interpreter), got "
-                        f"{type(scalar_offset).__name__}")
+            raise error(f".ap: scalar_offset must be an int, a VirtualRegister or a [1, 1] SBUF "
+                        f"tile of an int32 index, got {type(scalar_offset).__name__}")
         free = pairs
         per_partition = False
     # The rows an index may name: dim d whole, less those whose access would leave the tensor.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import math
 
-from nki import _core, _indirect, _ops
+from nki import _core, _indirect, _loops, _ops
 from nki._core import (
     DMA, GPSIMD, OP_ACT, OP_BARRIER, OP_COPY, OP_DMA, OP_IOTA, OP_MATMUL, OP_MEMSET, OP_REDUCE, OP_SELECT,
     OP_TRANSPOSE, OP_TS, OP_TT, PMAX, SCALAR, STATIONARY_FMAX, TENSOR, VECTOR, Tensor, error,
@@ -121,17 +121,8 @@ def _emit(tracer, name, op, engine, *views, **params):
     return NkiInstruction(tracer.emit(op, engine, *views, name=name, **params))
 
 
-class VirtualRegister(_core.NKIObject):
-    """A 32-bit sequencer register (runtime values for device-side loops and offsets)."""
-
-    def __init__(self, state=None, frozen=False):
-        raise error(_core.REFUSED["nki.isa.VirtualRegister"])
-
-
-_core.refused("nki.isa.VirtualRegister",
-              "registers (nisa.register_alloc and VirtualRegister) hold runtime values, which "
-              "this interpreter does not model yet: loop bounds and offsets must be known when "
-              "the kernel specialises")
+# Registers (runtime 32-bit values) and their instructions: nki._loops.
+VirtualRegister = _loops.VirtualRegister
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1380,15 +1371,20 @@ def _cores_of_launch(tracer, what):
 
 
 def core_barrier(data, cores, engine=engine.gpsimd, name=None):
-    """Every core in `cores` waits here until all of them have reached it; `data` is the shared
-    HBM tensor whose writes (before the barrier, on any core) the cores read after it. Only
-    cores=(0, 1) on an LNC=2 launch (kernel[2]), or (0,) alone on a one-program launch."""
+    """Every core in `cores` waits here until all of them have reached it; `data` is the tensor
+    whose writes (before the barrier, on any core) the cores read after it. Only cores=(0, 1) on
+    an LNC=2 launch (kernel[2]), or (0,) alone on a one-program launch.
+
+    AWS's page says `data` must be in shared HBM; AWS's own library passes an SBUF tile (the
+    MoE kernels' dynamic block index, bwmm_shard_on_I), which its compiler takes. Here the
+    barrier orders every instruction of both cores whatever `data` is, so an SBUF tile is
+    taken too; PSUM is refused."""
     what = "nisa.core_barrier"
     tracer = _core.current_tracer()
     _tensor(data, "data")
-    if data._buffer.on_chip:
-        raise error(f"{what}: data must be a tensor in shared HBM (the cores synchronise on "
-                    f"their writes to it), got a {data.buffer.name} tile")
+    if data.buffer is _core.psum:
+        raise error(f"{what}: data must be a tensor in shared HBM (or SBUF, as AWS's library "
+                    "uses it), got a PSUM tile")
     try:
         ids = tuple(int(c) for c in cores)
     except (TypeError, ValueError):
@@ -1510,7 +1506,6 @@ def _refused(fname, why, params):
     return f
 
 
-_RUNTIME = "it needs runtime register values (device-side control flow), not modelled yet"
 _RNG = ("the hardware random number generators' bit streams are not published, so no result "
         "could be checked against hardware")
 rng = _refused("rng", _RNG, ["dst", "engine", "name"])
@@ -1519,10 +1514,10 @@ set_rng_seed = _refused("set_rng_seed", _RNG, ["src_seeds", "name"])
 rand_set_state = _refused("rand_set_state", _RNG, ["src_seeds", "engine", "name"])
 rand_get_state = _refused("rand_get_state", _RNG, ["dst", "engine", "name"])
 rand2 = _refused("rand2", _RNG, ["dst", "min", "max", "name"])
-register_alloc = _refused("register_alloc", _RUNTIME, ["x"])
-register_move = _refused("register_move", _RUNTIME, ["dst", "src"])
-register_load = _refused("register_load", _RUNTIME, ["dst", "src"])
-register_store = _refused("register_store", _RUNTIME, ["dst", "src"])
+register_alloc = _loops.register_alloc
+register_move = _loops.register_move
+register_load = _loops.register_load
+register_store = _loops.register_store
 
 
 

@@ -13,7 +13,7 @@ import contextlib
 import math
 import operator
 
-from nki import _core, _ops
+from nki import _core, _loops, _ops
 from nki import isa as _isa
 from nki._ops import (  # noqa: F401  (the operations, re-exported as nl.<name>)
     abs, abs_max, abs_min, add, all, arctan, average, bitwise_and, bitwise_or, bitwise_xor,
@@ -134,24 +134,21 @@ def static_range(start, stop=None, step=1, **kwargs):
 
 
 def dynamic_range(start, stop=None, step=1, **kwargs):
-    """Deprecated in NKI 0.6 (use fori_loop). Bounds known at specialisation unroll like range();
-    register bounds are runtime values, which this interpreter does not model."""
-    for v in (start, stop, step):
-        if v is not None and not _core._is_int(v):
-            raise error("nl.dynamic_range with register bounds needs runtime control flow, which "
-                        "this interpreter does not model; bounds must be integers")
-    return affine_range(start, stop, step)
+    """Deprecated in NKI 0.6 (use fori_loop). Integer bounds unroll like range() (what the device
+    loop computes); a register bound is a device loop (nki._loops), its body traced once."""
+    lo, hi = (0, start) if stop is None else (start, stop)
+    if _core._is_int(lo) and _core._is_int(hi) and _core._is_int(step):
+        return affine_range(start, stop, step)
+    return _loops.dynamic_range(start, stop, step)
 
 
 def fori_loop(lower, upper, body_fun, step=1):
-    """Runs body_fun(i) for i in range(lower, upper, step). With integer bounds (known when the
-    kernel specialises) the loop unrolls, which computes what the device loop computes; register
-    bounds are refused (runtime control flow is not modelled)."""
-    for v in (lower, upper, step):
-        if not _core._is_int(v):
-            raise error("nl.fori_loop with register bounds needs runtime control flow, which this "
-                        "interpreter does not model; bounds must be integers")
-    if int(step) <= 0:
+    """Runs body_fun(i) for i in range(lower, upper, step). Integer bounds (known when the kernel
+    specialises) unroll, which computes what the device loop computes; a register bound runs a
+    device loop whose body is traced once and whose i is the induction register."""
+    if not (_core._is_int(lower) and _core._is_int(upper)):
+        return _loops.fori_loop(lower, upper, body_fun, step)
+    if not _core._is_int(step) or int(step) <= 0:
         raise error("nl.fori_loop: step must be a positive integer")
     for i in range(int(lower), int(upper), int(step)):
         if body_fun(i) is not None:
@@ -159,14 +156,9 @@ def fori_loop(lower, upper, body_fun, step=1):
 
 
 def while_loop(init, body_fun):
-    """A loop while a register is non-zero: a runtime condition, which this interpreter does not
-    model (a clear refusal rather than a guess)."""
-    raise error(_core.REFUSED["nki.language.while_loop"])
-
-
-_core.refused("nki.language.while_loop",
-              "nl.while_loop runs while a register holds a non-zero runtime value; runtime "
-              "control flow is not modelled by this interpreter")
+    """Runs body_fun(r) while the condition register is non-zero (tested before each iteration;
+    the body returns the next condition): a device loop, its body traced once."""
+    return _loops.while_loop(init, body_fun)
 
 
 @contextlib.contextmanager

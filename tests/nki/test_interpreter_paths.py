@@ -365,3 +365,42 @@ def test_the_thread_count_comes_from_nrtsim_nki_threads_and_a_bad_value_is_refus
     env = dict(os.environ, NRTSIM_NKI_THREADS="two")
     got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert got.returncode != 0 and "NRTSIM_NKI_THREADS='two'" in got.stderr, got.stderr
+
+
+def test_a_store_whose_partitions_interleave_with_other_dims_splits_and_one_whose_rows_overlap_does_not():
+    # A [128, 8, 128] tile stored into an [8, 128, 128] tensor (rope_hf's layout: partition p,
+    # tile t -> row t * 128 + p): the partitions' rows interleave but share no memory, so the
+    # store splits; a destination whose partition rows overlap (partition step 256 over rows of
+    # 512 elements) is written by one thread in view order.
+    @nki.jit
+    def interleaved(a):
+        out = nl.ndarray((8, 128, 128), nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 8, 128), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        nisa.dma_copy(dst=out.ap(pattern=[[128, 128], [16384, 8], [1, 128]], offset=0), src=t)
+        return out
+
+    a = np.random.default_rng(9).standard_normal((128, 8, 128), dtype=np.float32)
+    one, _ = _at_threads(1, nki.simulate(interleaved), a)
+    many, splits = _at_threads(2, nki.simulate(interleaved), a)
+    assert splits == 2  # the load and the store
+    np.testing.assert_array_equal(many, one)
+    np.testing.assert_array_equal(many, a.transpose(1, 0, 2))
+
+    @nki.jit
+    def overlapping(a):
+        out = nl.ndarray((256 * 127 + 512,), nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 512), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        nisa.dma_copy(dst=out.ap(pattern=[[256, 128], [1, 512]], offset=0), src=t)
+        return out
+
+    b = np.random.default_rng(10).standard_normal((128, 512), dtype=np.float32)
+    one, _ = _at_threads(1, nki.simulate(overlapping), b)
+    many, splits = _at_threads(2, nki.simulate(overlapping), b)
+    assert splits == 1  # the load; the store's rows overlap
+    np.testing.assert_array_equal(many, one)
+    want = np.empty(256 * 127 + 512, np.float32)
+    for p in range(128):  # view order: each row over half of the one before
+        want[256 * p:256 * p + 512] = b[p]
+    np.testing.assert_array_equal(many, want)

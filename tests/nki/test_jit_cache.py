@@ -7,6 +7,7 @@ import numpy as np
 
 import nki
 import nki._jit as jit
+import nki.isa as nisa
 import nki.language as nl
 
 
@@ -46,6 +47,32 @@ def test_specialisations_are_bounded_least_recently_used_first(monkeypatch):
     # An evicted shape specialises again and runs right.
     np.testing.assert_array_equal(nki.simulate(double)(arrays[0]), 2 * arrays[0])
     jit.clear_cache()
+
+
+def test_dataclass_arguments_specialise_by_their_fields():
+    # AWS's library passes mutable (unhashable) @dataclass specs to its kernels.
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Spec:
+        scale: float
+        name: str = "x"
+
+    @nki.jit
+    def k(a, spec):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=spec.scale)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    a = np.ones((2, 4), np.float32)
+    np.testing.assert_array_equal(nki.simulate(k)(a, Spec(2.0)), 2 * a)
+    np.testing.assert_array_equal(nki.simulate(k)(a, Spec(2.0)), 2 * a)
+    assert len(k._cache) == 1
+    np.testing.assert_array_equal(nki.simulate(k)(a, Spec(3.0)), 3 * a)
+    assert len(k._cache) == 2
 
 
 def test_the_budget_is_shared_by_every_kernel(monkeypatch):

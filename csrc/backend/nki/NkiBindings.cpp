@@ -99,27 +99,50 @@ void add_dma_bytes(const nrtsim::nki::Program& p, nrtsim::Work& work) {
 }
 
 // One launch of kind nki_kernel on neuron:<device>'s current stream.
-py::tuple launch(const py::capsule& capsule, int device, const py::list& memory) {
+// `exchange`: nki's collective exchange (a capsule from nki._nki.collective_exchange()) for a
+// kernel with nki.collectives; None otherwise.
+py::tuple launch(const py::capsule& capsule, int device, const py::list& memory,
+                 const py::object& exchange) {
+  const nrtsim::nki::CollectiveHook* collectives = nullptr;
+  if (!exchange.is_none()) {
+    const auto c = exchange.cast<py::capsule>();
+    TORCH_CHECK(std::string(c.name()) == nrtsim::nki::kCollectiveHookCapsule,
+                "NKI: expected an nki._nki.collective_exchange() capsule");
+    collectives = static_cast<const nrtsim::nki::CollectiveHook*>(c.get_pointer());
+  }
   const std::shared_ptr<const Executable> exe = executable_of(capsule);
   const auto index = static_cast<c10::DeviceIndex>(device);
   check_device_index(index);
   const auto ext = externals_from(memory);
   const nrtsim::CoreSpec& spec = core(index).clock().model().spec();
-  const nrtsim::nki::Timeline t = nrtsim::nki::schedule(exe->program(), spec);
+  nrtsim::nki::Timeline t =
+      runtime_call([&] {
+        return nrtsim::nki::schedule(exe->program(), spec, &core(index).clock().links());
+      });
   nrtsim::Work work;
-  work[nrtsim::Engine::kTensor].ops = t.matmul_flops;
-  work.precision = nrtsim::Precision::kBf16;
+  auto charge = [&] {
+    work[nrtsim::Engine::kTensor].ops = t.matmul_flops;
+    work.precision = nrtsim::Precision::kBf16;
+    work.has_timeline = true;
+    work.timeline_busy_ns = t.busy_ns;
+    work.timeline_ns = t.makespan_ns;
+    work.timeline_begin_ns = t.engine_begin_ns;
+    work.timeline_end_ns = t.engine_end_ns;
+  };
+  charge();
   add_dma_bytes(exe->program(), work);
-  work.has_timeline = true;
-  work.timeline_busy_ns = t.busy_ns;
-  work.timeline_ns = t.makespan_ns;
-  work.timeline_begin_ns = t.engine_begin_ns;
-  work.timeline_end_ns = t.engine_end_ns;
   std::vector<std::string> printed;
+  // The launch reads `work` after its body: a kernel with device loops is charged for the
+  // iterations this run made (DeviceLoops.h).
   launch_on(index, nrtsim::intern("nki::" + exe->program().name), LaunchKind::kNkiKernel, work,
             [&] {
               const SingleThreaded one_thread(true);
-              printed = exe->run(ext);
+              std::vector<int64_t> iterations;
+              printed = exe->run(ext, collectives, &iterations);
+              if (!iterations.empty()) {
+                t = nrtsim::nki::with_iterations(t, iterations);
+                charge();
+              }
             });
   return py::make_tuple(py::cast(printed), nki_binding::timeline_dict(t, spec, false));
 }
@@ -129,7 +152,20 @@ py::tuple launch(const py::capsule& capsule, int device, const py::list& memory)
 void init_nki_bindings(py::module& m) {
   nrtsim::nki::set_matmul_kernel(&aten_matmul);
   m.def("_nki_set_dma_model_path", &nrtsim::nki::set_default_dma_model_path, py::arg("path"));
-  m.def("_nki_launch", &launch, py::arg("executable"), py::arg("device"), py::arg("memory"));
+  m.def("_nki_launch", &launch, py::arg("executable"), py::arg("device"), py::arg("memory"),
+        py::arg("exchange") = py::none());
+  // neuron:<device>'s links (a capsule named nrtsim.CoreLinks) for timing a kernel's
+  // collectives on the host (nki.simulate).
+  m.def("_nki_core_links", [](int device) {
+    const auto index = static_cast<c10::DeviceIndex>(device);
+    check_device_index(index);
+    auto* links = new nrtsim::CoreLinks(core(index).clock().links());
+    return py::capsule(static_cast<const void*>(links), nrtsim::nki::kCoreLinksCapsule,
+                       [](PyObject* o) {
+                         delete static_cast<const nrtsim::CoreLinks*>(
+                             PyCapsule_GetPointer(o, nrtsim::nki::kCoreLinksCapsule));
+                       });
+  }, py::arg("device"));
   m.def("_nki_host_kernels", [] {
     return py::capsule(const_cast<nrtsim::nki::HostKernels*>(&kHostKernels),
                        nrtsim::nki::kHostKernelsCapsule);

@@ -180,6 +180,7 @@ struct Storage {
   // Whether the external buffers' memory ranges are pairwise disjoint (the caller may pass one
   // array twice): only then do different buffers mean different memory.
   bool distinct = true;
+  const CollectiveHook* collectives = nullptr;  // the exchange of collective instructions
   DType of(const View& v) const { return v.dtype >= 0 ? static_cast<DType>(v.dtype) : dtype[v.buffer]; }
 };
 
@@ -1254,6 +1255,7 @@ void execute(const Storage& mem, const Program& p, size_t i, const Instruction& 
       // The tracer orders the instructions so that every core's instructions before a barrier
       // run before any core's after it: nothing is left to do here.
       break;
+    case Opcode::kCollective: run_collective(p, i, mem.base, mem.collectives); break;
     default: run_extended(mem, p, i, in); break;
   }
 }
@@ -1287,12 +1289,27 @@ bool partitions_independent(const Instruction& in) {
   }
 }
 
-// The partition rows of a written view must not share memory with each other: a step between
-// partitions at least the extent of one partition's elements.
+// The partition rows of a written view must not share memory with each other. Sufficient: no two
+// elements of the view share memory, which holds where, with the dims ordered by step, each step
+// is larger than the farthest offset the smaller-step dims reach (a store of a [P, T, D] tile
+// into a [T, P, D] tensor, partitions interleaved with the other dims); or a partition step at
+// least the extent of one partition's elements.
 bool rows_apart(const View& v) {
   int64_t extent = 1;
   for (int d = 1; d < v.ndim; ++d) extent += (v.shape[d] - 1) * std::abs(v.stride[d]);
-  return std::abs(v.stride[0]) >= extent;
+  if (std::abs(v.stride[0]) >= extent) return true;
+  std::array<std::pair<int64_t, int64_t>, kMaxDims> dims{};  // (step, size) of dims of size > 1
+  int n = 0;
+  for (int d = 0; d < v.ndim; ++d) {
+    if (v.shape[d] > 1) dims[static_cast<size_t>(n++)] = {std::abs(v.stride[d]), v.shape[d]};
+  }
+  std::sort(dims.begin(), dims.begin() + n);
+  int64_t reach = 0;  // the farthest offset the dims before reach
+  for (int k = 0; k < n; ++k) {
+    if (dims[static_cast<size_t>(k)].first <= reach) return false;
+    reach += (dims[static_cast<size_t>(k)].second - 1) * dims[static_cast<size_t>(k)].first;
+  }
+  return true;
 }
 
 // Runs `in` as partition ranges on the partition workers when it is large enough and its
@@ -1423,7 +1440,7 @@ bool written_whole_first(const Program& p, size_t i, int32_t b) {
 // NaN fill would be overwritten unseen; for a large output it cost as much as the kernel's own
 // copies); one that does not (a read first, or bytes never written) is. Buffers over 256 MiB are
 // not analysed (the byte map would be 32 MiB): they are poisoned.
-bool written_before_read(const Program& p, int32_t b) {
+bool written_before_read(const Program& p, const LoopNest& nest, int32_t b) {
   const Buffer& buf = p.buffers[static_cast<size_t>(b)];
   const int64_t bytes = buf.elements * static_cast<int64_t>(dtype_size(buf.dtype));
   if (bytes > (int64_t{1} << 28)) return false;
@@ -1439,7 +1456,8 @@ bool written_before_read(const Program& p, int32_t b) {
     });
   };
   auto bit = [&](int64_t i) { return (done[static_cast<size_t>(i >> 6)] >> (i & 63)) & 1u; };
-  for (const Instruction& in : p.instructions) {
+  for (size_t at = 0; at < p.instructions.size(); ++at) {
+    const Instruction& in = p.instructions[at];
     bool unread = true;
     for (const View* v : {&in.a, &in.b, &in.c, &in.d, &in.e, &in.f}) {
       if (!v->valid() || v->buffer != b) continue;
@@ -1449,6 +1467,8 @@ bool written_before_read(const Program& p, int32_t b) {
     }
     if (!unread) return false;
     if (in.dst.buffer != b) continue;
+    // A device loop's body may run no time at all: what it writes is not written for sure.
+    if (!nest.empty() && nest.innermost[at] >= 0) continue;
     bool whole = false;
     switch (in.op) {
       case Opcode::kDmaCopy: case Opcode::kTensorCopy: case Opcode::kTensorTensor:
@@ -1483,6 +1503,48 @@ bool written_before_read(const Program& p, int32_t b) {
 }
 
 void set_matmul_kernel(MatmulKernel kernel) { g_matmul.store(kernel ? kernel : &loop_matmul); }
+
+namespace {
+
+// A register operand of a loop: one integer element.
+void check_register(const Program& p, size_t i, const View& v, const char* role) {
+  if (!v.valid()) return;
+  const DType dt = v.dtype >= 0 ? static_cast<DType>(v.dtype)
+                                : p.buffers[static_cast<size_t>(v.buffer)].dtype;
+  if (v.numel() != 1 || dtype_is_float(dt) || dtype_is_packed(dt)) {
+    fail(p, i, std::string("a device loop's ") + role + " must be one integer (a register)");
+  }
+}
+
+void check_loop_begin(const Program& p, size_t i, const Instruction& in) {
+  if (in.axes > 3) fail(p, i, "a device loop is counted (axes 0) or a while loop (axes 1)");
+  const bool joint = (in.axes & 2u) != 0;
+  if ((in.axes & 1u) != 0) {
+    if (!in.a.valid() || (joint && !in.c.valid())) {
+      fail(p, i, "a while loop needs its condition register");
+    }
+    check_register(p, i, in.a, "condition");
+    check_register(p, i, in.c, "condition");
+    return;
+  }
+  if (!(in.imm2 >= 1) || in.imm2 != static_cast<double>(static_cast<int64_t>(in.imm2))) {
+    fail(p, i, "a counted device loop's step must be a positive integer");
+  }
+  if (joint && (!in.a.valid() || !in.b.valid() || !in.c.valid() || !in.d.valid())) {
+    fail(p, i, "a joint device loop takes both cores' bounds as registers");
+  }
+  check_register(p, i, in.a, "lower bound");
+  check_register(p, i, in.b, "upper bound");
+  check_register(p, i, in.dst, "induction register");
+  check_register(p, i, in.c, "lower bound");
+  check_register(p, i, in.d, "upper bound");
+  check_register(p, i, in.e, "induction register");
+}
+
+// One register's value when the instruction runs.
+int64_t register_value(const Storage& mem, const View& v) { return load_ints(mem, v)[0]; }
+
+}  // namespace
 
 Executable::Executable(Program program) : program_(std::move(program)) {
   const Program& p = program_;
@@ -1562,9 +1624,12 @@ Executable::Executable(Program program) : program_(std::move(program)) {
         require_same_numel(p, i, in.b, in.dst, "on_true");
         require_same_numel(p, i, in.c, in.dst, "on_false");
         break;
+      case Opcode::kLoopBegin: check_loop_begin(p, i, in); break;
       default: break;
     }
   }
+  nest_ = match_loops(p);
+  widen_lifetimes(nest_, first, last);
 
   // Storage for the kernel's own buffers: a buffer takes a free slot of its memory that is large
   // enough (best fit) when it is first used and gives it back after its last use.
@@ -1574,7 +1639,7 @@ Executable::Executable(Program program) : program_(std::move(program)) {
   poison_.assign(nb, 0);
   for (size_t b = 0; b < nb; ++b) {
     if (p.buffers[b].binding >= 0) {  // a kernel output (the caller's memory): see run()
-      poison_[b] = p.buffers[b].poison && !written_before_read(p, static_cast<int32_t>(b));
+      poison_[b] = p.buffers[b].poison && !written_before_read(p, nest_, static_cast<int32_t>(b));
       continue;
     }
     if (first[b] < 0) continue;
@@ -1605,9 +1670,12 @@ Executable::Executable(Program program) : program_(std::move(program)) {
   }
 }
 
-std::vector<std::string> Executable::run(const std::vector<External>& externals) const {
+std::vector<std::string> Executable::run(const std::vector<External>& externals,
+                                         const CollectiveHook* collectives,
+                                         std::vector<int64_t>* loop_iterations) const {
   const Program& p = program_;
   Storage mem;
+  mem.collectives = collectives;
   mem.base.resize(p.buffers.size(), nullptr);
   mem.dtype.resize(p.buffers.size());
   // Uninitialised: every buffer is poisoned before its first use (poison_before_), so zeroing
@@ -1675,16 +1743,74 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals)
   std::vector<std::string> printed;
   MatmulKernel matmul = g_matmul.load();
   const int threads = partition_threads();
-  for (size_t i = 0; i < p.instructions.size(); ++i) {
+  // The device loops running now, innermost last: the induction value, the upper bound read
+  // on entry, and this execution's iterations so far.
+  struct Running {
+    size_t begin;
+    int64_t value, upper, iterations;
+    int64_t value2, upper2;  // the second core's, in a joint loop
+  };
+  std::vector<Running> running;
+  std::vector<int64_t> iterations(nest_.begins.size(), 0);
+  for (size_t i = 0; i < p.instructions.size();) {
     for (int32_t b : poison_before_[i]) {
       if (!poison_[static_cast<size_t>(b)]) continue;
       poison(mem.dtype[static_cast<size_t>(b)], mem.base[static_cast<size_t>(b)],
              p.buffers[static_cast<size_t>(b)].elements);
     }
     const Instruction& in = p.instructions[i];
-    if (threads > 1 && run_split(mem, p, i, in, threads)) continue;
+    if (in.op == Opcode::kLoopBegin || in.op == Opcode::kLoopEnd) {
+      const bool entering = in.op == Opcode::kLoopBegin;
+      const size_t begin = entering ? i : static_cast<size_t>(nest_.partner[i]);
+      const Instruction& loop = p.instructions[begin];
+      const bool counted = (loop.axes & 1u) == 0, joint = (loop.axes & 2u) != 0;
+      if (entering) {
+        Running r{begin, 0, 0, 0, 0, 0};
+        if (counted) {
+          r.value = loop.a.valid() ? register_value(mem, loop.a) : static_cast<int64_t>(loop.imm0);
+          r.upper = loop.b.valid() ? register_value(mem, loop.b) : static_cast<int64_t>(loop.imm1);
+          if (joint) {
+            r.value2 = register_value(mem, loop.c);
+            r.upper2 = register_value(mem, loop.d);
+          }
+        }
+        running.push_back(r);
+      } else if (counted) {
+        running.back().value += static_cast<int64_t>(loop.imm2);
+        running.back().value2 += static_cast<int64_t>(loop.imm2);
+      }
+      Running& r = running.back();
+      const bool again = counted ? r.value < r.upper : register_value(mem, loop.a) != 0;
+      if (joint && again != (counted ? r.value2 < r.upper2 : register_value(mem, loop.c) != 0)) {
+        fail(p, begin, "the two cores' device loop ends on one core and not on the other "
+                       "after " + std::to_string(r.iterations) + " iterations: the loop holds "
+                       "cross-core synchronisations, which would then not pair up (on the "
+                       "hardware the core still looping would wait forever)");
+      }
+      if (!again) {
+        running.pop_back();
+        i = static_cast<size_t>(nest_.partner[begin]) + 1;
+        continue;
+      }
+      if (++r.iterations > kMaxLoopIterations) {
+        fail(p, begin, "the device loop ran " + std::to_string(kMaxLoopIterations) +
+                           " iterations without ending (a while loop's condition register "
+                           "never reached 0?); on the hardware it would not terminate");
+      }
+      iterations[static_cast<size_t>(nest_.loop_at(begin))] += 1;
+      if (counted && loop.dst.valid()) store_ints(mem, loop.dst, {r.value});
+      if (counted && joint && loop.e.valid()) store_ints(mem, loop.e, {r.value2});
+      i = begin + 1;
+      continue;
+    }
+    if (threads > 1 && run_split(mem, p, i, in, threads)) {
+      ++i;
+      continue;
+    }
     execute(mem, p, i, in, matmul, printed);
+    ++i;
   }
+  if (loop_iterations) *loop_iterations = std::move(iterations);
   return printed;
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -38,81 +39,159 @@ std::atomic<int> g_override{0};
 std::atomic<uint64_t> g_splits{0};
 std::atomic<uint64_t> g_worker_ranges{0};
 
-// Ranges are claimed, not assigned: the caller and each worker that wakes in time take the next
-// unclaimed range until none is left. On a busy host a worker may not get a core for a while;
-// the caller then computes its ranges too instead of waiting for it, so a split instruction costs
-// little more than an unsplit one even with no core free. Idle workers wait on a condition
-// variable (no spinning: on a host with as many cores as threads, a spinning idle worker takes
-// the core that the calling thread needs).
+// How the ranges are shared. Each participating thread (the caller and threads - 1 workers) has
+// a home block of consecutive ranges, the same partitions for every instruction with the same
+// range count, so a tile's partitions stay in the cache of the core that wrote them; a thread
+// that finishes its block takes ranges from the back of another's (the owner works from the
+// front), so a worker that has not got a core leaves its share to the others. Each block is one
+// word (instruction number, next range, end of block) changed by compare-and-swap: a thread that
+// wakes late for an instruction already finished finds the number changed and takes nothing.
+//
+// Hand-off: an idle worker spins for a while before it sleeps, and the caller spins while the
+// last ranges finish, because waking a sleeping thread on the host measured costs tens of
+// microseconds (docs/nki.md, "Instructions over several threads"), as much as the ranges of a
+// large instruction take; a kernel issues its large instructions back to back, so the workers
+// are still spinning when the next one comes. Past the spin they sleep on a condition variable,
+// so an idle process takes no core.
 class Pool {
  public:
   // False when another caller holds the workers (the caller then runs the tasks itself).
   bool run(int n, int threads, const std::function<void(int)>& task) {
     std::unique_lock<std::mutex> busy(run_mu_, std::try_to_lock);
     if (!busy.owns_lock()) return false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      // A thread the system refuses to start leaves the work to those there are.
-      try {
-        while (static_cast<int>(threads_.size()) < threads - 1) {
-          threads_.emplace_back([this] { work(); });
-          threads_.back().detach();
-        }
-      } catch (const std::system_error&) {
+    // A thread the system refuses to start leaves the work to those there are.
+    try {
+      while (started_ < threads - 1 && started_ < kMaxPartitionThreads - 1) {
+        const int id = started_ + 1;
+        std::thread([this, id] { work(id); }).detach();
+        ++started_;
       }
-      task_ = &task;
-      count_ = n;
-      next_.store(0, std::memory_order_relaxed);
-      open_ = true;
-      wanted_ = std::min(threads - 1, static_cast<int>(threads_.size()));
-      ++generation_;
+    } catch (const std::system_error&) {
     }
-    wake_.notify_all();
-    claim(task, n);
-    std::unique_lock<std::mutex> lock(mu_);
-    open_ = false;  // a worker waking from now on finds nothing to do
-    left_.wait(lock, [&] { return joined_ == 0; });
+    const int members = std::min({threads, started_ + 1, n});
+    const uint32_t number = ++number_;
+    task_ = &task;
+    count_ = n;
+    members_.store(members, std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
+    for (int t = 0; t < members; ++t) {
+      const auto lo = static_cast<uint32_t>(static_cast<int64_t>(n) * t / members);
+      const auto hi = static_cast<uint32_t>(static_cast<int64_t>(n) * (t + 1) / members);
+      blocks_[t].word.store(pack(number, lo, hi), std::memory_order_release);
+    }
+    current_.store(number, std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+      { std::lock_guard<std::mutex> lock(mu_); }
+      wake_.notify_all();
+    }
+    take(0, number, members);
+    // The caller returns only when every range has finished (a worker may still be in one).
+    if (!spin_until([&] { return done_.load(std::memory_order_acquire) == n; })) {
+      std::unique_lock<std::mutex> lock(mu_);
+      caller_waits_.store(true, std::memory_order_seq_cst);
+      finished_.wait(lock, [&] { return done_.load(std::memory_order_seq_cst) == n; });
+      caller_waits_.store(false, std::memory_order_relaxed);
+    }
     task_ = nullptr;
     return true;
   }
 
  private:
-  // Returns how many tasks this thread ran.
-  int claim(const std::function<void(int)>& task, int n) {
-    int ran = 0;
-    for (int r; (r = next_.fetch_add(1, std::memory_order_relaxed)) < n; ++ran) task(r);
-    return ran;
-  }
+  // How long a thread spins before it sleeps (a worker waiting for the next instruction, the
+  // caller waiting for the last ranges).
+  static constexpr std::chrono::microseconds kSpin{200};
 
-  void work() {
-    uint64_t seen = 0;
-    std::unique_lock<std::mutex> lock(mu_);
-    for (;;) {
-      wake_.wait(lock, [&] { return generation_ != seen; });
-      seen = generation_;
-      if (!open_ || wanted_ == 0) continue;
-      --wanted_;
-      ++joined_;
-      const std::function<void(int)>& task = *task_;
-      const int n = count_;
-      lock.unlock();
-      g_worker_ranges.fetch_add(claim(task, n), std::memory_order_relaxed);
-      lock.lock();
-      if (--joined_ == 0) left_.notify_one();
+  static uint64_t pack(uint32_t number, uint32_t next, uint32_t end) {
+    return static_cast<uint64_t>(number) << 32 | static_cast<uint64_t>(next) << 16 | end;
+  }
+  static uint32_t number_of(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
+  static uint32_t next_of(uint64_t w) { return static_cast<uint32_t>(w >> 16) & 0xffffu; }
+  static uint32_t end_of(uint64_t w) { return static_cast<uint32_t>(w) & 0xffffu; }
+
+  template <typename Ready>
+  static bool spin_until(Ready ready) {
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    for (int i = 1;; ++i) {
+      if (ready()) return true;
+      cpu_relax();
+      if (i % 64 == 0 && std::chrono::steady_clock::now() > until) return ready();
     }
   }
 
+  static void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
+
+  // Runs instruction `number`'s ranges from thread `home`'s block, front first, then from the
+  // back of the other members' blocks. Returns how many ranges this thread ran.
+  int take(int home, uint32_t number, int members) {
+    int ran = 0;
+    for (int k = 0; k < members; ++k) {
+      const int b = (home + k) % members;
+      std::atomic<uint64_t>& word = blocks_[b].word;
+      uint64_t w = word.load(std::memory_order_acquire);
+      for (;;) {
+        if (number_of(w) != number) return ran;  // the instruction has finished
+        const uint32_t next = next_of(w), end = end_of(w);
+        if (next >= end) break;
+        const uint32_t r = k == 0 ? next : end - 1;
+        const uint64_t claimed = k == 0 ? pack(number, next + 1, end) : pack(number, next, end - 1);
+        if (!word.compare_exchange_weak(w, claimed, std::memory_order_acq_rel,
+                                        std::memory_order_acquire)) {
+          continue;
+        }
+        // A range claimed keeps the instruction (and task_) alive until it is counted done.
+        (*task_)(static_cast<int>(r));
+        ++ran;
+        const int count = count_;  // read before the last range is counted: then it may change
+        if (done_.fetch_add(1, std::memory_order_seq_cst) + 1 == count &&
+            caller_waits_.load(std::memory_order_seq_cst)) {
+          { std::lock_guard<std::mutex> lock(mu_); }
+          finished_.notify_one();
+        }
+        w = word.load(std::memory_order_acquire);
+      }
+    }
+    return ran;
+  }
+
+  void work(int id) {
+    uint32_t seen = current_.load(std::memory_order_acquire);
+    for (;;) {
+      if (!spin_until([&] { return current_.load(std::memory_order_acquire) != seen; })) {
+        std::unique_lock<std::mutex> lock(mu_);
+        sleepers_.fetch_add(1, std::memory_order_seq_cst);
+        wake_.wait(lock, [&] { return current_.load(std::memory_order_seq_cst) != seen; });
+        sleepers_.fetch_sub(1, std::memory_order_relaxed);
+      }
+      seen = current_.load(std::memory_order_acquire);
+      const int members = members_.load(std::memory_order_relaxed);
+      if (id >= members) continue;
+      g_worker_ranges.fetch_add(take(id, seen, members), std::memory_order_relaxed);
+    }
+  }
+
+  struct alignas(64) Block {
+    std::atomic<uint64_t> word{0};
+  };
+
   std::mutex run_mu_;  // one caller's instruction at a time
-  std::mutex mu_;
-  std::condition_variable wake_, left_;
-  std::vector<std::thread> threads_;  // detached: they live as long as the process
+  int started_ = 0;    // worker threads started (ids 1 .. started_)
+  uint32_t number_ = 0;
+  Block blocks_[kMaxPartitionThreads];
+  alignas(64) std::atomic<uint32_t> current_{0};  // the instruction now running
+  std::atomic<int> members_{0};
   const std::function<void(int)>* task_ = nullptr;
-  int count_ = 0;
-  std::atomic<int> next_{0};
-  bool open_ = false;
-  int wanted_ = 0;  // workers still to join this instruction
-  int joined_ = 0;  // workers claiming its ranges now
-  uint64_t generation_ = 0;
+  int count_ = 0;  // ranges of the instruction now running
+  alignas(64) std::atomic<int> done_{0};  // ranges finished
+  alignas(64) std::atomic<int> sleepers_{0};
+  std::atomic<bool> caller_waits_{false};
+  std::mutex mu_;
+  std::condition_variable wake_, finished_;
 };
 
 // The pool of this process: a child made by fork() has none of its parent's worker threads, so

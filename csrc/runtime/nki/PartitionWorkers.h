@@ -22,10 +22,12 @@ inline constexpr int kMaxPartitionThreads = 16;
 int set_partition_threads(int threads);
 
 // Runs task(0) .. task(n - 1) on the calling thread and up to threads - 1 worker threads, each
-// task once, and returns when all have finished. Which thread runs a task is not fixed (whichever
-// claims it first), so a task's result must not depend on it. Where the workers are busy with
-// another caller's instruction, every task runs on the calling thread in turn. `task` must not
-// throw.
+// task once, and returns when all have finished. Each thread has a home block of consecutive
+// tasks (the same for every call with the same n and threads, so the partitions a thread wrote
+// are still in its core's cache at the next instruction) and takes from the others' blocks when
+// its own is done, so which thread runs a task is not fixed and a task's result must not depend
+// on it. Where the workers are busy with another caller's instruction, every task runs on the
+// calling thread in turn. `task` must not throw.
 void run_on_workers(int n, int threads, const std::function<void(int)>& task);
 
 // Instructions run as partition ranges on several threads since the process started, and the

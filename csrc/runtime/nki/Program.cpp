@@ -109,6 +109,9 @@ const char* opcode_name(Opcode op) {
     case Opcode::kTopk: return "topk";
     case Opcode::kDmaIndirect: return "dma_indirect";
     case Opcode::kBarrier: return "core_barrier";
+    case Opcode::kLoopBegin: return "loop_begin";
+    case Opcode::kLoopEnd: return "loop_end";
+    case Opcode::kCollective: return "collective";
   }
   return "?";
 }

@@ -136,6 +136,18 @@ enum class Opcode : uint8_t {
                   // oob_mode.skip, an index outside [0, imm0) moving nothing
   kBarrier,       // core_barrier (and sendrecv's synchronisation): no data moves; every logical
                   // core of the launch waits until all of them reach it (Timeline.cpp)
+  // Device-side loops (DeviceLoops.h): the instructions between a kLoopBegin and its kLoopEnd
+  // are one body, traced once and run as many times as register values say when the kernel
+  // runs. Registers are [1, 1] int32 views of the kernel's own register buffers.
+  kLoopBegin,     // axes 0, a counted loop: the induction value runs from a (or imm0) while it is
+                  // below b (or imm1), step imm2 > 0, both bounds read once on entry; each
+                  // iteration writes its value to dst (when valid). axes 1, a while loop: runs
+                  // while register a is non-zero, read before every iteration. axes bit 1: the
+                  // joint loop of an LNC=2 launch's two cores (their loops hold cross-core
+                  // synchronisations): the second core's lower, upper and induction registers
+                  // are c, d and e (its condition c); both cores must continue or stop together
+  kLoopEnd,       // the end of the innermost open loop's body: back to its test
+  kCollective,    // nki.collectives: an exchange with the other ranks of the job (Collective.h)
 };
 const char* opcode_name(Opcode op);
 

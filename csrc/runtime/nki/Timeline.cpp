@@ -1,9 +1,12 @@
 #include "runtime/nki/Timeline.h"
 
+#include "runtime/Error.h"
+
 #include <algorithm>
 #include <map>
 #include <vector>
 
+#include "runtime/nki/Collective.h"
 #include "runtime/nki/DmaModel.h"
 
 namespace nrtsim::nki {
@@ -33,6 +36,22 @@ struct Access {
   double ready_ns;  // when the accessing instruction ends
   bool write;
 };
+
+// Whether collective instruction i continues the call of the one before it (a coalesced call).
+bool same_call(const Program& p, size_t i) {
+  return i > 0 && p.instructions[i - 1].op == Opcode::kCollective &&
+         p.instructions[i - 1].imm1 == p.instructions[i].imm1;
+}
+
+// nki.collectives (Collective.h): a call keeps every DMA queue of its core busy for its time on
+// the links (the collective DMA rings drive them); its first part carries the whole call.
+std::vector<double> collective_shares(const Program& p, size_t i, const CoreLinks* links,
+                                      const DmaSpec& dma) {
+  if (same_call(p, i)) return {};
+  const double ns = collective_call_ns(p, i, links);
+  if (ns <= 0) return {};
+  return std::vector<double>(static_cast<size_t>(dma.engines), ns);
+}
 
 }  // namespace
 
@@ -112,7 +131,7 @@ double instruction_ns(const Program& p, const Instruction& in, const CoreSpec& s
   return cycles / clock;
 }
 
-Timeline schedule(const Program& p, const CoreSpec& spec) {
+Timeline schedule(const Program& p, const CoreSpec& spec, const CoreLinks* links) {
   Timeline t;
   t.instructions.resize(p.instructions.size());
   std::map<std::pair<int32_t, size_t>, double> engine_free;  // (program, engine) -> ns
@@ -122,10 +141,23 @@ Timeline schedule(const Program& p, const CoreSpec& spec) {
   std::vector<std::vector<Access>> accesses(p.buffers.size());
   double floor_ns = 0;  // the last core barrier's release: nothing after it starts earlier
   std::vector<int32_t> barrier_cores;  // the cores whose barrier instructions share floor_ns
+  const LoopNest nest = match_loops(p);
+  t.loops.resize(nest.begins.size());
+  std::vector<std::vector<std::pair<double, double>>> loop_dma(nest.begins.size());
   for (size_t i = 0; i < p.instructions.size(); ++i) {
     const Instruction& in = p.instructions[i];
     if (in.op == Opcode::kPrint) {
       t.instructions[i] = {0, 0};
+      continue;
+    }
+    if (in.op == Opcode::kLoopBegin || in.op == Opcode::kLoopEnd) {
+      // A loop boundary: the sequencers test and branch once everything before is done, and
+      // nothing after starts earlier (iterations do not overlap). The branch itself is not
+      // charged: its cost is not published.
+      const double at = std::max(t.makespan_ns, floor_ns);
+      t.instructions[i] = {at, at};
+      floor_ns = at;
+      if (in.op == Opcode::kLoopBegin) t.loops[static_cast<size_t>(nest.loop_at(i))].begin_ns = at;
       continue;
     }
     if (in.op == Opcode::kBarrier) {
@@ -170,12 +202,14 @@ Timeline schedule(const Program& p, const CoreSpec& spec) {
 
     double engine_end = start + cost;
     double busy = cost;
+    const bool collective = in.op == Opcode::kCollective;
     if (is_dma) {
       // Each engine's share goes to the DMA engine that frees up first; the transfer is done
       // when its last share is, and usable latency_ns later.
       auto& queues = queue_free[in.program];
       if (queues.empty()) queues.assign(static_cast<size_t>(dma.engines), 0.0);
-      std::vector<double> shares = dma_engine_times(p, in, dma);
+      std::vector<double> shares = collective ? collective_shares(p, i, links, dma)
+                                              : dma_engine_times(p, in, dma);
       std::sort(shares.rbegin(), shares.rend());
       double first = -1;
       busy = 0;
@@ -188,10 +222,14 @@ Timeline schedule(const Program& p, const CoreSpec& spec) {
         dma_active.emplace_back(s0, *q);
         busy = std::max(busy, share);
       }
-      t.dma_descriptors += static_cast<uint64_t>(dma_shape(p, in, dma).descriptors);
+      if (!collective) {
+        t.dma_descriptors += static_cast<uint64_t>(dma_shape(p, in, dma).descriptors);
+      }
       if (first >= 0) start = first;
     }
-    const double ready = is_dma ? engine_end + dma.latency_ns : engine_end;
+    // A collective's link time includes its hops' latency; a coalesced call's parts end with it.
+    double ready = is_dma && !collective ? engine_end + dma.latency_ns : engine_end;
+    if (collective && same_call(p, i)) ready = std::max(ready, t.instructions[i - 1].end_ns);
     if (!is_dma) engine_free[{in.program, index_of(in.engine)}] = engine_end;
     t.instructions[i] = {start, ready};
     const size_t e = index_of(in.engine);
@@ -205,6 +243,7 @@ Timeline schedule(const Program& p, const CoreSpec& spec) {
     if (!is_dma) t.busy_ns[e] += busy;
     t.instruction_count[e] += 1;
     t.makespan_ns = std::max(t.makespan_ns, ready);
+    const uint64_t flops0 = t.matmul_flops, bytes0 = t.dma_bytes;
     if (in.op == Opcode::kMatmul || in.op == Opcode::kMatmulMx) {
       // A double-row matmul: K x 2 rows of M and of N, counted as the two halves they are.
       const uint64_t pair = in.op == Opcode::kMatmul && (in.axes & 1u) != 0 ? 2ull : 1ull;
@@ -218,6 +257,18 @@ Timeline schedule(const Program& p, const CoreSpec& spec) {
       const bool scatter_rows = in.op == Opcode::kDmaIndirect && (in.axes & 1u) != 0;
       const View& moved = scatter_rows ? in.a : in.dst;
       t.dma_bytes += static_cast<uint64_t>(moved.numel()) * dtype_size(dtype_of(p, moved));
+    }
+    if (!nest.empty() && nest.innermost[i] >= 0) {
+      const auto k = static_cast<size_t>(nest.innermost[i]);
+      LoopCost& own = t.loops[k];
+      if (!is_dma) own.busy_ns[e] += busy;
+      own.instruction_count[e] += 1;
+      own.matmul_flops += static_cast<double>(t.matmul_flops - flops0);
+      own.dma_bytes += static_cast<double>(t.dma_bytes - bytes0);
+      if (is_dma) {
+        own.dma_descriptors += static_cast<double>(dma_shape(p, in, dma).descriptors);
+        loop_dma[k].emplace_back(start, engine_end);
+      }
     }
 
     auto record = [&](const View& v, bool write) {
@@ -252,6 +303,67 @@ Timeline schedule(const Program& p, const CoreSpec& spec) {
   }
   if (hi > lo) covered += hi - lo;
   t.busy_ns[index_of(Engine::kDma)] = covered;
+  // Each loop's own span: its traced body's, less its inner loops'; its own DMA busy time: the
+  // union of its own transfers' intervals.
+  for (size_t k = 0; k < nest.begins.size(); ++k) {
+    const auto b = static_cast<size_t>(nest.begins[k]);
+    const auto e = static_cast<size_t>(nest.partner[b]);
+    const double span = t.instructions[e].start_ns - t.instructions[b].start_ns;
+    t.loops[k].span_ns += span;
+    if (nest.parent[k] >= 0) t.loops[static_cast<size_t>(nest.parent[k])].span_ns -= span;
+    auto& iv = loop_dma[k];
+    std::sort(iv.begin(), iv.end());
+    double own = 0, l = 0, h = -1;
+    for (const auto& [x, y] : iv) {
+      if (x > h) {
+        if (h > l) own += h - l;
+        l = x;
+        h = y;
+      } else {
+        h = std::max(h, y);
+      }
+    }
+    if (h > l) own += h - l;
+    t.loops[k].busy_ns[index_of(Engine::kDma)] = own;
+  }
+  return t;
+}
+
+Timeline with_iterations(const Timeline& traced, const std::vector<int64_t>& iterations) {
+  Timeline t = traced;
+  if (iterations.size() != t.loops.size()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "NKI timeline: " + std::to_string(iterations.size()) + " loop counts for " +
+                    std::to_string(t.loops.size()) + " device loops");
+  }
+  double flops = static_cast<double>(t.matmul_flops);
+  double bytes = static_cast<double>(t.dma_bytes);
+  double descriptors = static_cast<double>(t.dma_descriptors);
+  std::array<double, kEngineCount> shift{};
+  for (size_t k = 0; k < t.loops.size(); ++k) {
+    const LoopCost& own = t.loops[k];
+    const double extra = static_cast<double>(iterations[k]) - 1.0;
+    t.makespan_ns += extra * own.span_ns;
+    for (size_t e = 0; e < kEngineCount; ++e) {
+      t.busy_ns[e] = std::max(0.0, t.busy_ns[e] + extra * own.busy_ns[e]);
+      const double n = static_cast<double>(t.instruction_count[e]) + extra * own.instruction_count[e];
+      t.instruction_count[e] = static_cast<uint64_t>(std::max(0.0, n));
+      // An engine whose work ends after the loop starts ends later (or earlier) by as much.
+      if (traced.instruction_count[e] > 0 && traced.engine_end_ns[e] > own.begin_ns) {
+        shift[e] += extra * own.span_ns;
+      }
+    }
+    flops += extra * own.matmul_flops;
+    bytes += extra * own.dma_bytes;
+    descriptors += extra * own.dma_descriptors;
+  }
+  for (size_t e = 0; e < kEngineCount; ++e) {
+    t.engine_end_ns[e] = std::max(t.engine_begin_ns[e], t.engine_end_ns[e] + shift[e]);
+  }
+  t.makespan_ns = std::max(0.0, t.makespan_ns);
+  t.matmul_flops = static_cast<uint64_t>(std::max(0.0, flops));
+  t.dma_bytes = static_cast<uint64_t>(std::max(0.0, bytes));
+  t.dma_descriptors = static_cast<uint64_t>(std::max(0.0, descriptors));
   return t;
 }
 

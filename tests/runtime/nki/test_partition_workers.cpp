@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -49,6 +50,27 @@ TEST(NkiPartitionWorkers, EveryTaskRunsOnce) {
   b.join();
   EXPECT_TRUE(ok_a.load());
   EXPECT_TRUE(ok_b.load());
+}
+
+// Instructions back to back (the workers still spinning) and after pauses longer than the spin
+// (the workers asleep), ranges of uneven length (a thread that finishes its own block takes from
+// the back of another's): every range runs once and all have finished when run_on_workers
+// returns, also for a task count that does not divide among the threads.
+TEST(NkiPartitionWorkers, EveryRangeFinishesBeforeTheCallReturns) {
+  for (int threads : {2, 3, 16}) {
+    for (int i = 0; i < 300; ++i) {
+      const int n = 1 + (i * 7) % 64;
+      std::vector<std::atomic<int>> ran(static_cast<size_t>(n));
+      run_on_workers(n, threads, [&](int r) {
+        if (r % 5 == 0) std::this_thread::sleep_for(std::chrono::microseconds(20 * (r % 3)));
+        ran[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);
+      });
+      for (int r = 0; r < n; ++r) {
+        ASSERT_EQ(ran[static_cast<size_t>(r)].load(), 1) << threads << " " << n << " " << r;
+      }
+      if (i % 50 == 49) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
 }
 
 // HBM [128, 1024] -> SBUF copy, exp, a row max and a scan, results back to HBM: each instruction

@@ -1,0 +1,388 @@
+"""NKI 0.6's registers and device-side loops: nisa.register_alloc / move / load / store,
+VirtualRegister, nl.fori_loop and nl.dynamic_range with register bounds, nl.while_loop and
+`while reg:`. A loop's trip count is read from a register when the kernel runs: one
+specialisation runs with any count, each checked against NumPy; runtime offsets from the
+induction register are bounds-checked when they run; the modelled time counts the iterations."""
+
+import numpy as np
+import pytest
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+def run(kernel, *args):
+    return nki.simulate(kernel)(*args)
+
+
+def _count(n):
+    return np.array([[n]], np.int32)
+
+
+def _load_register(count):
+    sb = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=sb, src=count)
+    reg = nisa.register_alloc()
+    nisa.register_load(reg, sb)
+    return reg
+
+
+@nki.jit
+def scale_rows_fori(x, count):
+    # out[i, :] = 2 * x[i, :] for i < count (a runtime value); the rest of out stays 0.
+    rows, d = x.shape
+    out = nl.ndarray((rows, d), nl.float32, buffer=nl.shared_hbm)
+    zero = nl.ndarray((rows, d), nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=zero, value=0.0)
+    nisa.dma_copy(dst=out, src=zero)
+    n = _load_register(count)
+
+    def body(i):
+        t = nl.ndarray((1, d), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x.ap([[d, 1], [1, d]], offset=0, scalar_offset=i,
+                                      indirect_dim=0))
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+        nisa.dma_copy(dst=out.ap([[d, 1], [1, d]], offset=0, scalar_offset=i, indirect_dim=0),
+                      src=t)
+
+    nl.fori_loop(0, n, body)
+    return out
+
+
+def _scaled_rows(x, n):
+    want = np.zeros_like(x)
+    want[:n] = 2 * x[:n]
+    return want
+
+
+def test_fori_loop_trip_count_is_read_when_the_kernel_runs():
+    x = np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32)
+    outs = {n: run(scale_rows_fori, x, _count(n)) for n in (3, 6, 0)}
+    for n, out in outs.items():
+        np.testing.assert_array_equal(out, _scaled_rows(x, n))
+    # One specialisation served every count: the count is data, not a constant.
+    assert len(scale_rows_fori._cache) == 1
+
+
+def test_device_loop_time_counts_the_iterations():
+    x = np.ones((8, 16), np.float32)
+    times = {}
+    for n in (2, 4, 6):
+        run(scale_rows_fori, x, _count(n))
+        times[n] = scale_rows_fori.last_run.makespan_ns
+    # Each iteration costs the body's own time: the differences are equal and positive.
+    assert times[4] - times[2] > 0
+    assert times[6] - times[4] == pytest.approx(times[4] - times[2], rel=1e-9)
+    run(scale_rows_fori, x, _count(0))
+    assert scale_rows_fori.last_run.makespan_ns < times[2]
+
+
+@nki.jit
+def dynamic_add(a, b, tiles):
+    # The shape of AWS's dynamic-shape elementwise add: a dynamic_range over a register count,
+    # the row offset carried in an SBUF tile that the body advances.
+    m, h = a.shape
+    p = 4
+    out = nl.ndarray((m, h), a.dtype, buffer=nl.shared_hbm)
+    zero = nl.ndarray((m, h), a.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=zero, value=0.0)
+    nisa.dma_copy(dst=out, src=zero)
+    n = _load_register(tiles)
+    start = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
+    nisa.memset(dst=start, value=0)
+    for _ in nl.dynamic_range(0, n, 1):
+        ta = nl.ndarray((p, h), a.dtype, buffer=nl.sbuf)
+        tb = nl.ndarray((p, h), a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=ta, src=a.ap([[h, p], [1, h]], offset=0, scalar_offset=start,
+                                       indirect_dim=0))
+        nisa.dma_copy(dst=tb, src=b.ap([[h, p], [1, h]], offset=0, scalar_offset=start,
+                                       indirect_dim=0))
+        s = nl.ndarray((p, h), a.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=s, data1=ta, data2=tb, op=nl.add)
+        nisa.dma_copy(dst=out.ap([[h, p], [1, h]], offset=0, scalar_offset=start,
+                                 indirect_dim=0), src=s)
+        nisa.tensor_scalar(dst=start, data=start, op0=nl.add, operand0=p)
+    return out
+
+
+def test_dynamic_range_with_loop_carried_offset():
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((16, 8)).astype(np.float32)
+    b = rng.standard_normal((16, 8)).astype(np.float32)
+    for n in (1, 3, 4):
+        want = np.zeros_like(a)
+        want[:4 * n] = a[:4 * n] + b[:4 * n]
+        np.testing.assert_array_equal(run(dynamic_add, a, b, _count(n)), want)
+
+
+def test_runtime_offset_out_of_range_is_an_error_naming_the_line():
+    a = np.ones((16, 8), np.float32)
+    # 5 tiles of 4 rows need 20 rows of 16: the fifth iteration's offset is out of range.
+    with pytest.raises(nki.NkiError, match=r"test_device_loops.py:\d+ in kernel 'dynamic_add'.*"
+                                           r"index 16 .*outside"):
+        run(dynamic_add, a, a, _count(5))
+
+
+@nki.jit
+def nested_sums(x, y, outer, inner):
+    # out[i, :] = x[i, :] + sum_{j < inner} y[j, :] for i < outer; both counts are runtime values.
+    rows, d = x.shape
+    out = nl.ndarray((rows, d), nl.float32, buffer=nl.shared_hbm)
+    zero = nl.ndarray((rows, d), nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=zero, value=0.0)
+    nisa.dma_copy(dst=out, src=zero)
+    n_out = _load_register(outer)
+    n_in = _load_register(inner)
+    for i in nl.dynamic_range(n_out):
+        acc = nl.ndarray((1, d), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=acc, src=x.ap([[d, 1], [1, d]], offset=0, scalar_offset=i,
+                                        indirect_dim=0))
+        for j in nl.dynamic_range(n_in):
+            t = nl.ndarray((1, d), nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=y.ap([[d, 1], [1, d]], offset=0, scalar_offset=j,
+                                          indirect_dim=0))
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
+        nisa.dma_copy(dst=out.ap([[d, 1], [1, d]], offset=0, scalar_offset=i, indirect_dim=0),
+                      src=acc)
+    return out
+
+
+def test_nested_device_loops():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((6, 8)).astype(np.float32)
+    y = rng.standard_normal((5, 8)).astype(np.float32)
+    for no, ni in ((6, 5), (2, 3), (3, 0), (0, 4)):
+        want = np.zeros_like(x)
+        want[:no] = x[:no]
+        for j in range(ni):  # the kernel's order: one row of y at a time, in float32
+            want[:no] = want[:no] + y[j]
+        np.testing.assert_array_equal(run(nested_sums, x, y, _count(no), _count(ni)), want)
+
+
+@nki.jit
+def repeat_add_while_loop(x, count):
+    # acc = count * x: nl.while_loop on a register the body decrements (through SBUF, since
+    # registers have no arithmetic) and returns.
+    p, d = x.shape
+    t = nl.ndarray((p, d), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    acc = nl.ndarray((p, d), nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=acc, value=0.0)
+    left = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=left, src=count)
+    init = nisa.register_alloc(left)
+
+    def body(r):
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
+        nisa.tensor_scalar(dst=left, data=left, op0=nl.subtract, operand0=1)
+        nxt = nisa.register_alloc()
+        nisa.register_load(nxt, left)
+        return nxt
+
+    nl.while_loop(init, body)
+    out = nl.ndarray((p, d), nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=acc)
+    return out
+
+
+@nki.jit
+def repeat_add_while_reg(x, count):
+    # The same with the parser frontend's `while reg:`, reloading the register in the body.
+    p, d = x.shape
+    t = nl.ndarray((p, d), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    acc = nl.ndarray((p, d), nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=acc, value=0.0)
+    left = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=left, src=count)
+    reg = nisa.register_alloc()
+    nisa.register_load(reg, left)
+    while reg:
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
+        nisa.tensor_scalar(dst=left, data=left, op0=nl.subtract, operand0=1)
+        nisa.register_load(reg, left)
+    out = nl.ndarray((p, d), nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=acc)
+    return out
+
+
+@pytest.mark.parametrize("kernel", [repeat_add_while_loop, repeat_add_while_reg])
+def test_while_loops_run_until_the_register_is_zero(kernel):
+    x = np.random.default_rng(3).standard_normal((4, 8)).astype(np.float32)
+    for n in (0, 1, 5):
+        want = np.zeros_like(x)
+        for _ in range(n):
+            want = want + x
+        np.testing.assert_array_equal(run(kernel, x, _count(n)), want)
+
+
+@nki.jit
+def register_round_trip(src):
+    # register_alloc(int), register_move (constant and register), register_load (HBM), and
+    # register_store to HBM and SBUF.
+    out = nl.ndarray((1, 4), nl.int32, buffer=nl.shared_hbm)
+    a = nisa.register_alloc(7)
+    b = nisa.register_alloc()
+    nisa.register_move(b, a)
+    c = nisa.register_alloc()
+    nisa.register_load(c, src)
+    d = nisa.VirtualRegister(-3)  # the class itself, with an initial value
+    assert isinstance(d, nisa.VirtualRegister)
+    nisa.register_store(out[0:1, 0:1], a)
+    nisa.register_store(out[0:1, 1:2], b)
+    nisa.register_store(out[0:1, 2:3], c)
+    sb = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
+    nisa.register_store(sb, d)
+    nisa.dma_copy(dst=out[0:1, 3:4], src=sb)
+    return out
+
+
+def test_register_store_reads_back():
+    np.testing.assert_array_equal(run(register_round_trip, _count(41)), [[7, 7, 41, -3]])
+
+
+def test_register_values_do_not_exist_at_specialisation():
+    def branch(x):
+        r = nisa.register_alloc(1)
+        if r:
+            pass
+        return x
+
+    with pytest.raises(nki.NkiError, match="Python cannot branch on it"):
+        run(nki.jit(branch), np.ones((1, 1), np.float32))
+
+    def convert(x):
+        r = nisa.register_alloc(1)
+        int(r)
+        return x
+
+    with pytest.raises(TypeError, match="exists only when the kernel runs"):
+        run(nki.jit(convert), np.ones((1, 1), np.float32))
+
+
+def test_float_register_load_and_bad_operands_are_refused():
+    def float_load(x):
+        t = nl.ndarray((1, 1), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.register_load(nisa.register_alloc(), t)
+        return x
+
+    with pytest.raises(nki.NkiError, match="how the hardware converts a float"):
+        run(nki.jit(float_load), np.ones((1, 1), np.float32))
+
+    def wide_load(x):
+        t = nl.ndarray((1, 2), nl.int32, buffer=nl.sbuf)
+        nisa.register_load(nisa.register_alloc(), t)
+        return x
+
+    with pytest.raises(nki.NkiError, match="one value"):
+        run(nki.jit(wide_load), np.ones((1, 1), np.float32))
+
+    def write_induction(x):
+        nl.fori_loop(0, nisa.register_alloc(2), lambda i: nisa.register_move(i, 1))
+        return x
+
+    with pytest.raises(nki.NkiError, match="frozen"):
+        run(nki.jit(write_induction), np.ones((1, 1), np.float32))
+
+
+def test_leaving_a_device_loop_early_is_an_error():
+    def broken(x):
+        for _ in nl.dynamic_range(nisa.register_alloc(3)):
+            break
+        return x
+
+    with pytest.raises(nki.NkiError, match="left before it ended"):
+        run(nki.jit(broken), np.ones((1, 1), np.float32))
+
+
+def test_endless_while_loop_is_stopped():
+    @nki.jit
+    def endless(x):
+        reg = nisa.register_alloc(1)
+        while reg:
+            pass
+        return x
+
+    with pytest.raises(nki.NkiError, match="without ending"):
+        run(endless, np.ones((1, 1), np.float32))
+
+
+@nki.jit
+def lockstep(x, counts):
+    # An LNC=2 launch whose device loop holds a core barrier: each core doubles its half of the
+    # rows once per iteration, its count from its own row of `counts`.
+    p, d = x.shape
+    h = p // 2
+    core = nl.program_id(0)
+    out = nl.ndarray((p, d), x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((h, d), x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x[core * h:(core + 1) * h, :])
+    n = _load_register(counts[core:core + 1, :])
+    for _ in nl.dynamic_range(0, n):
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+        nisa.dma_copy(dst=out[core * h:(core + 1) * h, :], src=t)
+        nisa.core_barrier(t, (0, 1))  # an SBUF tile as data, as AWS's MoE kernel passes
+    nisa.dma_copy(dst=out[core * h:(core + 1) * h, :], src=t)
+    return out
+
+
+def test_device_loop_holding_a_barrier_runs_on_both_cores_together():
+    x = np.arange(32, dtype=np.float32).reshape(8, 4)
+    for n in (0, 1, 3):
+        got = nki.simulate(lockstep[2])(x, np.array([[n], [n]], np.int32))
+        np.testing.assert_array_equal(got, x * 2.0 ** n)
+    # Counts that differ: the core still looping would wait at the barrier forever.
+    with pytest.raises(nki.NkiError, match="ends on one core and not on the other after 2 "
+                                           "iterations"):
+        nki.simulate(lockstep[2])(x, np.array([[2], [3]], np.int32))
+
+
+def test_device_loops_of_two_programs_run_each_whole():
+    @nki.jit
+    def per_core(x, count):
+        # Each program doubles its own half of the rows `count` times.
+        p, d = x.shape
+        h = p // 2
+        core = nl.program_id(0)
+        out = nl.ndarray((p, d), x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((h, d), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[core * h:(core + 1) * h, :])
+        n = _load_register(count)
+        for _ in nl.dynamic_range(n):
+            nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+        nisa.dma_copy(dst=out[core * h:(core + 1) * h, :], src=t)
+        return out
+
+    x = np.arange(32, dtype=np.float32).reshape(8, 4)
+    np.testing.assert_array_equal(nki.simulate(per_core[2])(x, _count(3)), 8 * x)
+
+
+def test_device_launch_charges_the_run_iterations():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch_neuronx")
+    x = torch.arange(128, dtype=torch.float32).reshape(8, 16)
+    for n in (2, 5):
+        count = torch.tensor([[n]], dtype=torch.int32)
+        host = nki.simulate(scale_rows_fori)(x, count)
+        host_ns = scale_rows_fori.last_run.makespan_ns
+        out = scale_rows_fori(x.to("neuron"), count.to("neuron"))
+        assert torch.equal(out.cpu(), host)
+        assert scale_rows_fori.last_run.makespan_ns == pytest.approx(host_ns, rel=1e-12)
+
+
+def test_core_barrier_takes_an_sbuf_tile_as_data():
+    # AWS's page asks for shared HBM; AWS's dynamic MoE kernel passes an SBUF tile.
+    x = np.arange(32, dtype=np.float32).reshape(8, 4)
+    np.testing.assert_array_equal(nki.simulate(lockstep[2])(x, np.array([[1], [1]], np.int32)),
+                                  2 * x)
+
+    @nki.jit
+    def psum_data(a):
+        t = nl.ndarray((1, 1), nl.float32, buffer=nl.psum)
+        nisa.core_barrier(t, (0, 1))
+        return a
+
+    with pytest.raises(nki.NkiError, match="got a PSUM tile"):
+        nki.simulate(psum_data[2])(np.ones((1, 1), np.float32))
