@@ -342,6 +342,21 @@ def _class_attribute(cls, name):
     return False
 
 
+def _dataclass_made_init(cls, fields):
+    """Whether cls's own __init__ is the one @dataclass generated (its parameters are the init
+    fields), not one the class defines (AWS's MLPParameters sets its derived fields there)."""
+    import inspect
+
+    init = vars(cls).get("__init__")
+    if init is None:
+        return False
+    try:
+        params = list(inspect.signature(init).parameters)[1:]
+    except (TypeError, ValueError):
+        return False
+    return params == [name for name, f in fields.items() if f.init]
+
+
 def _dataclass_field_missing(fields, args, kwargs):
     import dataclasses
 
@@ -359,7 +374,7 @@ class _NKIObjectType(type):
     # leaves a field not given unset, so those calls go to NKIObject's own.
     def __call__(cls, *args, **kwargs):
         fields = getattr(cls, "__dataclass_fields__", None)
-        if fields is not None and "__init__" in vars(cls) and (
+        if fields is not None and _dataclass_made_init(cls, fields) and (
                 any(k not in fields and _class_attribute(cls, k) for k in kwargs)
                 or _dataclass_field_missing(fields, args, kwargs)):
             obj = cls.__new__(cls)

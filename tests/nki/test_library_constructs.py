@@ -126,3 +126,17 @@ def test_a_dataclass_object_built_without_a_field_leaves_it_unset():
     with pytest.raises(AttributeError):
         sizes.cols
     assert _Sizes(1, 2) == _Sizes(rows=1, cols=2) != _Sizes(1, 3)
+
+
+@dataclass
+class _Params(nl.NKIObject):
+    rows: int
+    length: int
+
+    def __init__(self, shape):  # its own constructor sets the fields (AWS's MLPParameters)
+        self.rows, self.length = shape
+
+
+def test_a_dataclass_object_with_its_own_constructor_runs_it():
+    p = _Params((3, 5))
+    assert (p.rows, p.length) == (3, 5)
