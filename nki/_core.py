@@ -11,12 +11,10 @@ data.
 from __future__ import annotations
 
 import bisect
-import enum
 import math
 import os
 import sys
 import threading
-import typing
 
 from nki import _nki
 
@@ -337,36 +335,68 @@ def _contiguous_strides(shape):
     return tuple(reversed(strides))
 
 
-def _is_data_attribute(name, value):
-    return not name.startswith("__") and not (
-        callable(value) or isinstance(value, (property, staticmethod, classmethod)))
+def _class_attribute(cls, name):
+    """Whether `name` is a plain (data) class attribute of cls: a field NKI accepts by keyword
+    even unannotated."""
+    if name.startswith("__"):
+        return False
+    for klass in cls.__mro__[:-1]:
+        if name in vars(klass):
+            value = vars(klass)[name]
+            return not (callable(value) or isinstance(value, (property, staticmethod,
+                                                              classmethod)))
+    return False
 
 
-class NKIObject:
+def _dataclass_made_init(cls, fields):
+    """Whether cls's own __init__ is the one @dataclass generated (its parameters are the init
+    fields), not one the class defines (AWS's MLPParameters sets its derived fields there)."""
+    import inspect
+
+    init = vars(cls).get("__init__")
+    if init is None:
+        return False
+    try:
+        params = list(inspect.signature(init).parameters)[1:]
+    except (TypeError, ValueError):
+        return False
+    return params == [name for name, f in fields.items() if f.init]
+
+
+def _dataclass_field_missing(fields, args, kwargs):
+    import dataclasses
+
+    given = set(list(fields)[:len(args)]) | set(kwargs)
+    return any(f.init and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING and name not in given
+               for name, f in fields.items())
+
+
+class _NKIObjectType(type):
+    # ``@dataclass`` over a class whose fields are unannotated class attributes (AWS's
+    # attention_cte: ``section_idx = None``) generates an __init__ without them, and one that
+    # requires every field without a default (AWS's mlp_tkg builds its dimension sizes without
+    # remainderIFused); NKI builds such an object by keyword over its class attributes and
+    # leaves a field not given unset, so those calls go to NKIObject's own.
+    def __call__(cls, *args, **kwargs):
+        fields = getattr(cls, "__dataclass_fields__", None)
+        if fields is not None and _dataclass_made_init(cls, fields) and (
+                any(k not in fields and _class_attribute(cls, k) for k in kwargs)
+                or _dataclass_field_missing(fields, args, kwargs)):
+            obj = cls.__new__(cls)
+            NKIObject.__init__(obj, *args, **kwargs)
+            return obj
+        return super().__call__(*args, **kwargs)
+
+
+class NKIObject(metaclass=_NKIObjectType):
     """Base class of the objects a kernel may build (NKI 0.6 ``nl.NKIObject``): user classes
     inherit from it and behave like dataclasses, with or without ``@dataclass``: construction by
-    position or keyword over the fields (defaults from the class), field-wise equality.
-
-    As AWS's own kernels use it (its NKI library): every field is optional, None unless given
-    (``moe_cte_utils.Configs`` is built without its clamp limits), and a plain class attribute
-    is a field too (``attention_cte.SectionParams`` declares ``section_idx = None`` under
-    ``@dataclass`` and is built by keyword). Both are settled when the class is made, so a
-    ``@dataclass`` applied after sees them."""
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        own = cls.__dict__.get("__annotations__", {})
-        annotations = dict(own)
-        for name, value in list(cls.__dict__.items()):
-            # Immutable values only: @dataclass refuses a list / dict / set default.
-            if (name not in annotations and _is_data_attribute(name, value)
-                    and (value is None or isinstance(value, (bool, int, float, str, tuple,
-                                                             enum.Enum)))):
-                annotations[name] = typing.Any
-        for name in annotations:
-            if name not in cls.__dict__:
-                setattr(cls, name, None)
-        cls.__annotations__ = annotations
+    position or keyword over the annotated fields, or by keyword over the other data class
+    attributes (defaults from the class), field-wise equality. A field given no value and having
+    no default stays unset until the object sets it (AWS's library declares derived fields that
+    a method fills in, e.g. the MoE kernels' DimensionSizes.I_TP_sharded); reading it before is an
+    AttributeError."""
 
     def __init__(self, *args, **kwargs):
         fields = []
@@ -374,6 +404,7 @@ class NKIObject:
             for name in getattr(klass, "__annotations__", {}):
                 if name not in fields:
                     fields.append(name)
+        fields += [k for k in kwargs if k not in fields and _class_attribute(type(self), k)]
         if len(args) > len(fields):
             raise TypeError(f"{type(self).__name__} takes {len(fields)} fields, got {len(args)}")
         values = dict(zip(fields, args))

@@ -142,9 +142,8 @@ def test_nkiobject_classes_are_dataclasses():
     assert Tiling(rows=1) == Tiling(1, 64) and Tiling(1).cols == 64
     assert Frozen().eps == 1e-6 and Frozen(0.5) == Frozen(eps=0.5)
 
-    # A field given no value and no default is None until the object sets it (AWS's MoE
-    # kernels' DimensionSizes derive such fields in a method; its moe_cte Configs reads unset
-    # clamp limits as None).
+    # A field given no value and no default stays unset until the object sets it (AWS's MoE
+    # kernels' DimensionSizes derive such fields in a method).
     class Dims(nl.NKIObject):
         n: int
         half: int
@@ -153,7 +152,8 @@ def test_nkiobject_classes_are_dataclasses():
             self.half = self.n // 2
 
     d = Dims(n=6)
-    assert d.half is None
+    with pytest.raises(AttributeError):
+        d.half
     d.derive()
     assert d.half == 3
     a = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)

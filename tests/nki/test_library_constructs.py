@@ -112,24 +112,31 @@ def test_a_dataclass_object_takes_its_unannotated_class_attributes_by_keyword():
         _Section(nonexistent=1)  # neither a field nor a class attribute: the dataclass refuses
 
 
-class _Limits(nl.NKIObject):
-    low: float
-    high: float
-    scale: float = 2.0
-
-
 @dataclass
 class _Sizes(nl.NKIObject):
     rows: int
     cols: int
 
 
-def test_fields_not_given_are_none():
-    # AWS's moe_cte Configs is built without its clamp limits, and mlp_tkg's @dataclass
-    # dimension sizes without one of theirs: a field not given is None.
-    limits = _Limits(high=1.0)
-    assert (limits.low, limits.high, limits.scale) == (None, 1.0, 2.0)
-    assert _Limits(0.5).low == 0.5
+def test_a_dataclass_object_built_without_a_field_leaves_it_unset():
+    # AWS's mlp_tkg builds its @dataclass dimension sizes without remainderIFused: the object
+    # builds, and reading the field it was not given is an error, not a guess.
     sizes = _Sizes(rows=4)
-    assert (sizes.rows, sizes.cols) == (4, None)
+    assert sizes.rows == 4
+    with pytest.raises(AttributeError):
+        sizes.cols
     assert _Sizes(1, 2) == _Sizes(rows=1, cols=2) != _Sizes(1, 3)
+
+
+@dataclass
+class _Params(nl.NKIObject):
+    rows: int
+    length: int
+
+    def __init__(self, shape):  # its own constructor sets the fields (AWS's MLPParameters)
+        self.rows, self.length = shape
+
+
+def test_a_dataclass_object_with_its_own_constructor_runs_it():
+    p = _Params((3, 5))
+    assert (p.rows, p.length) == (3, 5)

@@ -10,3 +10,33 @@ def pytest_configure(config):
         return
     if not hasattr(Orchestrator, "_compiled_kernel"):
         Orchestrator._compiled_kernel = None
+
+
+# NKI_LIBRARY_MEMORY_LOG=<file>: one line per test with the process's resident and peak memory
+# (MB) and the interpreter's cached specialisations (docs/nki.md, "Memory of long library runs").
+def _memory_mb():
+    mb = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                mb[key] = int(value.split()[0]) // 1024
+    return mb
+
+
+def pytest_runtest_logreport(report):
+    import os
+
+    path = os.environ.get("NKI_LIBRARY_MEMORY_LOG")
+    if not path or (report.when != "call" and report.outcome == "passed"):
+        return
+    if report.when == "teardown":
+        return
+    from nki import _jit
+
+    mb = _memory_mb()
+    with open(path, "a") as log:
+        log.write(f"rss_mb={mb.get('VmRSS')} peak_mb={mb.get('VmHWM')} "
+                  f"cached_specialisations={len(_jit._CACHED)} "
+                  f"cached_instructions={_jit._cached_instructions} {report.outcome} "
+                  f"{report.duration:.1f}s {report.nodeid}\n")
