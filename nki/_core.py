@@ -15,6 +15,7 @@ import math
 import os
 import sys
 import threading
+import warnings
 
 from nki import _nki
 
@@ -973,13 +974,23 @@ class Tensor(NKIObject):
     def __itruediv__(self, o): return self._inplace("divide", o)
 
     def __bool__(self):
-        # An HBM tensor is true, as in AWS's NKI: kernels test optional arguments with `if t`
-        # (AWS's library, e.g. the MoE token-generation kernels, and AWS's own ISA examples). A
-        # tile's truth would be its values, which do not exist while the kernel specialises.
-        if not self._buffer.on_chip:
-            return True
-        raise error("an on-chip NKI tensor has no truth value at specialisation time: "
-                    "data-dependent control flow needs nl.where or device-side loops")
+        # A tensor is true, as in AWS's NKI, whose tracer runs the kernel's Python: kernels test
+        # optional arguments and configuration fields with `if t` (AWS's library: the MoE
+        # token-generation kernels' HBM arguments, moe_block's `if
+        # params.expert_params.expert_index:` on an SBUF tile). A tile's data does not exist
+        # while the kernel specialises, so `if tile:` can never test it: that case is said once
+        # per line, since a kernel that meant its values gets the same wrong branch on AWS's
+        # compiler too.
+        if self._buffer.on_chip:
+            file, line = caller_location()
+            tracer = current_tracer(optional=True)
+            kernel = f" in kernel '{tracer.name}'" if tracer is not None else ""
+            warnings.warn_explicit(
+                f"{file}:{line}{kernel}: `if` on an on-chip tensor is always true (as in AWS's "
+                "NKI: it tests that the tensor exists, never its values, which do not exist "
+                "while the kernel specialises); data-dependent control flow needs nl.where, "
+                "nisa.select or a device loop on a register", UserWarning, file, line)
+        return True
 
     def __iter__(self):
         raise error("NKI tensors cannot be iterated; index them with slices")
@@ -1520,7 +1531,6 @@ class Tracer:
                     lst[:] = sorted(set(lst) | {b, e})
 
     def _insert_spills(self, spills):
-        import warnings
 
         after, before = {}, {}
         notes = []
