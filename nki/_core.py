@@ -11,10 +11,12 @@ data.
 from __future__ import annotations
 
 import bisect
+import enum
 import math
 import os
 import sys
 import threading
+import typing
 
 from nki import _nki
 
@@ -228,7 +230,7 @@ ENGINE_NAMES = ("tensor", "vector", "scalar", "gpsimd", "dma")
  OP_MAX8, OP_FIND_INDEX8, OP_MATCH_REPLACE8, OP_QUANTIZE_MX, OP_MATMUL_MX, OP_CUMULATIVE,
  OP_SELECT_REDUCE, OP_RANGE_SELECT, OP_NONZERO_WITH_COUNT, OP_SEQUENCE_BOUNDS, OP_STREAM_SHUFFLE,
  OP_LOCAL_GATHER, OP_N_GATHER, OP_DMA_COMPUTE, OP_ACTIVATE2, OP_TOPK,
- OP_DMA_INDIRECT, OP_BARRIER, OP_LOOP_BEGIN, OP_LOOP_END) = range(37)
+ OP_DMA_INDIRECT, OP_BARRIER, OP_LOOP_BEGIN, OP_LOOP_END, OP_COLLECTIVE) = range(38)
 LOOP_MARKERS = (OP_LOOP_BEGIN, OP_LOOP_END)
 # Instructions that write only part of their destination (the rest keeps its contents): an
 # assignment of their fresh result is a copy of the whole tile, never folded into them.
@@ -329,41 +331,36 @@ def _contiguous_strides(shape):
     return tuple(reversed(strides))
 
 
-def _class_attribute(cls, name):
-    """Whether `name` is a plain (data) class attribute of cls: a field NKI accepts by keyword
-    even unannotated."""
-    if name.startswith("__"):
-        return False
-    for klass in cls.__mro__[:-1]:
-        if name in vars(klass):
-            value = vars(klass)[name]
-            return not (callable(value) or isinstance(value, (property, staticmethod,
-                                                              classmethod)))
-    return False
+def _is_data_attribute(name, value):
+    return not name.startswith("__") and not (
+        callable(value) or isinstance(value, (property, staticmethod, classmethod)))
 
 
-class _NKIObjectType(type):
-    # ``@dataclass`` over a class whose fields are unannotated class attributes (AWS's
-    # attention_cte: ``section_idx = None``) generates an __init__ without them; NKI builds such
-    # an object by keyword over its class attributes, so that call goes to NKIObject's own.
-    def __call__(cls, *args, **kwargs):
-        fields = getattr(cls, "__dataclass_fields__", None)
-        if (fields is not None and kwargs and "__init__" in vars(cls)
-                and any(k not in fields and _class_attribute(cls, k) for k in kwargs)):
-            obj = cls.__new__(cls)
-            NKIObject.__init__(obj, *args, **kwargs)
-            return obj
-        return super().__call__(*args, **kwargs)
-
-
-class NKIObject(metaclass=_NKIObjectType):
+class NKIObject:
     """Base class of the objects a kernel may build (NKI 0.6 ``nl.NKIObject``): user classes
     inherit from it and behave like dataclasses, with or without ``@dataclass``: construction by
-    position or keyword over the annotated fields, or by keyword over the other data class
-    attributes (defaults from the class), field-wise equality. A field given no value and having
-    no default stays unset until the object sets it (AWS's library declares derived fields that
-    a method fills in, e.g. the MoE kernels' DimensionSizes.I_TP_sharded); reading it before is an
-    AttributeError."""
+    position or keyword over the fields (defaults from the class), field-wise equality.
+
+    As AWS's own kernels use it (its NKI library): every field is optional, None unless given
+    (``moe_cte_utils.Configs`` is built without its clamp limits), and a plain class attribute
+    is a field too (``attention_cte.SectionParams`` declares ``section_idx = None`` under
+    ``@dataclass`` and is built by keyword). Both are settled when the class is made, so a
+    ``@dataclass`` applied after sees them."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__annotations__", {})
+        annotations = dict(own)
+        for name, value in list(cls.__dict__.items()):
+            # Immutable values only: @dataclass refuses a list / dict / set default.
+            if (name not in annotations and _is_data_attribute(name, value)
+                    and (value is None or isinstance(value, (bool, int, float, str, tuple,
+                                                             enum.Enum)))):
+                annotations[name] = typing.Any
+        for name in annotations:
+            if name not in cls.__dict__:
+                setattr(cls, name, None)
+        cls.__annotations__ = annotations
 
     def __init__(self, *args, **kwargs):
         fields = []
@@ -371,7 +368,6 @@ class NKIObject(metaclass=_NKIObjectType):
             for name in getattr(klass, "__annotations__", {}):
                 if name not in fields:
                     fields.append(name)
-        fields += [k for k in kwargs if k not in fields and _class_attribute(type(self), k)]
         if len(args) > len(fields):
             raise TypeError(f"{type(self).__name__} takes {len(fields)} fields, got {len(args)}")
         values = dict(zip(fields, args))
@@ -408,9 +404,16 @@ class DynamicSlice:
     """``nl.ds(start, size)``: `size` elements from `start` along one dim."""
 
     def __init__(self, start, size):
+        if getattr(start, "_is_register", False) and _is_int(size):
+            # A runtime start (a VirtualRegister): a dynamic slice of an HBM tensor, which
+            # Tensor.__getitem__ makes a scalar-offset access.
+            self.start, self.size = start, int(size)
+            if self.size <= 0:
+                raise error(f"nl.ds({start!r}, {size}): size must be positive")
+            return
         if not _is_int(start) or not _is_int(size):
-            raise error(f"nl.ds({start!r}, {size!r}): start and size must be integers known when "
-                        "the kernel specialises (runtime offsets need .ap(scalar_offset=...))")
+            raise error(f"nl.ds({start!r}, {size!r}): start must be an integer known when the "
+                        "kernel specialises or a VirtualRegister, size an integer")
         self.start, self.size = int(start), int(size)
         if self.size < 0:
             raise error(f"nl.ds({start}, {size}): size must not be negative")
@@ -424,6 +427,12 @@ class DynamicSlice:
 
 def _is_int(x):
     return isinstance(x, int) or (hasattr(x, "__index__") and not isinstance(x, float))
+
+
+def _runtime_index(k):
+    """Whether an index is placed at run time: a register, or nl.ds with a register start."""
+    return getattr(k, "_is_register", False) or (
+        isinstance(k, DynamicSlice) and getattr(k.start, "_is_register", False))
 
 
 class Tensor(NKIObject):
@@ -517,6 +526,8 @@ class Tensor(NKIObject):
             # Index grids (nl.arange / nl.mgrid) and tiles of runtime indices (an indirect DMA)
             # of the legacy neuronxcc.nki API: its module installs the indexer.
             return HOOKS["grid_index"](self, key)
+        if any(_runtime_index(k) for k in key):
+            return self._runtime_index(key)
         key = tuple(k.as_slice() if isinstance(k, DynamicSlice) else k for k in key)
         if any(k is Ellipsis for k in key):
             i = key.index(Ellipsis)
@@ -564,6 +575,35 @@ class Tensor(NKIObject):
                                            "t[:, i:i + 1] (NKI 0.6 drops an integer-indexed dim)"))
                 shape, strides = shape + [1], strides + [1]
         return self._derive(shape, strides, offset)
+
+    def _runtime_index(self, key):
+        """``t[..., i, ...]`` or ``t[..., nl.ds(i, n), ...]`` with a VirtualRegister i: the
+        access moved along that dim by i's value when the transfer runs (a scalar offset of
+        .ap, for nisa.dma_copy's HBM side)."""
+        from nki import _indirect
+        if self._buffer.on_chip:
+            raise error("a register index on an on-chip tensor: this interpreter runs runtime "
+                        "offsets on the HBM side of a DMA (nisa.dma_copy) only")
+        if Ellipsis in key:
+            i = key.index(Ellipsis)
+            key = key[:i] + (slice(None),) * (self.ndim - (len(key) - 1)) + key[i + 1:]
+        key = key + (slice(None),) * (self.ndim - len(key))
+        dims = [d for d, k in enumerate(key) if _runtime_index(k)]
+        if len(dims) != 1:
+            raise error("at most one dim of an access is placed at run time (one scalar offset)")
+        d = dims[0]
+        k = key[d]
+        size = k.size if isinstance(k, DynamicSlice) else None
+        reg = k.start if isinstance(k, DynamicSlice) else k
+        # The other dims' static indexing first, dim d kept whole.
+        base = self[key[:d] + (slice(None),) + key[d + 1:]]
+        bd = sum(1 for j in range(d) if isinstance(key[j], (slice, DynamicSlice)))
+        pairs = [(st, (size if j == bd else n)) for j, (st, n) in enumerate(zip(base.strides,
+                                                                                base.shape))
+                 if j != bd or size is not None]
+        if not pairs:
+            raise error("a register index on a 1-D tensor: use t[nl.ds(i, 1)]")
+        return _indirect.access_pattern(base, pairs, base.offset, base.dtype, None, reg, bd)
 
     def __setitem__(self, key, value):
         dst = self[key]

@@ -144,7 +144,7 @@ def access_pattern(tensor, pairs, offset, dtype, vector_offset, scalar_offset, i
         if _loops.is_register(scalar_offset):
             # A register (a device loop's induction value, or one loaded with
             # nisa.register_load): its [1, 1] int32 value, read when the transfer runs.
-            scalar_offset = scalar_offset.tile()
+            scalar_offset = scalar_offset.read(".ap(scalar_offset=)")
         if isinstance(scalar_offset, Tensor):
             if scalar_offset.numel() != 1:
                 raise error(f".ap: scalar_offset is a tile of shape {scalar_offset.shape}; it "

@@ -38,8 +38,10 @@ _DEVICES = {}
 def register_device(kind, runner):
     """Lets kernels run on tensors of device type `kind`. `runner` has ``target(index)`` (the
     platform target of that device: "trn1" / "trn2" / "trn3"), ``current_device()`` and
-    ``launch(executable, index, memory)`` -> (printed lines, timeline dict), where `executable`
-    is an ``nki._nki.Executable`` and `memory` the (address, bytes) of each bound buffer."""
+    ``launch(executable, index, memory, exchange=None)`` -> (printed lines, timeline dict), where
+    `executable` is an ``nki._nki.Executable``, `memory` the (address, bytes) of each bound buffer
+    and `exchange` nki.collectives' exchange (``nki._nki.collective_exchange()``) for a kernel
+    with collectives; and ``core_links(index)``, the device's links that time collectives."""
     _DEVICES[kind] = runner
 
 _TORCH_DTYPES = {
@@ -169,12 +171,24 @@ class Specialization:
                        for b, moved in tracer.spills]
         self._timeline = None
 
+    @property
+    def has_collectives(self):
+        return _core.OP_COLLECTIVE in self.opcodes
+
     def timeline(self):
         # The modelled timing depends only on the program and the core (set at import), not on
-        # the data: computed once per specialisation, not per call.
+        # the data: computed once per specialisation, not per call. Collectives are priced on a
+        # device's links (the runtime's link model).
         if self._timeline is None:
-            self._timeline = self.executable.timeline(self.chip)
+            self._timeline = self.executable.timeline(self.chip, self.links())
         return self._timeline
+
+    def links(self):
+        """The links that price this kernel's collectives: a device's (None without any)."""
+        if not self.has_collectives:
+            return None
+        return next((r.core_links(0) for r in _DEVICES.values() if hasattr(r, "core_links")),
+                    None)
 
 
 def _np_dtype(dt):
@@ -272,7 +286,8 @@ class JitKernel:
         key = (grid, target,
                tuple(("A", tuple(a.shape), _core.as_dtype(a.dtype).name) if kinds[i] is not None
                      else ("C", _freeze(a)) for i, a in enumerate(args)),
-               tuple(sorted((k, _freeze(v)) for k, v in kwargs.items())))
+               tuple(sorted((k, _freeze(v)) for k, v in kwargs.items())),
+               _collective_context())
         spec = self._cache.get(key)
         if spec is None:
             spec = self._trace(args, kinds, arrays, kwargs, grid, target)
@@ -421,8 +436,8 @@ class JitKernel:
                         arrays[i].copy_(inputs[i])
         # A kernel with device loops costs what its loops' bodies ran this time (the counts
         # are runtime values); the others' timing is the same every call.
-        timeline = (spec.executable.timeline(spec.chip, loop_iterations) if loop_iterations
-                    else spec.timeline())
+        timeline = (spec.executable.timeline(spec.chip, spec.links(), loop_iterations)
+                    if loop_iterations else spec.timeline())
         self.last_run = KernelRun(timeline, printed, spec.spills)
         _print(printed)
         return _outputs(spec, arrays, fresh)
@@ -436,7 +451,11 @@ class JitKernel:
         index = device.index if device.index is not None else runner.current_device()
         constants = [torch.from_numpy(c).to(device) for c in spec.constants]
         memory = [(t.data_ptr(), t.numel() * t.element_size()) for t in inputs + fresh + constants]
-        printed, timeline = runner.launch(spec.executable, index, memory)
+        if spec.has_collectives:
+            printed, timeline = runner.launch(spec.executable, index, memory,
+                                              exchange=_nki.collective_exchange())
+        else:
+            printed, timeline = runner.launch(spec.executable, index, memory)
         for i in spec.mutated:
             if not _same_memory(inputs[i], arrays[i]):
                 with torch.no_grad():
@@ -444,6 +463,13 @@ class JitKernel:
         self.last_run = KernelRun(timeline, printed, spec.spills)
         _print(printed)
         return _outputs(spec, arrays, fresh)
+
+
+def _collective_context():
+    """This process's (rank, world size) once nki.collectives is in use: kernels with
+    collectives specialise on the rank (rank_id(), the sub-group's size)."""
+    collectives = sys.modules.get("nki.collectives")
+    return None if collectives is None else collectives.context()
 
 
 def _same_memory(staged, array):

@@ -35,6 +35,8 @@ class VirtualRegister(_core.NKIObject):
     """A 32-bit register (``nisa.register_alloc``): its value exists only while the kernel
     runs. ``state``: an optional initial value (an int, or a one-element integer tensor)."""
 
+    _is_register = True  # for nki._core's indexing (which does not import this module)
+
     def __init__(self, state=None, frozen=False):
         tracer = _core.current_tracer()
         buf = _core.Buffer(tracer, _core.sbuf, (1, 1), _core.int32,
@@ -43,6 +45,9 @@ class VirtualRegister(_core.NKIObject):
         buf.internal = True
         object.__setattr__(self, "_buffer", buf)
         object.__setattr__(self, "frozen", bool(frozen))
+        # Whether an instruction traced so far sets it: reading one that nothing set would read
+        # whatever the sequencer's register held.
+        object.__setattr__(self, "_set", bool(frozen))
         tracer.registers.append(self)
         if state is None:
             return
@@ -54,6 +59,19 @@ class VirtualRegister(_core.NKIObject):
     def tile(self):
         """The register as a [1, 1] int32 view (what the instructions read and write)."""
         return Tensor(self._buffer, (1, 1))
+
+    def read(self, what):
+        """The view an instruction reads, once something has set the register."""
+        if not self._set:
+            raise error(f"{what} reads {self!r}, which nothing has set yet (nisa.register_move "
+                        "or nisa.register_load, or register_alloc(x)): its value would be "
+                        "whatever the sequencer's register held")
+        return self.tile()
+
+    def written(self):
+        """The view an instruction writes."""
+        object.__setattr__(self, "_set", True)
+        return self.tile()
 
     def __repr__(self):
         return f"<VirtualRegister {self._buffer.name[1:-1]}>"
@@ -73,6 +91,7 @@ class VirtualRegister(_core.NKIObject):
                         "branch on it while the kernel specialises (use `while reg:`, "
                         "nl.while_loop or nl.fori_loop for device-side control flow)")
         tracer = _core.current_tracer()
+        self.read("`while` on a register")
         key = (id(where), where.f_lineno, id(self))
         for depth, loop in enumerate(reversed(tracer.open_loops)):
             if loop.get("key") == key:
@@ -151,13 +170,13 @@ def register_move(dst, src):
     tracer = _core.current_tracer()
     dst = _register(dst, "nisa.register_move: dst")
     if is_register(src):
-        _copy(tracer, dst.tile(), src.tile())
+        _copy(tracer, dst.written(), src.read("nisa.register_move"))
         return None
     if not _core._is_int(src):
         raise error(f"nisa.register_move: src must be an int known at specialisation or a "
                     f"VirtualRegister, got {type(src).__name__}")
     _check_int32(int(src), "nisa.register_move:")
-    tracer.emit(OP_MEMSET, GPSIMD, dst.tile(), imm0=float(int(src)))
+    tracer.emit(OP_MEMSET, GPSIMD, dst.written(), imm0=float(int(src)))
     return None
 
 
@@ -165,7 +184,7 @@ def register_load(dst, src):
     """dst <- the one integer value of `src` (HBM or SBUF), read when the kernel runs."""
     tracer = _core.current_tracer()
     dst = _register(dst, "nisa.register_load: dst")
-    _copy(tracer, dst.tile(), _scalar_tensor(src, "nisa.register_load: src"))
+    _copy(tracer, dst.written(), _scalar_tensor(src, "nisa.register_load: src"))
     return None
 
 
@@ -175,7 +194,7 @@ def register_store(dst, src):
     if not is_register(src):
         raise error(f"nisa.register_store: src must be a VirtualRegister, got "
                     f"{type(src).__name__}")
-    _copy(tracer, _scalar_tensor(dst, "nisa.register_store: dst"), src.tile())
+    _copy(tracer, _scalar_tensor(dst, "nisa.register_store: dst"), src.read("nisa.register_store"))
     return None
 
 
@@ -186,7 +205,8 @@ def begin_loop(tracer, kind, lower=None, upper=None, step=1, condition=None, key
     """Emits a loop's begin; returns the induction register of a counted loop."""
     location = _core.caller_location()
     if kind == "while":
-        index = tracer.emit(_core.OP_LOOP_BEGIN, GPSIMD, None, condition.tile(), axes=1)
+        index = tracer.emit(_core.OP_LOOP_BEGIN, GPSIMD, None, condition.read("a while loop"),
+                            axes=1)
         induction = None
     else:
         induction = VirtualRegister(frozen=True)
@@ -202,7 +222,7 @@ def begin_loop(tracer, kind, lower=None, upper=None, step=1, condition=None, key
                 # In a multi-program launch the loop may become the cores' joint loop, which
                 # takes each core's bounds from registers.
                 bound = VirtualRegister(int(bound))
-            views[slot] = bound.tile()
+            views[slot] = bound.read("a device loop's bound")
         index = tracer.emit(_core.OP_LOOP_BEGIN, GPSIMD, induction.tile(), views.get("a"),
                             views.get("b"), axes=0, **params)
     tracer.open_loops.append({"kind": kind, "begin": index, "location": location, "key": key})

@@ -35,8 +35,11 @@ class _NeuronDevice:
     def current_device(self):
         return torch.neuron.current_device()
 
-    def launch(self, executable, index, memory):
-        return _C._nki_launch(executable.capsule(), index, memory)
+    def launch(self, executable, index, memory, exchange=None):
+        return _C._nki_launch(executable.capsule(), index, memory, exchange)
+
+    def core_links(self, index):
+        return _C._nki_core_links(index)
 
 
 _nki_jit.register_device("neuron", _NeuronDevice())

@@ -17,5 +17,9 @@ struct HostKernels {
 
 inline constexpr const char* kHostKernelsCapsule = "nrtsim.nki.HostKernels";
 inline constexpr const char* kExecutableCapsule = "nrtsim.nki.Executable";
+// A const nrtsim::nki::CollectiveHook* (the nki package's exchange, owned by it for the process).
+inline constexpr const char* kCollectiveHookCapsule = "nrtsim.nki.CollectiveHook";
+// A const nrtsim::CoreLinks* (a device's links, owned by the capsule), for timing collectives.
+inline constexpr const char* kCoreLinksCapsule = "nrtsim.CoreLinks";
 
 }  // namespace nrtsim::nki

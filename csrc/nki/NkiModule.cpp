@@ -28,6 +28,35 @@ using nrtsim::nki::Executable;
 
 nrtsim::nki::HostKernels g_host;  // set by set_host_kernels; the runtime's loop GEMM otherwise
 
+// The exchange of collective instructions with the other ranks (runtime/nki/Collective.h): the
+// Python callable nki.collectives installs (set_collective_exchange), called with the GIL held
+// as exchange(description, kind, send, receive, metadata), each tile a writable (memoryview,
+// dtype code, shape) over the interpreter's staging bytes, valid during the call. Host runs pass
+// it to the interpreter; a device's launch gets it through collective_exchange()'s capsule. The
+// callable is never released: it lives as long as the process (its destructor would run after
+// the interpreter has gone).
+nrtsim::nki::CollectiveHook g_collectives;
+
+py::tuple tile_of(nrtsim::nki::StagedTile& t, bool writable) {
+  return py::make_tuple(
+      py::memoryview::from_memory(t.bytes.data(), static_cast<py::ssize_t>(t.bytes.size()),
+                                  !writable),
+      static_cast<int>(t.dtype), py::cast(t.shape));
+}
+
+void set_collective_exchange(const py::function& fn) {
+  auto* held = new py::function(fn);
+  g_collectives = [held](nrtsim::nki::CollectiveExchange& x) {
+    py::gil_scoped_acquire gil;
+    (*held)(x.instruction->text, nrtsim::nki::collective_kind_name(x.kind), tile_of(x.send, true),
+            tile_of(x.receive, true), tile_of(x.metadata, true));
+  };
+}
+
+const nrtsim::nki::CollectiveHook* collectives() {
+  return g_collectives ? &g_collectives : nullptr;
+}
+
 nrtsim::nki::View view_from(const py::handle& h) {
   nrtsim::nki::View v;
   if (h.is_none()) return v;
@@ -138,10 +167,22 @@ class PyExecutable {
             checked([&] { return Executable(program_from(name, buffers, instructions)); }))) {}
 
   // The modelled timing on `chip`: of the program as traced, or, given a run's device-loop
-  // counts (run_host's second result), of that run.
-  py::dict timeline(const std::string& chip, const py::object& loop_iterations) const {
+  // counts (run_host's second result), of that run. `links`: a capsule of the core's links
+  // (nrtsim.CoreLinks, from a device), which price collective instructions; None for a kernel
+  // without them.
+  py::dict timeline(const std::string& chip, const py::object& links,
+                    const py::object& loop_iterations) const {
     const nrtsim::CoreSpec spec = checked([&] { return spec_named(chip); });
-    nrtsim::nki::Timeline t = checked([&] { return nrtsim::nki::schedule(exe_->program(), spec); });
+    const nrtsim::CoreLinks* core_links = nullptr;
+    if (!links.is_none()) {
+      const auto c = links.cast<py::capsule>();
+      if (std::string(c.name()) != nrtsim::nki::kCoreLinksCapsule) {
+        throw py::type_error("timeline: links must be a capsule named nrtsim.CoreLinks");
+      }
+      core_links = static_cast<const nrtsim::CoreLinks*>(c.get_pointer());
+    }
+    nrtsim::nki::Timeline t =
+        checked([&] { return nrtsim::nki::schedule(exe_->program(), spec, core_links); });
     if (!loop_iterations.is_none()) {
       const auto counts = loop_iterations.cast<std::vector<int64_t>>();
       t = checked([&] { return nrtsim::nki::with_iterations(t, counts); });
@@ -158,7 +199,7 @@ class PyExecutable {
       py::gil_scoped_release release;
       void* token = g_host.enter_run ? g_host.enter_run() : nullptr;
       try {
-        printed = checked([&] { return exe_->run(ext, &iterations); });
+        printed = checked([&] { return exe_->run(ext, collectives(), &iterations); });
       } catch (...) {
         if (g_host.exit_run) g_host.exit_run(token);
         throw;
@@ -201,7 +242,7 @@ PYBIND11_MODULE(_nki, m) {
   py::class_<PyExecutable>(m, "Executable")
       .def(py::init<const std::string&, const py::list&, const py::list&>(), py::arg("name"),
            py::arg("buffers"), py::arg("instructions"))
-      .def("timeline", &PyExecutable::timeline, py::arg("chip"),
+      .def("timeline", &PyExecutable::timeline, py::arg("chip"), py::arg("links") = py::none(),
            py::arg("loop_iterations") = py::none())
       .def("run_host", &PyExecutable::run_host, py::arg("memory"))
       .def("capsule", &PyExecutable::capsule)
@@ -220,6 +261,14 @@ PYBIND11_MODULE(_nki, m) {
   }, py::arg("chip"));
   m.def("set_dma_model_path", &nrtsim::nki::set_default_dma_model_path, py::arg("path"));
   m.def("set_host_kernels", &set_host_kernels, py::arg("capsule"));
+  m.def("set_collective_exchange", &set_collective_exchange, py::arg("exchange"));
+  // The installed exchange for a device's launch (a capsule named nrtsim.nki.CollectiveHook;
+  // None before nki.collectives installs one).
+  m.def("collective_exchange", []() -> py::object {
+    if (!g_collectives) return py::none();
+    return py::capsule(static_cast<const void*>(&g_collectives),
+                       nrtsim::nki::kCollectiveHookCapsule);
+  });
   // The threads the interpreter splits a large instruction's partitions over
   // (runtime/nki/PartitionWorkers.h): NRTSIM_NKI_THREADS, else automatic (the CPUs, at most 4);
   // set_interpreter_threads(n) overrides it for the process (0: back to that) and returns the

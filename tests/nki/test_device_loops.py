@@ -160,51 +160,55 @@ def test_nested_device_loops():
         np.testing.assert_array_equal(run(nested_sums, x, y, _count(no), _count(ni)), want)
 
 
-@nki.jit
-def repeat_add_while_loop(x, count):
-    # acc = count * x: nl.while_loop on a register the body decrements (through SBUF, since
-    # registers have no arithmetic) and returns.
-    p, d = x.shape
-    t = nl.ndarray((p, d), nl.float32, buffer=nl.sbuf)
+def _repeat_add_setup(x, count):
+    # x in SBUF, a zeroed accumulator and the count in an SBUF tile (registers have no
+    # arithmetic: the bodies below decrement the tile and reload a register from it).
+    t = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
     nisa.dma_copy(dst=t, src=x)
-    acc = nl.ndarray((p, d), nl.float32, buffer=nl.sbuf)
+    acc = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
     nisa.memset(dst=acc, value=0.0)
     left = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
     nisa.dma_copy(dst=left, src=count)
+    return t, acc, left
+
+
+def _repeat_add_step(t, acc, left):
+    nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
+    nisa.tensor_scalar(dst=left, data=left, op0=nl.subtract, operand0=1)
+
+
+def _store(acc):
+    out = nl.ndarray(acc.shape, nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=acc)
+    return out
+
+
+@nki.jit
+def repeat_add_while_loop(x, count):
+    # acc = count * x: nl.while_loop on a register the body decrements and returns.
+    t, acc, left = _repeat_add_setup(x, count)
     init = nisa.register_alloc(left)
 
     def body(r):
-        nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
-        nisa.tensor_scalar(dst=left, data=left, op0=nl.subtract, operand0=1)
+        _repeat_add_step(t, acc, left)
         nxt = nisa.register_alloc()
         nisa.register_load(nxt, left)
         return nxt
 
     nl.while_loop(init, body)
-    out = nl.ndarray((p, d), nl.float32, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=acc)
-    return out
+    return _store(acc)
 
 
 @nki.jit
 def repeat_add_while_reg(x, count):
     # The same with the parser frontend's `while reg:`, reloading the register in the body.
-    p, d = x.shape
-    t = nl.ndarray((p, d), nl.float32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=x)
-    acc = nl.ndarray((p, d), nl.float32, buffer=nl.sbuf)
-    nisa.memset(dst=acc, value=0.0)
-    left = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=left, src=count)
+    t, acc, left = _repeat_add_setup(x, count)
     reg = nisa.register_alloc()
     nisa.register_load(reg, left)
     while reg:
-        nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
-        nisa.tensor_scalar(dst=left, data=left, op0=nl.subtract, operand0=1)
+        _repeat_add_step(t, acc, left)
         nisa.register_load(reg, left)
-    out = nl.ndarray((p, d), nl.float32, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=acc)
-    return out
+    return _store(acc)
 
 
 @pytest.mark.parametrize("kernel", [repeat_add_while_loop, repeat_add_while_reg])
@@ -287,6 +291,16 @@ def test_float_register_load_and_bad_operands_are_refused():
         run(nki.jit(write_induction), np.ones((1, 1), np.float32))
 
 
+def test_reading_a_register_nothing_set_is_an_error():
+    def unset(x):
+        for _ in nl.dynamic_range(nisa.register_alloc()):
+            pass
+        return x
+
+    with pytest.raises(nki.NkiError, match="nothing has set yet"):
+        run(nki.jit(unset), np.ones((1, 1), np.float32))
+
+
 def test_leaving_a_device_loop_early_is_an_error():
     def broken(x):
         for _ in nl.dynamic_range(nisa.register_alloc(3)):
@@ -310,9 +324,9 @@ def test_endless_while_loop_is_stopped():
 
 
 @nki.jit
-def lockstep(x, counts):
-    # An LNC=2 launch whose device loop holds a core barrier: each core doubles its half of the
-    # rows once per iteration, its count from its own row of `counts`.
+def doubling_halves(x, counts, barrier):
+    # LNC=2: each core doubles its half of the rows once per iteration of its own device loop,
+    # its count from its own row of `counts`; with `barrier`, the loop holds a core barrier.
     p, d = x.shape
     h = p // 2
     core = nl.program_id(0)
@@ -322,41 +336,32 @@ def lockstep(x, counts):
     n = _load_register(counts[core:core + 1, :])
     for _ in nl.dynamic_range(0, n):
         nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
-        nisa.dma_copy(dst=out[core * h:(core + 1) * h, :], src=t)
-        nisa.core_barrier(t, (0, 1))  # an SBUF tile as data, as AWS's MoE kernel passes
+        if barrier:
+            nisa.dma_copy(dst=out[core * h:(core + 1) * h, :], src=t)
+            nisa.core_barrier(t, (0, 1))  # an SBUF tile as data, as AWS's MoE kernel passes
     nisa.dma_copy(dst=out[core * h:(core + 1) * h, :], src=t)
     return out
+
+
+def _halves(x, n0, n1, barrier):
+    return nki.simulate(doubling_halves[2])(x, np.array([[n0], [n1]], np.int32), barrier)
 
 
 def test_device_loop_holding_a_barrier_runs_on_both_cores_together():
     x = np.arange(32, dtype=np.float32).reshape(8, 4)
     for n in (0, 1, 3):
-        got = nki.simulate(lockstep[2])(x, np.array([[n], [n]], np.int32))
-        np.testing.assert_array_equal(got, x * 2.0 ** n)
+        np.testing.assert_array_equal(_halves(x, n, n, True), x * 2.0 ** n)
     # Counts that differ: the core still looping would wait at the barrier forever.
     with pytest.raises(nki.NkiError, match="ends on one core and not on the other after 2 "
                                            "iterations"):
-        nki.simulate(lockstep[2])(x, np.array([[2], [3]], np.int32))
+        _halves(x, 2, 3, True)
 
 
 def test_device_loops_of_two_programs_run_each_whole():
-    @nki.jit
-    def per_core(x, count):
-        # Each program doubles its own half of the rows `count` times.
-        p, d = x.shape
-        h = p // 2
-        core = nl.program_id(0)
-        out = nl.ndarray((p, d), x.dtype, buffer=nl.shared_hbm)
-        t = nl.ndarray((h, d), x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=x[core * h:(core + 1) * h, :])
-        n = _load_register(count)
-        for _ in nl.dynamic_range(n):
-            nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
-        nisa.dma_copy(dst=out[core * h:(core + 1) * h, :], src=t)
-        return out
-
+    # Without a synchronisation inside, each core's loop runs its own count.
     x = np.arange(32, dtype=np.float32).reshape(8, 4)
-    np.testing.assert_array_equal(nki.simulate(per_core[2])(x, _count(3)), 8 * x)
+    want = np.concatenate([x[:4] * 4, x[4:] * 8])
+    np.testing.assert_array_equal(_halves(x, 2, 3, False), want)
 
 
 def test_device_launch_charges_the_run_iterations():
@@ -375,8 +380,7 @@ def test_device_launch_charges_the_run_iterations():
 def test_core_barrier_takes_an_sbuf_tile_as_data():
     # AWS's page asks for shared HBM; AWS's dynamic MoE kernel passes an SBUF tile.
     x = np.arange(32, dtype=np.float32).reshape(8, 4)
-    np.testing.assert_array_equal(nki.simulate(lockstep[2])(x, np.array([[1], [1]], np.int32)),
-                                  2 * x)
+    np.testing.assert_array_equal(_halves(x, 1, 1, True), 2 * x)
 
     @nki.jit
     def psum_data(a):
@@ -386,3 +390,65 @@ def test_core_barrier_takes_an_sbuf_tile_as_data():
 
     with pytest.raises(nki.NkiError, match="got a PSUM tile"):
         nki.simulate(psum_data[2])(np.ones((1, 1), np.float32))
+
+
+@nki.jit
+def dynamic_slices(x, count):
+    # out[2 i : 2 i + 2, :] = x[i, :] (both rows) for i < count: a register as an integer index
+    # (the dim dropped) and as nl.ds's start, i.e. dynamic slices of HBM tensors.
+    rows, d = x.shape
+    out = nl.ndarray((2 * rows, d), nl.float32, buffer=nl.shared_hbm)
+    zero = nl.ndarray((2 * rows, d), nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=zero, value=0.0)
+    nisa.dma_copy(dst=out, src=zero)
+    pos = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
+    nisa.memset(dst=pos, value=0)
+    for i in nl.dynamic_range(_load_register(count)):
+        t = nl.ndarray((1, d), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[i])
+        two = nl.ndarray((2, d), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=two[0:1, :], src=t)
+        nisa.dma_copy(dst=two[1:2, :], src=t)
+        start = nisa.register_alloc(pos)
+        nisa.dma_copy(dst=out[nl.ds(start, 2), :], src=two)
+        nisa.tensor_scalar(dst=pos, data=pos, op0=nl.add, operand0=2)
+    return out
+
+
+def test_register_indices_are_dynamic_slices():
+    x = np.random.default_rng(4).standard_normal((5, 8)).astype(np.float32)
+    for n in (0, 2, 5):
+        want = np.zeros((10, 8), np.float32)
+        want[:2 * n] = np.repeat(x[:n], 2, axis=0)
+        np.testing.assert_array_equal(run(dynamic_slices, x, _count(n)), want)
+    # A slice of 2 rows from row 9 of 10 is out of range when it runs.
+    @nki.jit
+    def past_end(x, at):
+        out = nl.ndarray((4, 8), nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((2, 8), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[nl.ds(_load_register(at), 2), :])
+        nisa.dma_copy(dst=out[0:2, :], src=t)
+        nisa.dma_copy(dst=out[2:4, :], src=t)
+        return out
+
+    np.testing.assert_array_equal(run(past_end, x, _count(3)), np.tile(x[3:5], (2, 1)))
+    with pytest.raises(nki.NkiError, match=r"test_device_loops.py:\d+ in kernel 'past_end'.*"
+                                           r"index 4 .*outside \[0, 4\)"):
+        run(past_end, x, _count(4))
+
+
+def test_nested_loop_time_is_linear_in_each_loops_iterations():
+    # T(outer, inner) = T0 + outer * A + outer * inner * B: each loop's own cost once per
+    # iteration run, the inner body's once per inner iteration in all.
+    x = np.ones((6, 8), np.float32)
+    y = np.ones((5, 8), np.float32)
+
+    def t(no, ni):
+        run(nested_sums, x, y, _count(no), _count(ni))
+        return nested_sums.last_run.makespan_ns
+
+    b2 = t(2, 3) - t(2, 2)
+    b3 = t(3, 3) - t(3, 2)
+    assert b2 > 0 and b3 == pytest.approx(1.5 * b2, rel=1e-9)
+    a_plus_2b = t(3, 2) - t(2, 2)
+    assert a_plus_2b > b2

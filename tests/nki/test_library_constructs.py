@@ -110,3 +110,26 @@ def test_a_dataclass_object_takes_its_unannotated_class_attributes_by_keyword():
     assert _Section(width=2).width == 2  # the dataclass's own fields as before
     with pytest.raises(TypeError):
         _Section(nonexistent=1)  # neither a field nor a class attribute: the dataclass refuses
+
+
+class _Limits(nl.NKIObject):
+    low: float
+    high: float
+    scale: float = 2.0
+
+
+@dataclass
+class _Sizes(nl.NKIObject):
+    rows: int
+    cols: int
+
+
+def test_fields_not_given_are_none():
+    # AWS's moe_cte Configs is built without its clamp limits, and mlp_tkg's @dataclass
+    # dimension sizes without one of theirs: a field not given is None.
+    limits = _Limits(high=1.0)
+    assert (limits.low, limits.high, limits.scale) == (None, 1.0, 2.0)
+    assert _Limits(0.5).low == 0.5
+    sizes = _Sizes(rows=4)
+    assert (sizes.rows, sizes.cols) == (4, None)
+    assert _Sizes(1, 2) == _Sizes(rows=1, cols=2) != _Sizes(1, 3)

@@ -1,7 +1,8 @@
 """Loaded first by `make nki-library` (this directory leads PYTHONPATH): the modules AWS's NKI
 library test harness imports besides its kernels, on this project's nki. nki_cpu_simulator is
 AWS's CPU simulator package (the harness's --test-mode simulation); neuron_dtypes its dtype
-helper; nki.compiler the Neuron compiler's front end, which simulation mode never calls."""
+helper; nki.compiler the Neuron compiler's front end: simulation mode never calls it, its trace-only
+tests trace the kernel here."""
 
 import sys
 import types
@@ -59,8 +60,28 @@ except ImportError:
 for _n in ("float8_e4m3fn_x4", "float8_e5m2_x4", "float4_e2m1fn_x4"):
     setattr(_dt, _n, types.SimpleNamespace(name=_n))
 
+class _TracingFrontend:
+    """nki.compiler.frontend's ParserFrontend for the harness's trace-only tests (marked
+    trace_only: they check what tracing a kernel does, e.g. the library's TensorView shapes and
+    strides): compile() specialises the kernel on this project's nki, which traces it (running
+    its Python and its kernel_asserts) and compiles nothing."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def compile(self, kernel, inputs=None, target=None, lnc=1, **_ignored):
+        import nki
+        from nki import _core
+
+        jitted = nki.jit(kernel)
+        args, kwargs = jitted._positional((), dict(inputs or {}))
+        target = target if target in _core.TARGETS else None
+        jitted.specialize(args, kwargs, grid=(max(int(lnc), 1),), target=target)
+        return types.SimpleNamespace(module=None)
+
+
 _module("nki.compiler", __path__=[])
-_module("nki.compiler.frontend", NKIFrontend=_NotHere, ParserFrontend=_NotHere)
+_module("nki.compiler.frontend", NKIFrontend=_TracingFrontend, ParserFrontend=_TracingFrontend)
 _module("nki.compiler.ncc_driver", CompiledKernel=_NotHere, CompileOptions=_NotHere)
 
 

@@ -84,10 +84,16 @@ nrtsim::nki::DType view_dtype(const nrtsim::nki::Program& p, const nrtsim::nki::
                       : p.buffers[static_cast<size_t>(v.buffer)].dtype;
 }
 
-// HBM bytes the kernel's DMAs read and write, for the launch record.
-void add_dma_bytes(const nrtsim::nki::Program& p, nrtsim::Work& work) {
-  for (const auto& in : p.instructions) {
+// HBM bytes the kernel's DMAs read and write, for the launch record: an instruction in a device
+// loop's body counts as many times as that loop's body ran (`iterations`, per loop; empty: once).
+void add_dma_bytes(const nrtsim::nki::Program& p, nrtsim::Work& work,
+                   const nrtsim::nki::LoopNest& nest, const std::vector<int64_t>& iterations) {
+  for (size_t i = 0; i < p.instructions.size(); ++i) {
+    const auto& in = p.instructions[i];
     if (in.engine != nrtsim::Engine::kDma || !in.a.valid()) continue;
+    const int32_t loop = nest.empty() ? -1 : nest.innermost[i];
+    const uint64_t times =
+        loop >= 0 && !iterations.empty() ? static_cast<uint64_t>(iterations[static_cast<size_t>(loop)]) : 1;
     const auto& dst = p.buffers[static_cast<size_t>(in.dst.buffer)];
     const auto& src = p.buffers[static_cast<size_t>(in.a.buffer)];
     // An indirect DMA's indexed view spans every row an index may name; the rows it moves are
@@ -96,25 +102,38 @@ void add_dma_bytes(const nrtsim::nki::Program& p, nrtsim::Work& work) {
     const int64_t moved = (in.axes & 1u) != 0 ? in.a.numel() : in.dst.numel();
     if (src.memory == nrtsim::nki::Memory::kHbm) {
       work[nrtsim::Engine::kDma].bytes_read +=
-          static_cast<uint64_t>(indirect ? moved : in.a.numel()) *
+          times * static_cast<uint64_t>(indirect ? moved : in.a.numel()) *
           nrtsim::nki::dtype_size(view_dtype(p, in.a));
     }
     if (dst.memory == nrtsim::nki::Memory::kHbm) {
       work[nrtsim::Engine::kDma].bytes_written +=
-          static_cast<uint64_t>(indirect ? moved : in.dst.numel()) *
+          times * static_cast<uint64_t>(indirect ? moved : in.dst.numel()) *
           nrtsim::nki::dtype_size(view_dtype(p, in.dst));
     }
   }
 }
 
 // One launch of kind nki_kernel on neuron:<device>'s current stream.
-py::tuple launch(const py::capsule& capsule, int device, const py::list& memory) {
+// `exchange`: nki's collective exchange (a capsule from nki._nki.collective_exchange()) for a
+// kernel with nki.collectives; None otherwise.
+py::tuple launch(const py::capsule& capsule, int device, const py::list& memory,
+                 const py::object& exchange) {
+  const nrtsim::nki::CollectiveHook* collectives = nullptr;
+  if (!exchange.is_none()) {
+    const auto c = exchange.cast<py::capsule>();
+    TORCH_CHECK(std::string(c.name()) == nrtsim::nki::kCollectiveHookCapsule,
+                "NKI: expected an nki._nki.collective_exchange() capsule");
+    collectives = static_cast<const nrtsim::nki::CollectiveHook*>(c.get_pointer());
+  }
   const std::shared_ptr<const Executable> exe = executable_of(capsule);
   const auto index = static_cast<c10::DeviceIndex>(device);
   check_device_index(index);
   const auto ext = externals_from(memory);
   const nrtsim::CoreSpec& spec = core(index).clock().model().spec();
-  nrtsim::nki::Timeline t = nrtsim::nki::schedule(exe->program(), spec);
+  nrtsim::nki::Timeline t =
+      runtime_call([&] {
+        return nrtsim::nki::schedule(exe->program(), spec, &core(index).clock().links());
+      });
   nrtsim::Work work;
   auto charge = [&] {
     work[nrtsim::Engine::kTensor].ops = t.matmul_flops;
@@ -126,7 +145,6 @@ py::tuple launch(const py::capsule& capsule, int device, const py::list& memory)
     work.timeline_end_ns = t.engine_end_ns;
   };
   charge();
-  add_dma_bytes(exe->program(), work);
   std::vector<std::string> printed;
   // The launch reads `work` after its body: a kernel with device loops is charged for the
   // iterations this run made (DeviceLoops.h).
@@ -134,11 +152,12 @@ py::tuple launch(const py::capsule& capsule, int device, const py::list& memory)
             [&] {
               const SingleThreaded one_thread(true);
               std::vector<int64_t> iterations;
-              printed = exe->run(ext, &iterations);
+              printed = exe->run(ext, collectives, &iterations);
               if (!iterations.empty()) {
                 t = nrtsim::nki::with_iterations(t, iterations);
                 charge();
               }
+              add_dma_bytes(exe->program(), work, exe->loops(), iterations);
             });
   return py::make_tuple(py::cast(printed), nki_binding::timeline_dict(t, spec, false));
 }
@@ -148,7 +167,20 @@ py::tuple launch(const py::capsule& capsule, int device, const py::list& memory)
 void init_nki_bindings(py::module& m) {
   nrtsim::nki::set_matmul_kernel(&aten_matmul);
   m.def("_nki_set_dma_model_path", &nrtsim::nki::set_default_dma_model_path, py::arg("path"));
-  m.def("_nki_launch", &launch, py::arg("executable"), py::arg("device"), py::arg("memory"));
+  m.def("_nki_launch", &launch, py::arg("executable"), py::arg("device"), py::arg("memory"),
+        py::arg("exchange") = py::none());
+  // neuron:<device>'s links (a capsule named nrtsim.CoreLinks) for timing a kernel's
+  // collectives on the host (nki.simulate).
+  m.def("_nki_core_links", [](int device) {
+    const auto index = static_cast<c10::DeviceIndex>(device);
+    check_device_index(index);
+    auto* links = new nrtsim::CoreLinks(core(index).clock().links());
+    return py::capsule(static_cast<const void*>(links), nrtsim::nki::kCoreLinksCapsule,
+                       [](PyObject* o) {
+                         delete static_cast<const nrtsim::CoreLinks*>(
+                             PyCapsule_GetPointer(o, nrtsim::nki::kCoreLinksCapsule));
+                       });
+  }, py::arg("device"));
   m.def("_nki_host_kernels", [] {
     return py::capsule(const_cast<nrtsim::nki::HostKernels*>(&kHostKernels),
                        nrtsim::nki::kHostKernelsCapsule);

@@ -187,6 +187,7 @@ struct Storage {
   // Whether the external buffers' memory ranges are pairwise disjoint (the caller may pass one
   // array twice): only then do different buffers mean different memory.
   bool distinct = true;
+  const CollectiveHook* collectives = nullptr;  // the exchange of collective instructions
   DType of(const View& v) const { return v.dtype >= 0 ? static_cast<DType>(v.dtype) : dtype[v.buffer]; }
 };
 
@@ -1284,6 +1285,7 @@ void execute(const Storage& mem, const Program& p, size_t i, const Instruction& 
       // The tracer orders the instructions so that every core's instructions before a barrier
       // run before any core's after it: nothing is left to do here.
       break;
+    case Opcode::kCollective: run_collective(p, i, mem.base, mem.collectives); break;
     default: run_extended(mem, p, i, in); break;
   }
 }
@@ -1699,9 +1701,11 @@ Executable::Executable(Program program) : program_(std::move(program)) {
 }
 
 std::vector<std::string> Executable::run(const std::vector<External>& externals,
+                                         const CollectiveHook* collectives,
                                          std::vector<int64_t>* loop_iterations) const {
   const Program& p = program_;
   Storage mem;
+  mem.collectives = collectives;
   mem.base.resize(p.buffers.size(), nullptr);
   mem.dtype.resize(p.buffers.size());
   // Uninitialised: every buffer is poisoned before its first use (poison_before_), so zeroing

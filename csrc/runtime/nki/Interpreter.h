@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/nki/DeviceLoops.h"
+#include "runtime/nki/Collective.h"
 #include "runtime/nki/Program.h"
 
 namespace nrtsim::nki {
@@ -43,9 +44,12 @@ class Executable {
   int64_t scratch_bytes() const { return scratch_bytes_; }
 
   // Runs the kernel over `externals` (one per bound buffer, by binding index). Returns what
-  // device_print produced, one line per print. `loop_iterations`, when given, receives per
-  // device loop (loops().begins order) how many times its body ran in all.
+  // device_print produced, one line per print. `collectives` exchanges the tiles of its
+  // collective instructions with the other ranks (Collective.h); a kernel without them needs none.
+  // `loop_iterations`, when given, receives per device loop (loops().begins order) how many times
+  // its body ran in all.
   std::vector<std::string> run(const std::vector<External>& externals,
+                               const CollectiveHook* collectives = nullptr,
                                std::vector<int64_t>* loop_iterations = nullptr) const;
   // The program's device loops (DeviceLoops.h); empty for a kernel without any.
   const LoopNest& loops() const { return nest_; }

@@ -111,6 +111,7 @@ const char* opcode_name(Opcode op) {
     case Opcode::kBarrier: return "core_barrier";
     case Opcode::kLoopBegin: return "loop_begin";
     case Opcode::kLoopEnd: return "loop_end";
+    case Opcode::kCollective: return "collective";
   }
   return "?";
 }

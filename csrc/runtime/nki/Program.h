@@ -147,6 +147,7 @@ enum class Opcode : uint8_t {
                   // synchronisations): the second core's lower, upper and induction registers
                   // are c, d and e (its condition c); both cores must continue or stop together
   kLoopEnd,       // the end of the innermost open loop's body: back to its test
+  kCollective,    // nki.collectives: an exchange with the other ranks of the job (Collective.h)
 };
 const char* opcode_name(Opcode op);
 

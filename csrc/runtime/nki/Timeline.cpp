@@ -6,6 +6,7 @@
 #include <map>
 #include <vector>
 
+#include "runtime/nki/Collective.h"
 #include "runtime/nki/DmaModel.h"
 
 namespace nrtsim::nki {
@@ -35,6 +36,22 @@ struct Access {
   double ready_ns;  // when the accessing instruction ends
   bool write;
 };
+
+// Whether collective instruction i continues the call of the one before it (a coalesced call).
+bool same_call(const Program& p, size_t i) {
+  return i > 0 && p.instructions[i - 1].op == Opcode::kCollective &&
+         p.instructions[i - 1].imm1 == p.instructions[i].imm1;
+}
+
+// nki.collectives (Collective.h): a call keeps every DMA queue of its core busy for its time on
+// the links (the collective DMA rings drive them); its first part carries the whole call.
+std::vector<double> collective_shares(const Program& p, size_t i, const CoreLinks* links,
+                                      const DmaSpec& dma) {
+  if (same_call(p, i)) return {};
+  const double ns = collective_call_ns(p, i, links);
+  if (ns <= 0) return {};
+  return std::vector<double>(static_cast<size_t>(dma.engines), ns);
+}
 
 }  // namespace
 
@@ -114,7 +131,28 @@ double instruction_ns(const Program& p, const Instruction& in, const CoreSpec& s
   return cycles / clock;
 }
 
-Timeline schedule(const Program& p, const CoreSpec& spec) {
+namespace {
+
+// The length of the union of [start, end) intervals (sorted in place).
+double union_length(std::vector<std::pair<double, double>>& intervals) {
+  std::sort(intervals.begin(), intervals.end());
+  double covered = 0, lo = 0, hi = -1;
+  for (const auto& [a, b] : intervals) {
+    if (a > hi) {
+      if (hi > lo) covered += hi - lo;
+      lo = a;
+      hi = b;
+    } else {
+      hi = std::max(hi, b);
+    }
+  }
+  if (hi > lo) covered += hi - lo;
+  return covered;
+}
+
+}  // namespace
+
+Timeline schedule(const Program& p, const CoreSpec& spec, const CoreLinks* links) {
   Timeline t;
   t.instructions.resize(p.instructions.size());
   std::map<std::pair<int32_t, size_t>, double> engine_free;  // (program, engine) -> ns
@@ -185,12 +223,14 @@ Timeline schedule(const Program& p, const CoreSpec& spec) {
 
     double engine_end = start + cost;
     double busy = cost;
+    const bool collective = in.op == Opcode::kCollective;
     if (is_dma) {
       // Each engine's share goes to the DMA engine that frees up first; the transfer is done
       // when its last share is, and usable latency_ns later.
       auto& queues = queue_free[in.program];
       if (queues.empty()) queues.assign(static_cast<size_t>(dma.engines), 0.0);
-      std::vector<double> shares = dma_engine_times(p, in, dma);
+      std::vector<double> shares = collective ? collective_shares(p, i, links, dma)
+                                              : dma_engine_times(p, in, dma);
       std::sort(shares.rbegin(), shares.rend());
       double first = -1;
       busy = 0;
@@ -203,10 +243,14 @@ Timeline schedule(const Program& p, const CoreSpec& spec) {
         dma_active.emplace_back(s0, *q);
         busy = std::max(busy, share);
       }
-      t.dma_descriptors += static_cast<uint64_t>(dma_shape(p, in, dma).descriptors);
+      if (!collective) {
+        t.dma_descriptors += static_cast<uint64_t>(dma_shape(p, in, dma).descriptors);
+      }
       if (first >= 0) start = first;
     }
-    const double ready = is_dma ? engine_end + dma.latency_ns : engine_end;
+    // A collective's link time includes its hops' latency; a coalesced call's parts end with it.
+    double ready = is_dma && !collective ? engine_end + dma.latency_ns : engine_end;
+    if (collective && same_call(p, i)) ready = std::max(ready, t.instructions[i - 1].end_ns);
     if (!is_dma) engine_free[{in.program, index_of(in.engine)}] = engine_end;
     t.instructions[i] = {start, ready};
     const size_t e = index_of(in.engine);
@@ -267,19 +311,7 @@ Timeline schedule(const Program& p, const CoreSpec& spec) {
     if (in.e.valid()) record(in.e, true);
   }
   // DMA is active while any of its engines is: the union of their busy intervals.
-  std::sort(dma_active.begin(), dma_active.end());
-  double covered = 0, lo = 0, hi = -1;
-  for (const auto& [a, b] : dma_active) {
-    if (a > hi) {
-      if (hi > lo) covered += hi - lo;
-      lo = a;
-      hi = b;
-    } else {
-      hi = std::max(hi, b);
-    }
-  }
-  if (hi > lo) covered += hi - lo;
-  t.busy_ns[index_of(Engine::kDma)] = covered;
+  t.busy_ns[index_of(Engine::kDma)] = union_length(dma_active);
   // Each loop's own span: its traced body's, less its inner loops'; its own DMA busy time: the
   // union of its own transfers' intervals.
   for (size_t k = 0; k < nest.begins.size(); ++k) {
@@ -288,20 +320,7 @@ Timeline schedule(const Program& p, const CoreSpec& spec) {
     const double span = t.instructions[e].start_ns - t.instructions[b].start_ns;
     t.loops[k].span_ns += span;
     if (nest.parent[k] >= 0) t.loops[static_cast<size_t>(nest.parent[k])].span_ns -= span;
-    auto& iv = loop_dma[k];
-    std::sort(iv.begin(), iv.end());
-    double own = 0, l = 0, h = -1;
-    for (const auto& [x, y] : iv) {
-      if (x > h) {
-        if (h > l) own += h - l;
-        l = x;
-        h = y;
-      } else {
-        h = std::max(h, y);
-      }
-    }
-    if (h > l) own += h - l;
-    t.loops[k].busy_ns[index_of(Engine::kDma)] = own;
+    t.loops[k].busy_ns[index_of(Engine::kDma)] = union_length(loop_dma[k]);
   }
   return t;
 }

@@ -16,6 +16,8 @@
 //     a fixed setup per transfer and a cost per descriptor besides its bytes; a transfer's shares
 //     go to the engines that free up first, and its data is usable a fixed latency later. DMA
 //     busy time is the time any DMA engine is busy.
+//   Collective (nki.collectives, Collective.h): the call's time on the runtime's link model
+//     (LinkModel.h), every DMA engine of the core busy for it.
 #pragma once
 
 #include <array>
@@ -24,6 +26,7 @@
 #include "runtime/Engine.h"
 #include "runtime/EngineModel.h"
 #include "runtime/nki/DeviceLoops.h"
+#include "runtime/LinkModel.h"
 #include "runtime/nki/DmaModel.h"
 #include "runtime/nki/Program.h"
 
@@ -61,7 +64,9 @@ double instruction_ns(const Program& program, const Instruction& in, const CoreS
 // A DMA transfer's occupation of each DMA engine it uses.
 std::vector<double> dma_engine_times(const Program& program, const Instruction& in,
                                      const DmaSpec& dma);
-Timeline schedule(const Program& program, const CoreSpec& spec);
+// `links`: the core's links, which price collective instructions (Collective.h); a program with
+// a collective of several ranks needs them.
+Timeline schedule(const Program& program, const CoreSpec& spec, const CoreLinks* links = nullptr);
 // The timeline of a run whose device loops' bodies ran `iterations` times in all (per loop, as
 // Executable::run reports them): each loop's own cost counted that many times instead of once.
 // Per-instruction times stay those of the traced schedule.
