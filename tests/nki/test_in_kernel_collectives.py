@@ -547,7 +547,7 @@ def test_a_job_of_one_rank_needs_no_torch():
         "import sys, numpy as np, nki, nki.isa as nisa, nki.language as nl\n"
         "import nki.collectives as ncc\n"
         "sys.path.insert(0, %r)\n"
-        "from test_collectives import all_reduce_hbm, all_to_all_v_hbm, ring_hbm\n"
+        "from test_in_kernel_collectives import all_reduce_hbm, all_to_all_v_hbm, ring_hbm\n"
         "g = ncc.ReplicaGroup([[0]])\n"
         "x = np.arange(8, dtype=np.float32).reshape(4, 2)\n"
         "assert (nki.simulate(all_reduce_hbm)(x, g, nl.add) == x).all()\n"
