@@ -73,8 +73,13 @@ void Health::abort_and_fail(const std::string& reason) {
 void Health::raise_if_aborted(const char* what) {
   GroupHeader& h = group_.header();
   if (h.aborted.load(std::memory_order_acquire) == 0) return;
-  for (int i = 0; i < 1000 && h.aborted.load(std::memory_order_acquire) != 2; ++i) {
-    std::this_thread::yield();
+  // The aborting rank marks the group (1) before it writes its reason (2): wait for the reason,
+  // by time, not by a count of yields, which a loaded host can use up before the aborting rank
+  // runs again (the reason then read empty). A rank killed between the two leaves it empty.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (h.aborted.load(std::memory_order_acquire) != 2 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   fail(std::string(what) + " on rank " + std::to_string(group_.rank()) +
        " failed: the group was aborted by rank " + std::to_string(h.abort_rank) + ": " +
