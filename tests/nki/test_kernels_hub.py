@@ -62,3 +62,19 @@ def test_kernelize_llama_with_local_nki_rmsnorm(python_subprocess, decorator):
     marked_by = {"transformers": "transformers' own @use_kernel_forward_from_hub",
                  "example": "this script (kernels.use_kernel_forward_from_hub"}[decorator]
     assert "LlamaRMSNorm marked for the Hub by " + marked_by in result.stdout
+
+
+def test_local_repository_digest_matches_its_files():
+    # kernels verifies a variant's files against the digest metadata.json records (a warning when
+    # there is none, an error when a file differs): the example repository must pass its check.
+    from pathlib import Path
+
+    from kernels._rust import Metadata
+    from kernels.digest import DigestVerificationResult, verify_digest
+
+    variant = (Path(__file__).resolve().parents[2] / "examples" / "nki" / "hub" / "nki-rmsnorm"
+               / "build" / "torch-neuron")
+    result = verify_digest(variant, metadata=Metadata.read_from_file(str(variant / "metadata.json")),
+                           location=None)
+    assert isinstance(result, DigestVerificationResult.Success), (
+        f"{result}; after editing the example kernel run `tools/hub_digest.py {variant}`")
