@@ -32,6 +32,19 @@ class NkiError(ValueError):
     message starts with the kernel's ``file:line``."""
 
 
+def loaded_torch(needed_by=None):
+    """torch when this process has imported it, else None: nki never imports torch itself (it
+    stands alone; torch's tensors can only reach it from a process that imported torch).
+    `needed_by`: what cannot run without it; a process without torch is then an NkiError naming
+    it, instead of None."""
+    torch = sys.modules.get("torch")
+    if torch is None and needed_by:
+        raise NkiError(f"{needed_by} exchanges tiles through torch.distributed, and this process "
+                       "has not imported torch (import torch and initialise the process group "
+                       "first)")
+    return torch
+
+
 # Names of the NKI 0.6 API this interpreter refuses (with the reason its error gives) or
 # implements only in part (what is refused): the conformance table in docs/nki.md reads them.
 REFUSED = {}
