@@ -683,15 +683,11 @@ class Tensor(NKIObject):
                 raise error(f"index {k!r} is not supported: use integers, slices and nl.ds "
                             "(shapes are compile-time constants)")
         if self._buffer.on_chip and self.ndim > 1 and len(shape) == 1:
-            tracer = current_tracer(optional=True)
-            if tracer is not None and tracer.legacy_uses is not None:
-                # The legacy API keeps an on-chip tile two-dimensional: integers that leave only
-                # the partition dim leave a free dim of size 1 (AWS's samples pass t[:, i] where a
-                # (P, 1) tile is expected). NKI 0.6 drops the dim, as NumPy does.
-                file, line = caller_location()
-                tracer.legacy_uses.append((file, line, "t[:, i] as a (P, 1) tile",
-                                           "t[:, i:i + 1] (NKI 0.6 drops an integer-indexed dim)"))
-                shape, strides = shape + [1], strides + [1]
+            # An on-chip view stays at least 2-D: integers that would leave only the partition
+            # dim keep the last free dim at size 1 (NKI 0.6's NkiTensor.__getitem__: "Result is
+            # always at least 2D"; its language guide: t[:, 0, 10] of a (64, 64, 64) SBUF tensor
+            # is (64, 1)). The legacy API did the same.
+            shape, strides = shape + [1], strides + [self.strides[-1]]
         return self._derive(shape, strides, offset)
 
     def _runtime_index(self, key):
@@ -723,6 +719,10 @@ class Tensor(NKIObject):
         # The other dims' static indexing first, dim d kept whole.
         base = self[key[:d] + (slice(None),) + key[d + 1:]]
         bd = sum(1 for j in range(d) if isinstance(key[j], (slice, DynamicSlice)))
+        if size is None and self._buffer.on_chip and base.ndim == 2:
+            # sb[:, i] of a 2-D on-chip tensor: it stays 2-D, the dim kept at size 1 (see
+            # __getitem__), i.e. sb[:, nl.ds(i, 1)].
+            size = 1
         pairs = [(st, (size if j == bd else n)) for j, (st, n) in enumerate(zip(base.strides,
                                                                                 base.shape))
                  if j != bd or size is not None]

@@ -286,3 +286,31 @@ def test_a_view_at_a_runtime_offset_is_not_re_indirected():
         k = nki.jit(lambda x, at, what=what: kernel(x, at, what))
         with pytest.raises(nki.NkiError, match=msg):
             nki.simulate(k)(np.zeros((2, 4, 8), np.float32), _count(0))
+
+
+def test_on_chip_integer_indexing_stays_two_dimensional():
+    # NKI 0.6 (NkiTensor.__getitem__: "Result is always at least 2D"; the language guide's
+    # examples), for static and runtime indices alike; HBM drops the indexed dim.
+    seen = {}
+
+    @nki.jit
+    def shapes(x, at):
+        t = nl.ndarray((64, 64, 64), nl.float32, buffer=nl.sbuf)
+        h = nl.ndarray((4, 128, 32), nl.float32, buffer=nl.shared_hbm)
+        two = nl.ndarray((8, 6), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=two, src=x)
+        i = _register_from(at)
+        seen.update({"t[0, 0, 10]": t[0, 0, 10].shape, "t[:, 0]": t[:, 0].shape,
+                     "t[:, 0, 10]": t[:, 0, 10].shape, "t[0, ..., :]": t[0, ..., :].shape,
+                     "h[0, :, :]": h[0, :, :].shape, "two[:, i]": two[:, i].shape})
+        col = nl.ndarray((8, 1), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=col, src=two[:, i])
+        out = nl.ndarray((8, 1), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=col)
+        return out
+
+    x = np.arange(48, dtype=np.float32).reshape(8, 6)
+    for at in (0, 5):
+        np.testing.assert_array_equal(nki.simulate(shapes)(x, _count(at)), x[:, at:at + 1])
+    assert seen == {"t[0, 0, 10]": (1, 1), "t[:, 0]": (64, 64), "t[:, 0, 10]": (64, 1),
+                    "t[0, ..., :]": (1, 64, 64), "h[0, :, :]": (128, 32), "two[:, i]": (8, 1)}
