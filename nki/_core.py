@@ -1289,6 +1289,10 @@ class Tracer:
                         "read only by nc_matmul_mx and copies of the same dtype, and written by "
                         "quantize_mx, copies and a zero memset")
         ins.name = name
+        if op == OP_COLLECTIVE and ins.runtime_offsets():
+            raise error("nki.collectives: a tile placed at run time (a runtime offset) is not "
+                        "modelled for in-kernel collectives; pass a tile at a static offset "
+                        "(copy it there with nisa.tensor_copy)")
         before = after = ()
         if any(getattr(v._buffer, "indirection", None) is not None for v in ins.operands()):
             from nki import _tensor_indirection

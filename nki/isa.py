@@ -1427,7 +1427,9 @@ def _views_overlap(x, y):
     def offsets(v):
         import numpy as np
 
-        o = np.array([v.offset], dtype=np.int64)
+        r = v.runtime_offset()  # placed at run time: every place it may take
+        o = np.array([r.base + k * r.stride for k in range(r.count)] if r else [v.offset],
+                     dtype=np.int64)
         for n, st in zip(v.shape, v.strides):
             o = (o[:, None] + np.arange(n, dtype=np.int64)[None, :] * st).ravel()
         return o
