@@ -1,5 +1,8 @@
-"""Indirect DMA: a transfer whose HBM side is placed at run time by integer values held in an
-SBUF tile, one instruction (OP_DMA_INDIRECT) for both APIs. NKI 0.6 spells it
+"""Runtime offsets. On an SBUF / PSUM tensor (`_on_chip_access`): one scalar offset along a free
+dim, a view whose offset is a _core.RuntimeOffset, taken by any instruction (the interpreter
+places the operand each time the instruction runs). On an HBM tensor, an indirect DMA: a
+transfer whose HBM side is placed at run time by integer values held in an SBUF tile, one
+instruction (OP_DMA_INDIRECT) for both APIs. NKI 0.6 spells it
 ``t.ap(pattern, offset, vector_offset=<[P, 1] tile>, indirect_dim=d)`` (partition p of the
 transfer at index[p] along dim d of t: a gather when it is dma_copy's src, a scatter when dst),
 ``t.ap(..., scalar_offset=<[1, 1] tile>, indirect_dim=d)`` (the whole access moved by one value

@@ -314,3 +314,49 @@ def test_on_chip_integer_indexing_stays_two_dimensional():
         np.testing.assert_array_equal(nki.simulate(shapes)(x, _count(at)), x[:, at:at + 1])
     assert seen == {"t[0, 0, 10]": (1, 1), "t[:, 0]": (64, 64), "t[:, 0, 10]": (64, 1),
                     "t[0, ..., :]": (1, 64, 64), "h[0, :, :]": (128, 32), "two[:, i]": (8, 1)}
+
+
+@nki.jit
+def column_blocks(x, y, count):
+    # The brief form sb[:, nl.ds(i * 128, 128)]: Python arithmetic on a register is refused (as
+    # AWS refuses it), so the 128-column blocks are a dim of their own (reshape), indexed by i.
+    parts, width = x.shape
+    xs = nl.ndarray((parts, width), nl.float32, buffer=nl.sbuf)
+    ys = nl.ndarray((parts, width), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=xs, src=x)
+    nisa.dma_copy(dst=ys, src=y)
+    res = nl.ndarray((parts, width), nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=res, value=0.0)
+    xb, yb = xs.reshape((parts, width // 128, 128)), ys.reshape((parts, width // 128, 128))
+    rb = res.reshape((parts, width // 128, 128))
+
+    def body(i):
+        nisa.tensor_tensor(dst=rb[:, nl.ds(i, 1), :], data1=xb[:, i, :], data2=yb[:, i, :],
+                           op=nl.maximum)
+
+    nl.fori_loop(0, _register_from(count), body)
+    out = nl.ndarray((parts, width), nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+
+
+def test_column_blocks_of_128_at_a_loop_index():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((128, 512)).astype(np.float32)
+    y = rng.standard_normal((128, 512)).astype(np.float32)
+    for n in (4, 1, 0, 3):
+        want = np.zeros_like(x)
+        want[:, :128 * n] = np.maximum(x, y)[:, :128 * n]
+        np.testing.assert_array_equal(nki.simulate(column_blocks)(x, y, _count(n)), want)
+    assert len(column_blocks._cache) == 1
+
+    @nki.jit
+    def arithmetic(x, count):
+        xs = nl.ndarray((128, 512), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=xs, src=x)
+        nl.fori_loop(0, _register_from(count),
+                     lambda i: nisa.tensor_copy(dst=xs[:, 0:128], src=xs[:, nl.ds(i * 128, 128)]))
+        return x
+
+    with pytest.raises(TypeError, match="Python arithmetic"):
+        nki.simulate(arithmetic)(x, _count(1))
