@@ -32,6 +32,19 @@ class NkiError(ValueError):
     message starts with the kernel's ``file:line``."""
 
 
+def loaded_torch(needed_by=None):
+    """torch when this process has imported it, else None: nki never imports torch itself (it
+    stands alone; torch's tensors can only reach it from a process that imported torch).
+    `needed_by`: what cannot run without it; a process without torch is then an NkiError naming
+    it, instead of None."""
+    torch = sys.modules.get("torch")
+    if torch is None and needed_by:
+        raise NkiError(f"{needed_by} exchanges tiles through torch.distributed, and this process "
+                       "has not imported torch (import torch and initialise the process group "
+                       "first)")
+    return torch
+
+
 # Names of the NKI 0.6 API this interpreter refuses (with the reason its error gives) or
 # implements only in part (what is refused): the conformance table in docs/nki.md reads them.
 REFUSED = {}
@@ -39,12 +52,17 @@ PARTIAL = {
     "nki.language.NkiTensor.indirect": "tensor indirection runs on the operands AWS's stub "
                                        "documents, except nc_matmul's dst (a PSUM scatter) and "
                                        "nc_matmul_mx's operands, refused",
-    "nki.language.NkiTensor.ap": "runtime offsets (scalar_offset= a [1, 1] SBUF tile or a "
-                                 "VirtualRegister, vector_offset=) run on nisa.dma_copy only: "
-                                 "on its HBM side, or a scalar_offset along a free dim of its "
-                                 "SBUF side; not on compute instructions' operands",
-    "nki.language.NkiTensor.select": "a tensor index (a runtime select) runs on the HBM side "
-                                     "of nisa.dma_copy only",
+    "nki.language.NkiTensor.ap": "a scalar_offset (a [1, 1] SBUF tile or a VirtualRegister) "
+                                 "along a free dim of an SBUF / PSUM tensor runs on every "
+                                 "instruction's operands; an HBM tensor placed at run time "
+                                 "(scalar_offset, vector_offset) runs on nisa.dma_copy only: "
+                                 "dma_transpose's indirect source and dma_compute's "
+                                 "read-modify-write are refused. As AWS refuses: the partition "
+                                 "dim of an on-chip tensor, vector_offset on one",
+    "nki.language.NkiTensor.select": "a tensor index along a free dim of an SBUF / PSUM tensor "
+                                     "runs on every instruction; on an HBM tensor it runs on "
+                                     "nisa.dma_copy only (dma_transpose and dma_compute "
+                                     "refuse it)",
     "nki.language.fori_loop": "a register bound runs a device loop, an integer one unrolls; a "
                               "device loop of a multi-program (LNC=2) launch may not hold a "
                               "cross-core synchronisation (core_barrier / sendrecv)",
@@ -465,6 +483,65 @@ def _is_int(x):
     return isinstance(x, int) or (hasattr(x, "__index__") and not isinstance(x, float))
 
 
+class RuntimeOffset:
+    """The offset of an on-chip view placed at run time: ``base`` elements (known when the kernel
+    specialises) plus ``stride`` elements per unit of an integer the kernel holds when the
+    instruction runs (``index``: a [1, 1] int32 view of a register or of an SBUF tile), that
+    integer valid in [0, count). Views of such a view keep it (static offsets add to ``base``);
+    the instruction that takes the view reads the integer every time it runs, checks it and
+    places the operand (Program.h's RuntimeOffset). One per view: AWS's indirect views "cannot be
+    re-indirected"."""
+
+    __slots__ = ("base", "index", "stride", "count")
+
+    def __init__(self, base, index, stride, count):
+        self.base, self.index, self.stride, self.count = int(base), index, int(stride), int(count)
+
+    def _moved(self, k):
+        if isinstance(k, RuntimeOffset):
+            raise error("one runtime offset per access: this view is already placed at run time "
+                        "(AWS: an indirect view cannot be re-indirected)")
+        if not _is_int(k):
+            return NotImplemented
+        return RuntimeOffset(self.base + int(k), self.index, self.stride, self.count)
+
+    __add__ = __radd__ = _moved
+
+    def __sub__(self, k):
+        return self._moved(-int(k)) if _is_int(k) else NotImplemented
+
+    # The partition a view starts at and its place in the partition, for the rules checked
+    # while tracing: the runtime part stays inside the partition's row (a free-dim offset).
+    def __floordiv__(self, k):
+        return self.base // int(k)
+
+    def __mod__(self, k):
+        return self.base % int(k)
+
+    def _scaled(self, *_):
+        raise error("this view is placed at run time (a runtime offset); it cannot be "
+                    "reinterpreted as another dtype or given a new access pattern (AWS: view() "
+                    "and .ap() are not supported after a dynamic select)")
+
+    __mul__ = __rmul__ = __int__ = _scaled
+
+    def __eq__(self, other):
+        return (isinstance(other, RuntimeOffset) and other.base == self.base
+                and other.stride == self.stride and other.count == self.count
+                and other.index.same_view(self.index))
+
+    def __hash__(self):
+        return hash((self.base, self.stride, self.count, self.index._buffer.id))
+
+    def __repr__(self):
+        return f"<offset {self.base} + {self.stride} x runtime index in [0, {self.count})>"
+
+
+def static_offset(offset):
+    """The part of a view's offset known when the kernel specialises."""
+    return offset.base if isinstance(offset, RuntimeOffset) else offset
+
+
 def _runtime_index(k):
     """Whether an index is placed at run time: a register, or nl.ds with a register start."""
     return getattr(k, "_is_register", False) or (
@@ -527,8 +604,12 @@ class Tensor(NKIObject):
                 and other.offset == self.offset and other.dtype == self.dtype)
 
     def encode(self):
-        return (self._buffer.id, self.offset, list(self.shape), list(self.strides),
+        return (self._buffer.id, static_offset(self.offset), list(self.shape), list(self.strides),
                 self._dtype.code if self._dtype is not None else -1)
+
+    def runtime_offset(self):
+        """The view's RuntimeOffset, or None for a view placed when the kernel specialises."""
+        return self.offset if isinstance(self.offset, RuntimeOffset) else None
 
     def _partition_stride(self):
         b = self._buffer
@@ -550,7 +631,8 @@ class Tensor(NKIObject):
         return [[int(st), int(n)] for st, n in zip(self.strides, self.shape)]
 
     def is_indirect(self):
-        return False
+        """Whether the view is placed at run time (a runtime offset)."""
+        return self.runtime_offset() is not None
 
     # -- views
     def __getitem__(self, key):
@@ -601,21 +683,18 @@ class Tensor(NKIObject):
                 raise error(f"index {k!r} is not supported: use integers, slices and nl.ds "
                             "(shapes are compile-time constants)")
         if self._buffer.on_chip and self.ndim > 1 and len(shape) == 1:
-            tracer = current_tracer(optional=True)
-            if tracer is not None and tracer.legacy_uses is not None:
-                # The legacy API keeps an on-chip tile two-dimensional: integers that leave only
-                # the partition dim leave a free dim of size 1 (AWS's samples pass t[:, i] where a
-                # (P, 1) tile is expected). NKI 0.6 drops the dim, as NumPy does.
-                file, line = caller_location()
-                tracer.legacy_uses.append((file, line, "t[:, i] as a (P, 1) tile",
-                                           "t[:, i:i + 1] (NKI 0.6 drops an integer-indexed dim)"))
-                shape, strides = shape + [1], strides + [1]
+            # An on-chip view stays at least 2-D: integers that would leave only the partition
+            # dim keep the last free dim at size 1 (NKI 0.6's NkiTensor.__getitem__: "Result is
+            # always at least 2D"; its language guide: t[:, 0, 10] of a (64, 64, 64) SBUF tensor
+            # is (64, 1)). The legacy API did the same.
+            shape, strides = shape + [1], strides + [self.strides[-1]]
         return self._derive(shape, strides, offset)
 
     def _runtime_index(self, key):
         """``t[..., i, ...]`` or ``t[..., nl.ds(i, n), ...]`` with a VirtualRegister i: the
-        access moved along that dim by i's value when the transfer runs (a scalar offset of
-        .ap, for nisa.dma_copy's HBM side)."""
+        access moved along that dim by i's value when the instruction runs (a scalar offset of
+        .ap: for an HBM tensor, a side of nisa.dma_copy; for an SBUF / PSUM tensor, along a free
+        dim, an operand of any instruction)."""
         from nki import _indirect
         if Ellipsis in key:
             i = key.index(Ellipsis)
@@ -629,15 +708,21 @@ class Tensor(NKIObject):
         size = k.size if isinstance(k, DynamicSlice) else None
         reg = k.start if isinstance(k, DynamicSlice) else k
         if self._buffer.on_chip and d == 0:
-            raise error("a register index along the partition dim of an on-chip tensor: this "
-                        "interpreter places SBUF accesses at run time along a free dim only "
-                        "(sb[:, i] / sb[:, nl.ds(i, n)], for nisa.dma_copy)")
+            raise error("a register index along the partition dim of an on-chip tensor: AWS "
+                        "refuses runtime offsets there (NkiTensor.select: 'Dynamic on-chip: dim "
+                        "must not be 0 (partition dim)'): an engine's access starts at a "
+                        "partition fixed in the instruction; index a free dim (sb[:, i], "
+                        "sb[:, nl.ds(i, n)]) or pick rows on the HBM side of nisa.dma_copy")
         if size is not None and size > self.shape[d]:
             raise error(f"nl.ds({reg!r}, {size}) on dim {d} of size {self.shape[d]}: the slice "
                         "is longer than the dim")
         # The other dims' static indexing first, dim d kept whole.
         base = self[key[:d] + (slice(None),) + key[d + 1:]]
         bd = sum(1 for j in range(d) if isinstance(key[j], (slice, DynamicSlice)))
+        if size is None and self._buffer.on_chip and base.ndim == 2:
+            # sb[:, i] of a 2-D on-chip tensor: it stays 2-D, the dim kept at size 1 (see
+            # __getitem__), i.e. sb[:, nl.ds(i, 1)].
+            size = 1
         pairs = [(st, (size if j == bd else n)) for j, (st, n) in enumerate(zip(base.strides,
                                                                                 base.shape))
                  if j != bd or size is not None]
@@ -716,6 +801,9 @@ class Tensor(NKIObject):
         return _indirect.vector_select(self, dim, vector_offset)
 
     def indirect(self, index, num_elem=None):
+        if self.runtime_offset() is not None:
+            raise error(".indirect on a view placed at run time: one runtime offset per access "
+                        "(AWS: an indirect view cannot be re-indirected)")
         from nki import _tensor_indirection  # tensor indirection (NeuronCore-v4)
         return _tensor_indirection.indirect_view(self, index, num_elem)
 
@@ -1057,7 +1145,7 @@ class Instr:
     __slots__ = ("op", "engine", "program", "location", "views", "alu0", "alu1", "alu2",
                  "reverse0", "reverse1", "imm0", "imm1", "imm2", "act", "axes", "negate",
                  "accumulate", "reduce_cmd", "pattern", "text", "after", "name", "spill", "fold",
-                 "sync")
+                 "sync", "skip_oob")
 
     def __init__(self, op, engine, program, location, views, **params):
         self.op, self.engine, self.program, self.location = op, engine, program, location
@@ -1070,6 +1158,7 @@ class Instr:
         self.pattern, self.text, self.after, self.name, self.spill = [], "", [], None, None
         self.fold = False
         self.sync = None  # a CoreSync: this instruction is a cross-core synchronisation point
+        self.skip_oob = False  # oob_mode.skip: a runtime offset out of range moves nothing
         for k, v in params.items():
             setattr(self, k, v)
 
@@ -1078,7 +1167,10 @@ class Instr:
         return self.views.get("dst")
 
     def operands(self):
-        return [v for v in self.views.values() if v is not None]
+        """The views the instruction reads or writes, and the index views its runtime offsets
+        read."""
+        views = [v for v in self.views.values() if v is not None]
+        return views + [v.offset.index for v in views if isinstance(v.offset, RuntimeOffset)]
 
     def encode(self):
         for k in VIEW_SLOTS:
@@ -1088,11 +1180,18 @@ class Instr:
                             f"interpreter takes views of at most {MAX_VIEW_DIMS} dims: merge "
                             "dims (reshape / flatten_dims) or split the access", self.location)
         v = [self.views[k].encode() if self.views.get(k) is not None else None for k in VIEW_SLOTS]
+        offsets = [(VIEW_SLOTS.index(k), r.index.encode(), r.stride, r.count, self.skip_oob)
+                   for k, r in self.runtime_offsets()]
         return (self.op, self.engine, self.program, self.location[1], *v, self.alu0, self.alu1,
                 self.alu2, bool(self.reverse0), bool(self.reverse1), float(self.imm0),
                 float(self.imm1), float(self.imm2), self.act, self.axes, bool(self.negate),
                 bool(self.accumulate), self.reduce_cmd, list(self.pattern), self.text,
-                list(self.after))
+                list(self.after), offsets)
+
+    def runtime_offsets(self):
+        """(slot, RuntimeOffset) of the operands placed at run time."""
+        return [(k, v.offset) for k, v in self.views.items()
+                if v is not None and isinstance(v.offset, RuntimeOffset)]
 
 
 class Tracer:
@@ -1190,6 +1289,10 @@ class Tracer:
                         "read only by nc_matmul_mx and copies of the same dtype, and written by "
                         "quantize_mx, copies and a zero memset")
         ins.name = name
+        if op == OP_COLLECTIVE and ins.runtime_offsets():
+            raise error("nki.collectives: a tile placed at run time (a runtime offset) is not "
+                        "modelled for in-kernel collectives; pass a tile at a static offset "
+                        "(copy it there with nisa.tensor_copy)")
         before = after = ()
         if any(getattr(v._buffer, "indirection", None) is not None for v in ins.operands()):
             from nki import _tensor_indirection
@@ -1393,6 +1496,7 @@ class Tracer:
             if (not buf.on_chip or not dst._buffer.on_chip or buf.internal or buf.binding >= 0
                     or len(used) != 2
                     or used[1] != i or src.shape != buf.shape or src.offset != 0
+                    or dst.runtime_offset() is not None
                     or src.strides != _contiguous_strides(buf.shape) or src.dtype != dst.dtype
                     or src._dtype is not None or dst.shape != src.shape):
                 continue

@@ -7,15 +7,15 @@ Every rank runs the same kernel and so reaches the same collective instructions 
 order (SPMD): each exchange first checks that the ranks agree on what the instruction moves
 (every rank raises the same NkiError when they do not, instead of hanging in a transfer), and
 the process group of a sub-group is created at its first use, by exactly the ranks of that
-sub-group (``use_local_synchronization``), then cached. torch is imported only here, and only
-when a kernel with collectives runs.
+sub-group (``use_local_synchronization``), then cached. torch is used only here, and only when a
+kernel with collectives runs: the one the process imported (nki._core.loaded_torch; nki never
+imports it).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import sys
 
 import numpy as np
 
@@ -25,10 +25,6 @@ from nki import collectives as _ncc
 # Process groups by sub-group (a tuple of ranks): (the WORLD group they were made under, group).
 _GROUPS = {}
 _REDUCE = {"add": "SUM", "maximum": "MAX", "minimum": "MIN"}
-
-
-def _torch():
-    return sys.modules["torch"]
 
 
 def _error(text, message):
@@ -43,7 +39,7 @@ def _error(text, message):
 
 def _raw(tile):
     """The tile's bytes as a uint8 tensor of its shape, the last dim in bytes."""
-    torch = _torch()
+    torch = _core.loaded_torch("nki.collectives")
     mv, _, shape = tile
     shape = list(shape) or [1]
     n = math.prod(shape)
@@ -54,7 +50,7 @@ def _raw(tile):
 
 
 def _typed(tile):
-    torch = _torch()
+    torch = _core.loaded_torch("nki.collectives")
     mv, code, shape = tile
     dtype = getattr(torch, _ncc._REDUCIBLE[code])
     if len(mv) == 0:
@@ -110,7 +106,7 @@ def _sub_group(text, desc, rank, world):
 def _agree(text, dist, pg, n, mine):
     """Every rank of the group checks that all of them describe the call alike (kind, call
     number, dtype, shapes): a mismatch raises the same NkiError on each rank."""
-    torch = _torch()
+    torch = _core.loaded_torch("nki.collectives")
     mine = torch.tensor(mine, dtype=torch.int64)
     rows = torch.empty((n, mine.numel()), dtype=torch.int64)
     dist.all_gather_into_tensor(rows, mine, group=pg)
@@ -193,7 +189,7 @@ def exchange(text, kind_name, send, receive, metadata):
 
 
 def _all_gather(dist, pg, n, pos, dim, send, receive):
-    torch = _torch()
+    torch = _core.loaded_torch("nki.collectives")
     x, out = _raw(send), _raw(receive)
     if pg is None:
         out.copy_(x)
@@ -207,7 +203,7 @@ def _all_gather(dist, pg, n, pos, dim, send, receive):
 
 
 def _reduce_scatter(dist, pg, n, pos, op, send, receive):
-    torch = _torch()
+    torch = _core.loaded_torch("nki.collectives")
     x, out = _typed(send), _typed(receive)
     if pg is None:
         out.copy_(x)
@@ -219,7 +215,7 @@ def _reduce_scatter(dist, pg, n, pos, op, send, receive):
 
 
 def _all_to_all(dist, pg, n, pos, send, receive):
-    torch = _torch()
+    torch = _core.loaded_torch("nki.collectives")
     x, out = _raw(send), _raw(receive)
     if pg is None:
         out.copy_(x)
@@ -254,7 +250,7 @@ def _all_to_all_v(text, desc, dist, pg, n, pos, send, receive, metadata):
         recv_counts = send_counts[:]
         chunks = [src[send_displs[0] * item:(send_displs[0] + send_counts[0]) * item]]
     else:
-        torch = _torch()
+        torch = _core.loaded_torch("nki.collectives")
         counts = torch.tensor([send_counts[pos[j]] for j in range(n)], dtype=torch.int64)
         got = torch.empty_like(counts)
         dist.all_to_all_single(got, counts, group=pg)
@@ -324,7 +320,7 @@ def _permute(text, desc, dist, rank, send, receive):
     if dist is None:
         raise _error(text, f"this process is not part of a torch.distributed job; "
                            f"{_ncc._START}")
-    torch = _torch()
+    torch = _core.loaded_torch("nki.collectives")
     x, out = _raw(send), _raw(receive)
     # Both ends of each link learn both descriptions, so a mismatch raises on both.
     kind, call = desc["kind"], desc["call"]

@@ -1,5 +1,8 @@
-"""Indirect DMA: a transfer whose HBM side is placed at run time by integer values held in an
-SBUF tile, one instruction (OP_DMA_INDIRECT) for both APIs. NKI 0.6 spells it
+"""Runtime offsets. On an SBUF / PSUM tensor (`_on_chip_access`): one scalar offset along a free
+dim, a view whose offset is a _core.RuntimeOffset, taken by any instruction (the interpreter
+places the operand each time the instruction runs). On an HBM tensor, an indirect DMA: a
+transfer whose HBM side is placed at run time by integer values held in an SBUF tile, one
+instruction (OP_DMA_INDIRECT) for both APIs. NKI 0.6 spells it
 ``t.ap(pattern, offset, vector_offset=<[P, 1] tile>, indirect_dim=d)`` (partition p of the
 transfer at index[p] along dim d of t: a gather when it is dma_copy's src, a scatter when dst),
 ``t.ap(..., scalar_offset=<[1, 1] tile>, indirect_dim=d)`` (the whole access moved by one value
@@ -119,13 +122,16 @@ def access_pattern(tensor, pairs, offset, dtype, vector_offset, scalar_offset, i
     if vector_offset is not None and scalar_offset is not None:
         raise error(".ap: give scalar_offset or vector_offset, not both (one runtime offset per "
                     "access)")
-    what = "vector_offset" if vector_offset is not None else "scalar_offset"
     d = int(indirect_dim)
     if not 0 <= d < tensor.ndim:
         raise error(f".ap: indirect_dim={indirect_dim} is not a dim of the {tensor.ndim}-D tensor "
                     f"{tensor.shape} (the index scales by that dim's stride)")
+    if isinstance(tensor.offset, _core.RuntimeOffset):
+        raise error("one runtime offset per access: this view is already placed at run time "
+                    "(AWS: an indirect view cannot be re-indirected)")
     if tensor._buffer.on_chip and not _is_static_int(scalar_offset):
-        _on_chip_runtime_offset(tensor, what, d)
+        return _on_chip_access(tensor, pairs, offset, dtype, vector_offset, scalar_offset, d,
+                               count)
     stride = tensor.strides[d] * tensor.dtype.itemsize
     if stride % dtype.itemsize:
         raise error(f".ap: the stride of indirect_dim {d} is not a whole number of {dtype} "
@@ -142,15 +148,8 @@ def access_pattern(tensor, pairs, offset, dtype, vector_offset, scalar_offset, i
         free = pairs[1:]
         per_partition = True
     else:
-        if _loops.is_register(scalar_offset):
-            # A register (a device loop's induction value, or one loaded with
-            # nisa.register_load): its [1, 1] int32 value, read when the transfer runs.
-            scalar_offset = scalar_offset.read(".ap(scalar_offset=)")
-        if isinstance(scalar_offset, Tensor):
-            if scalar_offset.numel() != 1:
-                raise error(f".ap: scalar_offset is a tile of shape {scalar_offset.shape}; it "
-                            "holds one index ([1, 1]); per-partition indices are vector_offset")
-            index = index_view(scalar_offset, d)
+        if _loops.is_register(scalar_offset) or isinstance(scalar_offset, Tensor):
+            index = _scalar_index(scalar_offset, d)
         elif _is_static_int(scalar_offset):
             # A value known when the kernel specialises: an ordinary static offset.
             return Tensor(tensor._buffer, [n for _, n in pairs], [st for st, _ in pairs],
@@ -177,32 +176,75 @@ def access_pattern(tensor, pairs, offset, dtype, vector_offset, scalar_offset, i
     return IndirectAccess(rows, index, [None] * len(free), tensor, d, per_partition)
 
 
-def _on_chip_runtime_offset(tensor, what, d):
-    """The runtime offsets of an on-chip tensor this interpreter runs: one scalar offset along a
-    free dim of an SBUF tensor, for the SBUF side of nisa.dma_copy (the DMA engines read the
-    offset when the transfer runs, as on the HBM side)."""
-    from nki import language as _nl
-    if what == "vector_offset":
-        raise error(".ap(vector_offset=...) on an on-chip tensor: per-partition runtime offsets "
-                    "index the HBM side of a DMA only (an on-chip gather is NkiTensor.indirect)")
-    if tensor.buffer is _nl.psum:
-        raise error("a runtime offset (a VirtualRegister or an index tile) on a PSUM tensor: "
-                    "DMA does not reach PSUM and compute instructions take static offsets here; "
-                    "copy the tile to SBUF first")
+def _scalar_index(scalar_offset, d):
+    """The [1, 1] int32 view a scalar offset reads when its instruction runs: a register (a
+    device loop's induction value, or one set with nisa.register_*) or a one-element SBUF
+    tile."""
+    if _loops.is_register(scalar_offset):
+        scalar_offset = scalar_offset.read(".ap(scalar_offset=)")
+    if scalar_offset.numel() != 1:
+        raise error(f".ap: scalar_offset is a tile of shape {scalar_offset.shape}; it holds one "
+                    "index ([1, 1]); per-partition indices are vector_offset")
+    return index_view(scalar_offset, d)
+
+
+def _on_chip_access(tensor, pairs, offset, dtype, vector_offset, scalar_offset, d, count):
+    """A view of an SBUF / PSUM tensor moved along free dim d by a scalar offset read when the
+    instruction that takes it runs: any instruction, compute (Vector, Scalar, GpSimd, Tensor)
+    or DMA, on either side (AWS's access patterns are the engines' own, and its migration guide
+    replaces tensor_copy_dynamic_src / _dst, SBUF or PSUM at a dynamic offset within each
+    partition, by nisa.tensor_copy with .ap(scalar_offset=)). The offset scales by dim d's
+    stride; its values are those that keep the access inside the dim (`count`: fewer, for a
+    dynamic slice) and inside each partition's row, checked every time the instruction runs."""
+    if vector_offset is not None:
+        raise error(".ap(vector_offset=...) on an on-chip tensor: AWS's per-partition offsets "
+                    "index an HBM tensor only (nisa.dma_copy: 'The tensor being indexed (the one "
+                    ".ap() is called on) must be in HBM'; NkiTensor.vector_select: 'Only "
+                    "supported on HBM tensors'); an on-chip gather is NkiTensor.indirect, "
+                    "nisa.nc_n_gather or nisa.local_gather")
     if d == 0:
-        raise error("a runtime offset along the partition dim of an on-chip tensor: this "
-                    "interpreter places SBUF accesses at run time along a free dim only (one "
-                    "scalar offset, for nisa.dma_copy)")
+        raise error("a runtime offset along the partition dim of an on-chip tensor: AWS refuses "
+                    "it (NkiTensor.select: 'Dynamic on-chip: dim must not be 0 (partition "
+                    "dim)'; its access-pattern guide: 'on SBUF / PSUM tensors the selected "
+                    "dimension must not be the partition dimension'): an engine's access starts "
+                    "at a partition fixed in the instruction. Offset a free dim instead, or pick "
+                    "rows at run time on the HBM side of nisa.dma_copy")
+    if not (_loops.is_register(scalar_offset) or isinstance(scalar_offset, Tensor)):
+        raise error(f".ap: scalar_offset must be an int, a VirtualRegister or a [1, 1] SBUF "
+                    f"tile of an int32 index, got {type(scalar_offset).__name__}")
+    index = _scalar_index(scalar_offset, d)
+    stride = tensor.strides[d] * tensor.dtype.itemsize
+    if stride % dtype.itemsize:
+        raise error(f".ap: the stride of indirect_dim {d} is not a whole number of {dtype} "
+                    "elements")
+    stride //= dtype.itemsize
+    buf = tensor._buffer
+    row = buf.elements // buf.shape[0] * buf.dtype.itemsize // dtype.itemsize
+    n = tensor.shape[d] if count is None else min(tensor.shape[d], int(count))
+    # Inside each partition's row: the free pairs from the access's place in the row.
+    free = pairs[1:]
+    reach = sum(max(st * (c - 1), 0) for st, c in free)
+    low = sum(min(st * (c - 1), 0) for st, c in free)
+    at = offset % row
+    if at + low < 0 or offset < 0:
+        raise error(".ap: the pattern reaches before the start of a partition")
+    if stride > 0:
+        n = min(n, (row - 1 - at - reach) // stride + 1)
+    if n < 1:
+        raise error(f"the access {[list(p) for p in pairs]} at offset {offset} leaves the "
+                    "partition's row even at runtime index 0")
+    return Tensor(buf, [c for _, c in pairs], [st for st, _ in pairs],
+                  _core.RuntimeOffset(offset, index, stride, n), dtype)
 
 
 def refuse_compute(what, *operands):
-    """Compute instructions take operands at offsets known when the kernel specialises."""
+    """Compute engines read SBUF / PSUM: an HBM access placed at run time is a DMA's side."""
     for x in operands:
         if isinstance(x, IndirectAccess):
-            raise error(f"{what} is placed at run time (a register or index-tile offset): this "
-                        "interpreter runs runtime offsets on nisa.dma_copy only; compute "
-                        "instructions take static offsets (move the tile with nisa.dma_copy "
-                        "first)")
+            raise error(f"{what} is an HBM tensor placed at run time (a register or index-tile "
+                        "offset): compute engines read and write SBUF / PSUM only; move it on "
+                        "chip with nisa.dma_copy first (an SBUF / PSUM tile may itself take a "
+                        "runtime offset along a free dim)")
 
 
 def vector_select(tensor, dim, vector_offset):

@@ -52,14 +52,10 @@ _TORCH_DTYPES = {
 }
 
 
-def _torch():
-    return sys.modules.get("torch")
-
-
 def _kind(x):
     if isinstance(x, np.ndarray):
         return "numpy"
-    torch = _torch()
+    torch = _core.loaded_torch()
     if torch is not None and isinstance(x, torch.Tensor):
         from torch._subclasses.fake_tensor import is_fake
 
@@ -202,7 +198,7 @@ def _np_dtype(dt):
 
 
 def _torch_dtype(dt):
-    torch = _torch()
+    torch = _core.loaded_torch()
     name = _TORCH_DTYPES.get(dt.name)
     if name is None:
         raise _core.NkiError(f"torch has no {dt}; use float8_e4m3fn / float8_e5m2")
@@ -411,7 +407,7 @@ class JitKernel:
         return self._run_host(spec, arrays, "numpy" in present)
 
     def _run_host(self, spec, arrays, numpy):
-        torch = _torch()
+        torch = _core.loaded_torch()
         if numpy:
             inputs = [np.ascontiguousarray(a) for a in arrays]
             fresh = [np.empty(shape, dtype=_np_dtype(dt)) for shape, dt, (kind, _) in spec.outputs
@@ -443,7 +439,7 @@ class JitKernel:
         return _outputs(spec, arrays, fresh)
 
     def _run_device(self, spec, arrays, device):
-        torch = _torch()
+        torch = _core.loaded_torch()
         inputs = [a.detach().contiguous() for a in arrays]
         fresh = [torch.empty(shape, dtype=_torch_dtype(dt), device=device)
                  for shape, dt, (kind, _) in spec.outputs if kind == "output"]
@@ -532,7 +528,7 @@ def _outputs(spec, arrays, fresh):
 
 
 def _fake_outputs(spec, arrays):
-    torch = _torch()
+    torch = _core.loaded_torch()
     device = arrays[0].device
     fresh = [torch.empty(shape, dtype=_torch_dtype(dt), device=device)
              for shape, dt, (kind, _) in spec.outputs if kind == "output"]

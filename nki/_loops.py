@@ -107,7 +107,10 @@ class VirtualRegister(_core.NKIObject):
     def _no_value(self, *_):
         raise TypeError(f"{self!r}: a register's value exists only when the kernel runs; it "
                         "cannot be converted or computed with while the kernel specialises "
-                        "(use it as a loop bound, a while condition or a scalar_offset)")
+                        "(use it as a loop bound, a while condition or a scalar_offset; AWS: "
+                        "'Do not ... perform Python arithmetic on it'). An offset scales by the "
+                        "stride of the dim it indexes: for i * k elements, index a dim of "
+                        "stride k, e.g. sb.reshape((P, n, k))[:, i, :] for sb[:, i*k:(i+1)*k]")
 
     __int__ = __float__ = __iter__ = _no_value
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _no_value

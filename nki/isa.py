@@ -568,11 +568,14 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
     float32 as the DMA engines do. PSUM is not a DMA target: copy through SBUF."""
     label, name = name, "dma_copy"
     tracer = _core.current_tracer()
+    mode = getattr(oob_mode, "name", oob_mode)
+    if mode not in ("error", "skip"):
+        raise error(f"{name}: oob_mode={oob_mode!r} is not an nisa.oob_mode")
     if isinstance(dst, _indirect.IndirectAccess) or isinstance(src, _indirect.IndirectAccess):
-        mode = getattr(oob_mode, "name", oob_mode)
-        if mode not in ("error", "skip"):
-            raise error(f"{name}: oob_mode={oob_mode!r} is not an nisa.oob_mode")
-        return _indirect.dma_copy(dst, src, what=name, skip_oob=mode == "skip")
+        index = _indirect.dma_copy(dst, src, what=name, skip_oob=mode == "skip")
+        # oob_mode.skip covers an SBUF side placed at run time too: out of range, nothing moves.
+        tracer.instructions[index].skip_oob = mode == "skip"
+        return NkiInstruction(index)
     _tensor(dst, "dst")
     _tensor(src, "src")
     for what, x in (("dst", dst), ("src", src)):
@@ -582,7 +585,9 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
     if dst.numel() != src.numel():
         raise error(f"{name}: dst {dst.shape} and src {src.shape} hold different numbers of "
                     "elements")
-    return _emit(tracer, label, OP_DMA, DMA, dst, src)
+    ins = _emit(tracer, label, OP_DMA, DMA, dst, src)
+    tracer.instructions[ins.index].skip_oob = mode == "skip"
+    return ins
 
 
 # ---------------------------------------------------------------------------------------------
@@ -900,6 +905,10 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
     tracer = _core.current_tracer()
     if tracer.spec["version"] < 3:
         raise error(f"{what} needs NeuronCore-v3 or later (trn2 / trn3)")
+    if isinstance(src, _indirect.IndirectAccess) or isinstance(dst, _indirect.IndirectAccess):
+        raise error(f"{what}: an HBM side placed at run time (AWS's indirect transpose, a "
+                    "software-DGE gather) is not modelled by this interpreter; gather the rows "
+                    "with nisa.dma_copy(src=t.ap(..., vector_offset=)) and transpose the tile")
     _tensor(dst, "dst")
     _tensor(src, "src")
     if src.dtype.itemsize not in (2, 4):
@@ -1418,7 +1427,9 @@ def _views_overlap(x, y):
     def offsets(v):
         import numpy as np
 
-        o = np.array([v.offset], dtype=np.int64)
+        r = v.runtime_offset()  # placed at run time: every place it may take
+        o = np.array([r.base + k * r.stride for k in range(r.count)] if r else [v.offset],
+                     dtype=np.int64)
         for n, st in zip(v.shape, v.strides):
             o = (o[:, None] + np.arange(n, dtype=np.int64)[None, :] * st).ravel()
         return o

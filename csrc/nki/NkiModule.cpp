@@ -95,9 +95,9 @@ nrtsim::nki::Program program_from(const std::string& name, const py::list& buffe
   for (py::handle h : instructions) {
     const auto t = h.cast<py::tuple>();
     // The field order of nki._core.Instr.encode().
-    if (t.size() != 27) {
+    if (t.size() != 28) {
       throw py::value_error("NKI: an instruction has " + std::to_string(t.size()) +
-                            " fields, expected 27");
+                            " fields, expected 28");
     }
     nrtsim::nki::Instruction in;
     in.op = static_cast<nrtsim::nki::Opcode>(t[0].cast<int>());
@@ -128,6 +128,17 @@ nrtsim::nki::Program program_from(const std::string& name, const py::list& buffe
     for (size_t i = 0; i < pattern.size() && i < nrtsim::nki::kMaxDims; ++i) in.pattern[i] = pattern[i];
     in.text = t[25].cast<std::string>();
     in.after = t[26].cast<std::vector<int32_t>>();
+    // Runtime offsets: (operand, index view, stride, count, skip) each.
+    for (py::handle o : t[27].cast<py::list>()) {
+      const auto r = o.cast<py::tuple>();
+      nrtsim::nki::RuntimeOffset off;
+      off.operand = r[0].cast<int32_t>();
+      off.index = view_from(r[1]);
+      off.stride = r[2].cast<int64_t>();
+      off.count = r[3].cast<int64_t>();
+      off.skip = r[4].cast<bool>();
+      in.offsets.push_back(off);
+    }
     p.instructions.push_back(std::move(in));
   }
   return p;

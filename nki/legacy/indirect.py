@@ -37,8 +37,10 @@ def index(tensor, key, is_grid):
     (d_idx,) = tiles
     if tensor._buffer.on_chip:
         raise error(f"an on-chip tile indexed by a tile of runtime values (dim {d_idx}): indirect "
-                    "indexing is a DMA from or to HBM (nl.load / nl.store); within SBUF it needs "
-                    "nisa.tensor_copy_dynamic_src, which this interpreter does not run")
+                    "indexing is a DMA from or to HBM (nl.load / nl.store); within SBUF, NKI 0.6 "
+                    "takes one index per access along a free dim: t.ap(pattern, offset, "
+                    "scalar_offset=<[1, 1] int32 tile>, indirect_dim=d) as any instruction's "
+                    "operand")
     if len(key) > tensor.ndim:
         raise error(f"too many indices ({len(key)}) for a tensor of shape {tensor.shape}")
     key = tuple(key) + (slice(None),) * (tensor.ndim - len(key))

@@ -191,8 +191,10 @@ def tensor_copy(src, mask=None, dtype=None, engine=None, **kwargs):
 
 
 def tensor_copy_dynamic_src(*args, **kwargs):
-    raise error("nisa.tensor_copy_dynamic_src (removed in NKI 0.4) reads runtime offsets, which "
-                "this interpreter does not model")
+    raise error("nisa.tensor_copy_dynamic_src (removed in NKI 0.4; its legacy index-grid form "
+                "is not modelled here): its NKI 0.6 spelling runs, nisa.tensor_copy(dst, "
+                "src=t.ap(pattern, offset, scalar_offset=<[1, 1] int32 tile or register>, "
+                "indirect_dim=d)) with d a free dim")
 
 
 def reciprocal(data, mask=None, dtype=None, **kwargs):

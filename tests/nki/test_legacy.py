@@ -439,8 +439,10 @@ def test_an_integer_free_index_keeps_a_tile_two_dimensional():
     x = np.arange(512, dtype=np.float32).reshape(128, 4)
     out = nki.simulate_kernel(column_tiles, x)
     np.testing.assert_array_equal(out, x[:, 2:3] + x[:, 3:4])
+    # NKI 0.6 keeps it two-dimensional too ("Result is always at least 2D"): nothing to
+    # migrate.
     constructs = {c for _, _, c, _ in column_tiles.migration_report()}
-    assert "t[:, i] as a (P, 1) tile" in constructs
+    assert "t[:, i] as a (P, 1) tile" not in constructs
 
 
 @nki.jit

@@ -747,7 +747,7 @@ void for_each_affine(const Instruction& in, size_t n, F&& f) {
 // Per-partition access to a view: its elements in view order, partition by partition.
 int64_t parts_of(const View& v) { return v.ndim > 0 ? v.shape[0] : 1; }
 
-void run_selection(const Storage& mem, const Program& p, size_t i);
+void run_selection(const Storage& mem, const Program& p, size_t i, const Instruction& in);
 // An index tile's values as exact integers (Selection.inc).
 std::vector<int64_t> load_ints(const Storage& mem, const View& v);
 
@@ -1115,7 +1115,7 @@ void run_extended(const Storage& mem, const Program& p, size_t i, const Instruct
       scatter(mem, in.dst, out.data());
       break;
     }
-    default: run_selection(mem, p, i); break;
+    default: run_selection(mem, p, i, in); break;
   }
 }
 
@@ -1480,6 +1480,8 @@ bool run_split(const Storage& mem, const Program& p, size_t i, const Instruction
 // whole destination without reading it. Then poisoning b first would be overwritten unseen.
 bool written_whole_first(const Program& p, size_t i, int32_t b) {
   const Instruction& in = p.instructions[i];
+  // An operand placed at run time: where it writes is not known before the run.
+  if (!in.offsets.empty()) return false;
   switch (in.op) {
     case Opcode::kDmaCopy:
     case Opcode::kTensorCopy:
@@ -1535,6 +1537,10 @@ bool written_before_read(const Program& p, const LoopNest& nest, int32_t b) {
   auto bit = [&](int64_t i) { return (done[static_cast<size_t>(i >> 6)] >> (i & 63)) & 1u; };
   for (size_t at = 0; at < p.instructions.size(); ++at) {
     const Instruction& in = p.instructions[at];
+    // An operand placed at run time may read or write any of its places: b is poisoned.
+    for (const RuntimeOffset& r : in.offsets) {
+      if (operand_view(in, r.operand).buffer == b || r.index.buffer == b) return false;
+    }
     bool unread = true;
     for (const View* v : {&in.a, &in.b, &in.c, &in.d, &in.e, &in.f}) {
       if (!v->valid() || v->buffer != b) continue;
@@ -1621,6 +1627,47 @@ void check_loop_begin(const Program& p, size_t i, const Instruction& in) {
 // One register's value when the instruction runs.
 int64_t register_value(const Storage& mem, const View& v) { return load_ints(mem, v)[0]; }
 
+// A runtime offset's operand, index and reach: the operand at its first and its last place
+// lies in its buffer.
+void check_runtime_offset(const Program& p, size_t i, const RuntimeOffset& r) {
+  static const char* const roles[7] = {"dst", "a", "b", "c", "d", "e", "f"};
+  if (r.operand < 0 || r.operand > 6 || !operand_view(p.instructions[i], r.operand).valid()) {
+    fail(p, i, "a runtime offset names an operand the instruction does not have");
+  }
+  check_view(p, i, r.index, "a runtime offset's index");
+  const DType dt = r.index.dtype >= 0 ? static_cast<DType>(r.index.dtype)
+                                      : p.buffers[static_cast<size_t>(r.index.buffer)].dtype;
+  if (r.index.numel() != 1 || dtype_is_float(dt) || dtype_is_packed(dt)) {
+    fail(p, i, "a runtime offset's index must be one integer (a register or a [1, 1] tile)");
+  }
+  if (r.count < 1) fail(p, i, "a runtime offset with no valid value");
+  View last = operand_view(p.instructions[i], r.operand);
+  last.offset += r.stride * (r.count - 1);
+  check_view(p, i, last, roles[r.operand]);
+}
+
+// `in` with its runtime offsets placed by the values the kernel holds now (`placed`); false
+// when one is outside its range under oob_mode.skip (the instruction then moves nothing). A
+// value outside its range otherwise is an error at the kernel's line, before anything moves.
+bool place_operands(const Storage& mem, const Program& p, size_t i, const Instruction& in,
+                    Instruction& placed) {
+  static const char* const roles[7] = {"destination", "first operand", "second operand",
+                                       "third operand", "fourth operand", "fifth operand",
+                                       "sixth operand"};
+  placed = in;
+  for (const RuntimeOffset& r : in.offsets) {
+    const int64_t v = register_value(mem, r.index);
+    if (v < 0 || v >= r.count) {
+      if (r.skip) return false;
+      fail(p, i, "index " + std::to_string(v) + " (the runtime offset of the " +
+                     roles[r.operand] + ") is outside [0, " + std::to_string(r.count) +
+                     ") of the dim it indexes: the access would leave its tensor");
+    }
+    operand_view(placed, r.operand).offset += v * r.stride;
+  }
+  return true;
+}
+
 }  // namespace
 
 Executable::Executable(Program program) : program_(std::move(program)) {
@@ -1635,6 +1682,12 @@ Executable::Executable(Program program) : program_(std::move(program)) {
       check_view(p, i, *views[k], roles[k]);
       if (!views[k]->valid()) continue;
       const auto b = static_cast<size_t>(views[k]->buffer);
+      if (first[b] < 0) first[b] = static_cast<int64_t>(i);
+      last[b] = static_cast<int64_t>(i);
+    }
+    for (const RuntimeOffset& r : in.offsets) {
+      check_runtime_offset(p, i, r);
+      const auto b = static_cast<size_t>(r.index.buffer);
       if (first[b] < 0) first[b] = static_cast<int64_t>(i);
       last[b] = static_cast<int64_t>(i);
     }
@@ -1878,6 +1931,15 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals,
       if (counted && loop.dst.valid()) store_ints(mem, loop.dst, {r.value});
       if (counted && joint && loop.e.valid()) store_ints(mem, loop.e, {r.value2});
       i = begin + 1;
+      continue;
+    }
+    if (!in.offsets.empty()) {
+      Instruction placed;
+      if (place_operands(mem, p, i, in, placed) &&
+          !(threads > 1 && run_split(mem, p, i, placed, threads))) {
+        execute(mem, p, i, placed, matmul, printed);
+      }
+      ++i;
       continue;
     }
     if (threads > 1 && run_split(mem, p, i, in, threads)) {

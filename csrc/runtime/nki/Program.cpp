@@ -146,4 +146,31 @@ int64_t View::end() const {
   return hi + 1;
 }
 
+const View& operand_view(const Instruction& in, int32_t k) {
+  switch (k) {
+    case 1: return in.a;
+    case 2: return in.b;
+    case 3: return in.c;
+    case 4: return in.d;
+    case 5: return in.e;
+    case 6: return in.f;
+    default: return in.dst;
+  }
+}
+
+View& operand_view(Instruction& in, int32_t k) {
+  return const_cast<View&>(operand_view(static_cast<const Instruction&>(in), k));
+}
+
+void operand_reach(const Instruction& in, int32_t k, const View& view, int64_t& lo, int64_t& hi) {
+  lo = view.lowest();
+  hi = view.end();
+  for (const RuntimeOffset& r : in.offsets) {
+    if (r.operand != k || r.count < 1) continue;
+    const int64_t far = r.stride * (r.count - 1);
+    if (far > 0) hi += far;
+    else lo += far;
+  }
+}
+
 }  // namespace nrtsim::nki

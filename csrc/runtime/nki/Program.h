@@ -182,6 +182,21 @@ enum class Act : uint8_t {
   kPrelu,  // x > 0 ? x : slope * x (activate2's relu_param)
 };
 
+// A runtime offset (NkiTensor.ap(scalar_offset=), t[:, i], t[:, nl.ds(i, n)] with a register i, or
+// select(d, <[1, 1] tile>)): one operand of the instruction moves by `stride` elements per unit of
+// an integer the kernel holds when the instruction runs (a register, or a [1, 1] int32 SBUF
+// tile), read each time it runs. The operand's view in the instruction is its place at value 0;
+// a value outside [0, count) is an error naming the kernel line (AWS's oob_mode.error), or with
+// `skip` (oob_mode.skip, DMA only) the instruction moves nothing. The interpreter places the
+// operand before the instruction runs; the timeline counts its every possible place.
+struct RuntimeOffset {
+  int32_t operand = 0;  // 0 dst, 1..6 a..f
+  View index;           // one integer element
+  int64_t stride = 0;
+  int64_t count = 0;
+  bool skip = false;
+};
+
 // How an instruction's free-dim reduction (alu2, into the engine's accumulators e) starts: the
 // accumulator registers carry over between instructions of one engine (nki.isa.reduce_cmd).
 enum class ReduceCmd : uint8_t { kIdle, kReset, kReduce, kResetReduce, kLoadReduce };
@@ -207,7 +222,15 @@ struct Instruction {
   std::array<int64_t, kMaxDims> pattern{};  // iota steps per free dim of dst (dims 1..)
   std::string text;                          // device_print label
   std::vector<int32_t> after;  // earlier instructions this one waits for (NkiInstruction.depends_on)
+  std::vector<RuntimeOffset> offsets;  // operands placed when the instruction runs
 };
+
+// The operand `k` of an instruction (0 dst, 1..6 a..f).
+const View& operand_view(const Instruction& in, int32_t k);
+View& operand_view(Instruction& in, int32_t k);
+// [lowest, end) of the elements operand `view` (operand k of `in`) may touch, over every value of
+// its runtime offsets.
+void operand_reach(const Instruction& in, int32_t k, const View& view, int64_t& lo, int64_t& hi);
 
 struct Program {
   std::string name;

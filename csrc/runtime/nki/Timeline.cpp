@@ -126,8 +126,9 @@ double instruction_ns(const Program& p, const Instruction& in, const CoreSpec& s
   }
   const View& shape_of = in.a.valid() && !gather ? in.a : in.dst;
   const double free = static_cast<double>(shape_of.free_size());
-  const double cycles =
+  double cycles =
       free * 128.0 / per_cycle * (gather ? 1 : streamed_inputs(in)) + kAccessStartCycles;
+  if (!in.offsets.empty()) cycles = std::max(cycles, kDynamicOffsetMinCycles);
   return cycles / clock;
 }
 
@@ -227,15 +228,25 @@ Timeline schedule(const Program& p, const CoreSpec& spec, const CoreLinks* links
     const bool is_dma = in.engine == Engine::kDma;
     const double cost = is_dma ? 0.0 : instruction_ns(p, in, spec);
     double start = std::max(floor_ns, is_dma ? 0.0 : engine_free[{in.program, index_of(in.engine)}]);
+    // The elements an operand may touch: for one placed at run time, every place it may take.
+    auto reach = [&](const View& v, int64_t& lo, int64_t& hi) {
+      lo = v.lowest();
+      hi = v.end();
+      for (int32_t k = 0; k < 7 && !in.offsets.empty(); ++k) {
+        if (&operand_view(in, k) == &v) operand_reach(in, k, v, lo, hi);
+      }
+    };
     // Dependencies: reads wait for overlapping writes; writes wait for overlapping reads and writes.
     auto wait_for = [&](const View& v, bool write) {
       if (!v.valid() || v.numel() == 0) return;
-      const int64_t lo = v.lowest(), hi = v.end();
+      int64_t lo, hi;
+      reach(v, lo, hi);
       for (const Access& a : accesses[static_cast<size_t>(v.buffer)]) {
         if ((write || a.write) && a.lo < hi && lo < a.hi) start = std::max(start, a.ready_ns);
       }
     };
     for (const View* v : {&in.a, &in.b, &in.c, &in.f}) wait_for(*v, false);
+    for (const RuntimeOffset& r : in.offsets) wait_for(r.index, false);
     wait_for(in.dst, true);
     if (in.d.valid()) wait_for(in.d, true);
     if (in.e.valid()) wait_for(in.e, true);
@@ -318,7 +329,8 @@ Timeline schedule(const Program& p, const CoreSpec& spec, const CoreLinks* links
     auto record = [&](const View& v, bool write) {
       if (!v.valid() || v.numel() == 0) return;
       auto& list = accesses[static_cast<size_t>(v.buffer)];
-      const int64_t lo = v.lowest(), hi = v.end();
+      int64_t lo, hi;
+      reach(v, lo, hi);
       if (write) {
         // A write that covers earlier accesses ends after them: later conflicts with those are
         // conflicts with it, so they can go (keeps the lists short in long unrolled loops).
@@ -329,6 +341,7 @@ Timeline schedule(const Program& p, const CoreSpec& spec, const CoreLinks* links
       list.push_back({lo, hi, ready, write});
     };
     for (const View* v : {&in.a, &in.b, &in.c, &in.f}) record(*v, false);
+    for (const RuntimeOffset& r : in.offsets) record(r.index, false);
     // A gather staged for this instruction reads its data and index while this one runs.
     for (size_t j = i; j > 0 && p.instructions[j - 1].op == Opcode::kTensorIndirect &&
                        (p.instructions[j - 1].axes & 1u) == 0;

@@ -34,6 +34,12 @@ namespace nrtsim::nki {
 
 inline constexpr double kAccessStartCycles = 60;
 inline constexpr double kMatmulMinCycles = 64;
+// A Vector / Scalar / GpSimd instruction with an operand placed at run time (a register or an
+// SBUF index read when it runs) takes at least this many engine cycles: AWS's
+// nki.isa.tensor_copy_dynamic_src / _dst pages give max(MIN_II_DYNAMIC, N) cycles, "MIN_II_DYNAMIC
+// is the minimum instruction initiation interval for instructions with dynamic source
+// [destination] location ... roughly 600 engine cycles".
+inline constexpr double kDynamicOffsetMinCycles = 600;
 
 struct InstructionTime {
   double start_ns = 0;
