@@ -600,16 +600,12 @@ class Tensor(NKIObject):
             else:
                 raise error(f"index {k!r} is not supported: use integers, slices and nl.ds "
                             "(shapes are compile-time constants)")
-        if self._buffer.on_chip and self.ndim > 1 and len(shape) == 1:
-            tracer = current_tracer(optional=True)
-            if tracer is not None and tracer.legacy_uses is not None:
-                # The legacy API keeps an on-chip tile two-dimensional: integers that leave only
-                # the partition dim leave a free dim of size 1 (AWS's samples pass t[:, i] where a
-                # (P, 1) tile is expected). NKI 0.6 drops the dim, as NumPy does.
-                file, line = caller_location()
-                tracer.legacy_uses.append((file, line, "t[:, i] as a (P, 1) tile",
-                                           "t[:, i:i + 1] (NKI 0.6 drops an integer-indexed dim)"))
-                shape, strides = shape + [1], strides + [1]
+        if len(shape) < min(self.ndim, 2 if self._buffer.on_chip else 1):
+            # NKI 0.6 (language guide, "Tensor Indexing"; NkiTensor.__getitem__'s docstring): an
+            # on-chip tensor stays at least 2-D, so integers that leave only the partition dim
+            # keep the last free dim at size 1 (t[:, i] of a (P, F) tile is (P, 1), t[0, 0, i]
+            # is (1, 1)); an HBM tensor stays at least 1-D. The legacy API keeps (P, 1) too.
+            shape, strides = shape + [1], strides + [self.strides[-1]]
         return self._derive(shape, strides, offset)
 
     def _runtime_index(self, key):
@@ -632,6 +628,10 @@ class Tensor(NKIObject):
             raise error("a register index along the partition dim of an on-chip tensor: this "
                         "interpreter places SBUF accesses at run time along a free dim only "
                         "(sb[:, i] / sb[:, nl.ds(i, n)], for nisa.dma_copy)")
+        kept = sum(1 for j, k in enumerate(key) if isinstance(k, (slice, DynamicSlice))
+                   or (j == 0 and self._buffer.on_chip))
+        if size is None and kept < min(self.ndim, 2 if self._buffer.on_chip else 1):
+            size = 1  # at least 2-D on chip, 1-D in HBM (as in __getitem__): dim d kept at 1
         if size is not None and size > self.shape[d]:
             raise error(f"nl.ds({reg!r}, {size}) on dim {d} of size {self.shape[d]}: the slice "
                         "is longer than the dim")
@@ -698,18 +698,19 @@ class Tensor(NKIObject):
             # A runtime select: the other dims moved by one index along dim d, a scalar offset.
             from nki import _indirect
             pairs = [(st, n) for k, (st, n) in enumerate(zip(self.strides, self.shape)) if k != d]
+            if self._buffer.on_chip and len(pairs) == 1:
+                pairs.append((self.strides[-1], 1))  # on-chip views stay at least 2-D
             if not pairs:
                 raise error("select with a tensor index on a 1-D tensor: use "
                             ".ap([[1, 1], [1, 1]], scalar_offset=<index tile>, indirect_dim=0)")
             return _indirect.access_pattern(self, pairs, self.offset, self.dtype, None, index, d)
         if not 0 <= int(index) < self.shape[d]:
             raise error(f"select(dim={dim}, {index}): index out of range for size {self.shape[d]}")
-        shape = self.shape[:d] + self.shape[d + 1:]
-        strides = self.strides[:d] + self.strides[d + 1:]
         if d == 0 and self._buffer.on_chip:
             raise error("select: dim 0 of an on-chip tensor is the partition dim (index it with "
                         "t[i] to keep a 1-partition view)")
-        return self._derive(shape, strides, self.offset + int(index) * self.strides[d])
+        # t[:, index, :] for dim 1, AWS's docstring says: the same shape rule as indexing.
+        return self[(slice(None),) * d + (int(index),)]
 
     def vector_select(self, dim, vector_offset):
         from nki import _indirect
