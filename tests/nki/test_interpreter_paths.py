@@ -434,3 +434,41 @@ def test_a_store_whose_partitions_interleave_with_other_dims_splits_and_one_whos
     for p in range(128):  # view order: each row over half of the one before
         want[256 * p:256 * p + 512] = b[p]
     np.testing.assert_array_equal(many, want)
+
+
+def test_transposes_into_their_own_dtype_move_bits_as_the_staged_path_converts():
+    # FP32 and BF16 transposes into a tile of the same dtype move the elements' bits (a BF16
+    # NaN made quiet, as the conversion through FP32 and back does), from a window of a wider
+    # tile too; a BF16 -> FP32 transpose (the staged path) gives the same grid.
+    @nki.jit
+    def k(a, h):
+        t32 = nl.ndarray((96, 128), nl.float32, buffer=nl.shared_hbm)
+        t16 = nl.ndarray((64, 128), nl.bfloat16, buffer=nl.shared_hbm)
+        wide = nl.ndarray((64, 128), nl.float32, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        y = nl.load(h)
+        p32 = nl.ndarray((96, 128), nl.float32, buffer=nl.psum)
+        nisa.nc_transpose(dst=p32, data=x[:, 32:128])
+        nl.store(t32, nl.copy(p32))
+        p16 = nl.ndarray((64, 128), nl.bfloat16, buffer=nl.psum)
+        nisa.nc_transpose(dst=p16, data=y)
+        nl.store(t16, nl.copy(p16))
+        pw = nl.ndarray((64, 128), nl.float32, buffer=nl.psum)
+        nisa.nc_transpose(dst=pw, data=y)
+        nl.store(wide, nl.copy(pw))
+        return t32, t16, wide
+
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((128, 130), dtype=np.float32)
+    h = torch.from_numpy(rng.standard_normal((128, 64), dtype=np.float32)).to(torch.bfloat16)
+    bits = h.view(torch.int16)
+    bits[3, 5] = 0x7f81  # a signalling NaN: quiet (0x7fc1) after the transpose
+    bits[7, 9] = -0x7f7f  # 0x8081: a negative subnormal, kept as it is
+    t32, t16, wide = k(torch.from_numpy(a), h)
+    np.testing.assert_array_equal(t32.numpy(), a[:, 32:128].T)
+    want = bits.numpy().T.copy()
+    want[5, 3] = 0x7fc1
+    np.testing.assert_array_equal(t16.view(torch.int16).numpy(), want)
+    # BF16 -> FP32 widens the bits as they are (the NaN stays signalling)
+    np.testing.assert_array_equal(wide.view(torch.int32).numpy(),
+                                  bits.numpy().astype(np.int32).T << 16)
