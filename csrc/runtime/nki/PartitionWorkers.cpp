@@ -321,10 +321,13 @@ int set_partition_threads(int threads) {
   return before;
 }
 
-void run_on_workers(int n, int threads, const std::function<void(int)>& task, bool adapt) {
+bool try_run_on_workers(int n, int threads, const std::function<void(int)>& task, bool adapt) {
   // (A block's word holds range numbers in 16 bits: more ranges run on the calling thread.)
-  if (n <= 1 || n > 0xffff || threads <= 1 ||
-      !pool().run(n, std::min(threads, n), task, adapt)) {
+  return n > 1 && n <= 0xffff && threads > 1 && pool().run(n, std::min(threads, n), task, adapt);
+}
+
+void run_on_workers(int n, int threads, const std::function<void(int)>& task, bool adapt) {
+  if (!try_run_on_workers(n, threads, task, adapt)) {
     for (int r = 0; r < n; ++r) task(r);
   }
 }

@@ -37,6 +37,12 @@ int set_partition_threads(int threads);
 void run_on_workers(int n, int threads, const std::function<void(int)>& task,
                     bool adapt = false);
 
+// As run_on_workers, but where the tasks would all run on the calling thread (one thread, the
+// workers busy, or the host leaving no core free with `adapt`) it runs none of them and returns
+// false: the caller may then do the work in one piece instead.
+bool try_run_on_workers(int n, int threads, const std::function<void(int)>& task,
+                        bool adapt = false);
+
 // Instructions run as partition ranges on several threads since the process started, and the
 // ranges (tasks) that worker threads (not the callers) ran: let a test see that the split path
 // ran, and a benchmark how much of it the workers took.
