@@ -472,3 +472,25 @@ def test_transposes_into_their_own_dtype_move_bits_as_the_staged_path_converts()
     # BF16 -> FP32 widens the bits as they are (the NaN stays signalling)
     np.testing.assert_array_equal(wide.view(torch.int32).numpy(),
                                   bits.numpy().astype(np.int32).T << 16)
+
+
+def test_a_memset_overwritten_whole_before_any_read_is_skipped_and_one_partly_overwritten_is_not():
+    @nki.jit
+    def k(x):
+        whole = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        part = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+        nisa.memset(t, -9948.0)          # all of it overwritten by the load: not run
+        nisa.dma_copy(dst=t, src=x)
+        nl.store(whole, nl.copy(t))
+        u = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+        nisa.memset(u, -9948.0)          # the last 8 columns stay: run
+        nisa.dma_copy(dst=u[:, 0:56], src=x[:, 0:56])
+        nl.store(part, nl.copy(u))
+        return whole, part
+
+    x = np.random.default_rng(3).standard_normal((128, 64), dtype=np.float32)
+    whole, part = k(torch.from_numpy(x))
+    np.testing.assert_array_equal(whole.numpy(), x)
+    np.testing.assert_array_equal(part.numpy()[:, :56], x[:, :56])
+    np.testing.assert_array_equal(part.numpy()[:, 56:], np.float32(-9948.0))

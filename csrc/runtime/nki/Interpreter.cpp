@@ -1862,6 +1862,30 @@ Executable::Executable(Program program) : program_(std::move(program)) {
     poison_[b] = !written_whole_first(p, static_cast<size_t>(first[b]), static_cast<int32_t>(b));
     release_after[static_cast<size_t>(last[b])].push_back(static_cast<int32_t>(b));
   }
+  // A memset of a whole kernel buffer that the next instruction using the buffer overwrites
+  // whole without reading it (cascaded_max fills its 8 MiB input tile with the padding value and
+  // then loads all of it, as the shape divides: a quarter of its time), both outside device
+  // loops, is not executed: no instruction could see its values.
+  overwritten_.assign(p.instructions.size(), 0);
+  const auto in_loop = [&](size_t i) { return !nest_.empty() && nest_.innermost[i] >= 0; };
+  for (size_t i = 0; i < p.instructions.size(); ++i) {
+    const Instruction& in = p.instructions[i];
+    const int32_t b = in.dst.buffer;
+    if (in.op != Opcode::kMemset || b < 0 || p.buffers[static_cast<size_t>(b)].binding >= 0 ||
+        in_loop(i) || !written_whole_first(p, i, b)) {
+      continue;
+    }
+    for (size_t j = i + 1; j < p.instructions.size(); ++j) {
+      const Instruction& next = p.instructions[j];
+      bool uses = false;
+      for (const View* v : {&next.dst, &next.a, &next.b, &next.c, &next.d, &next.e, &next.f}) {
+        uses = uses || (v->valid() && v->buffer == b);
+      }
+      if (!uses) continue;
+      overwritten_[i] = !in_loop(j) && written_whole_first(p, j, b);
+      break;
+    }
+  }
   std::multimap<int64_t, int64_t> free_slots;  // bytes -> slot
   for (size_t i = 0; i < p.instructions.size(); ++i) {
     for (int32_t b : poison_before_[i]) {
@@ -2016,6 +2040,10 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals,
       if (counted && loop.dst.valid()) store_ints(mem, loop.dst, {r.value});
       if (counted && joint && loop.e.valid()) store_ints(mem, loop.e, {r.value2});
       i = begin + 1;
+      continue;
+    }
+    if (overwritten_[i]) {
+      ++i;
       continue;
     }
     if (threads > 1 && run_split(mem, p, i, in, threads)) {
