@@ -1175,8 +1175,44 @@ void run_extended(const Storage& mem, const Program& p, size_t i, const Instruct
           offsets[static_cast<size_t>(q * n + e)] = off;
         }
       }
-      // One element at a time, through views of one element: the data's free dims flattened
-      // (an offset counts elements in its view order).
+      // The elements' bytes, in partition then element order (as the one-element copies below,
+      // so views that share memory give the same result), through a table of each view's
+      // element offsets per partition: the data's free dims flattened (an offset counts
+      // elements in its view order).
+      const auto size = static_cast<int64_t>(dtype_size(mem.of(data)));
+      if (size == static_cast<int64_t>(dtype_size(mem.of(dense)))) {
+        auto free_offsets = [](const View& v) {
+          std::vector<int64_t> at(static_cast<size_t>(v.free_size()));
+          for (size_t f = 0; f < at.size(); ++f) {
+            int64_t rest = static_cast<int64_t>(f), off = 0;
+            for (int d = v.ndim - 1; d >= 1; --d) {
+              off += (rest % v.shape[d]) * v.stride[d];
+              rest /= v.shape[d];
+            }
+            at[f] = off;
+          }
+          return at;
+        };
+        const std::vector<int64_t> data_at = free_offsets(data), dense_at = free_offsets(dense);
+        uint8_t* data_base = mem.base[data.buffer];
+        uint8_t* dense_base = mem.base[dense.buffer];
+        for (int64_t q = 0; q < parts; ++q) {
+          const int64_t data_row = data.offset + q * data.stride[0];
+          const int64_t dense_row = dense.offset + q * dense.stride[0];
+          for (int64_t e = 0; e < n; ++e) {
+            const int64_t off = offsets[static_cast<size_t>(q * n + e)];
+            uint8_t* at_data = data_base + (data_row + data_at[static_cast<size_t>(off)]) * size;
+            uint8_t* at_dense = dense_base + (dense_row + dense_at[static_cast<size_t>(e)]) * size;
+            if (scatter_cols) {
+              std::memmove(at_data, at_dense, static_cast<size_t>(size));
+            } else {
+              std::memmove(at_dense, at_data, static_cast<size_t>(size));
+            }
+          }
+        }
+        break;
+      }
+      // Elements of different widths: one at a time, through views of one element.
       auto element = [](const View& v, int64_t q, int64_t f) {
         View one = v;
         one.offset += q * v.stride[0];
