@@ -494,3 +494,35 @@ def test_a_memset_overwritten_whole_before_any_read_is_skipped_and_one_partly_ov
     np.testing.assert_array_equal(whole.numpy(), x)
     np.testing.assert_array_equal(part.numpy()[:, :56], x[:, :56])
     np.testing.assert_array_equal(part.numpy()[:, 56:], np.float32(-9948.0))
+
+
+def _allowed_cpus(status):
+    for line in status.splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            count = 0
+            for part in line.split(":", 1)[1].strip().split(","):
+                lo, _, hi = part.partition("-")
+                count += int(hi or lo) - int(lo) + 1
+            return count
+    return None
+
+
+def test_partition_workers_run_off_the_callers_core():
+    # Woken by the caller, a worker was placed on the caller's own core, where it took the
+    # caller's time instead of adding a core's: the workers may run on every core but the one
+    # the caller posted from.
+    cores = len(os.sched_getaffinity(0))
+    if cores < 2 or not os.path.isdir("/proc/self/task"):
+        import pytest
+        pytest.skip("needs two cores and /proc")
+    a, b, init = _lanes_inputs(128, 2048)
+    _, splits = _at_threads(2, nki.simulate(_lanes), a, b, init)
+    assert splits > 0
+    narrowed = 0
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/status") as f:
+                narrowed += _allowed_cpus(f.read()) == cores - 1
+        except OSError:
+            pass
+    assert narrowed >= 1
