@@ -654,6 +654,60 @@ void stream(const Storage& mem, const View& dst, const std::array<const View*, N
   }
 }
 
+// A free-dim reduction (alu2 into the accumulators e, out to d) in three steps, so a streamed
+// instruction can fold its results chunk by chunk: the accumulators' starting values, the fold
+// (each partition's elements in order), and the stores.
+struct Reduction {
+  View acc;
+  std::vector<float> r;
+  int64_t per = 0;  // elements per partition
+  bool folds = false;
+};
+
+Reduction reduce_start(const Storage& mem, const Instruction& in, int64_t elements) {
+  Reduction red;
+  const int64_t parts = in.dst.valid() && in.dst.ndim > 0 ? in.dst.shape[0] : 1;
+  red.per = parts > 0 ? elements / parts : 0;
+  red.acc = in.e;
+  red.acc.shape[0] = parts;
+  red.r = load(mem, red.acc);
+  const ReduceCmd cmd = in.reduce_cmd == ReduceCmd::kIdle ? ReduceCmd::kResetReduce : in.reduce_cmd;
+  if (cmd == ReduceCmd::kReset || cmd == ReduceCmd::kResetReduce) {
+    std::fill(red.r.begin(), red.r.end(), reduce_identity(in.alu2));
+  } else if (cmd == ReduceCmd::kLoadReduce) {
+    if (in.f.valid()) {
+      red.r = load(mem, in.f);
+    } else {
+      std::fill(red.r.begin(), red.r.end(), static_cast<float>(in.imm2));
+    }
+  }
+  red.folds = cmd != ReduceCmd::kReset;
+  return red;
+}
+
+// Folds n results, elements [pos, pos + n) in view order, into their partitions' accumulators.
+void reduce_fold(Reduction& red, Alu op, const float* x, int64_t pos, int64_t n) {
+  if (!red.folds || red.per <= 0) return;
+  for (int64_t e = 0; e < n;) {
+    const int64_t q = (pos + e) / red.per;
+    const int64_t take = std::min(n - e, red.per - (pos + e) % red.per);
+    float v = red.r[static_cast<size_t>(q)];
+    for (int64_t k = 0; k < take; ++k) v = apply_alu(op, v, x[e + k]);
+    red.r[static_cast<size_t>(q)] = v;
+    e += take;
+  }
+}
+
+void reduce_finish(const Storage& mem, const Instruction& in, Reduction& red) {
+  scatter(mem, red.acc, red.r.data());
+  if (in.d.valid()) {
+    if (in.negate) {
+      for (float& v : red.r) v = -v;
+    }
+    scatter(mem, in.d, red.r.data());
+  }
+}
+
 // The streamed forms of the elementwise instructions; false where the staged path must run.
 bool run_streamed(const Storage& mem, const Instruction& in) {
   switch (in.op) {
@@ -690,7 +744,14 @@ bool run_streamed(const Storage& mem, const Instruction& in) {
       return true;
     }
     case Opcode::kActivation: {
-      if (in.alu2 != Alu::kBypass && in.e.valid()) return false;
+      // With a reduction the results fold as they stream (flash attention's exp with its row
+      // sums), each partition's in the staged path's order; the accumulators are read before
+      // and written after the destination, so they must not share its memory.
+      const bool reduces = in.alu2 != Alu::kBypass && in.e.valid();
+      if (reduces && (in.e.buffer == in.dst.buffer || in.d.buffer == in.dst.buffer ||
+                      in.f.buffer == in.dst.buffer)) {
+        return false;
+      }
       if (!streamable(mem, in.dst, {&in.a, &in.b, &in.c})) return false;
       const auto s0 = static_cast<float>(in.imm0), b1 = static_cast<float>(in.imm1);
       const Alu bias_op = in.reverse0 ? Alu::kSubtract : Alu::kAdd;
@@ -699,6 +760,9 @@ bool run_streamed(const Storage& mem, const Instruction& in) {
       if ((in.b.valid() && same_view(in.b, in.dst)) || (in.c.valid() && same_view(in.c, in.dst))) {
         return false;
       }
+      std::optional<Reduction> red;
+      if (reduces) red.emplace(reduce_start(mem, in, in.a.numel()));
+      int64_t pos = 0;
       stream<3>(mem, in.dst, {&in.a, &in.b, &in.c},
                 [&](float* out, const std::array<Chunk, 3>& x, int64_t n) {
                   // As the staged path: scale, then bias, then the function.
@@ -722,7 +786,10 @@ bool run_streamed(const Storage& mem, const Instruction& in) {
                       for (int64_t e = 0; e < n; ++e) out[e] = apply_act(in.act, out[e]);
                       break;
                   }
+                  if (red) reduce_fold(*red, in.alu2, out, pos, n);
+                  pos += n;
                 });
+      if (red) reduce_finish(mem, in, *red);
       return true;
     }
     case Opcode::kMemset: {
@@ -790,35 +857,9 @@ void store_ints(const Storage& mem, const View& v, const std::vector<int64_t>& i
 // reduce_cmd, and the accumulated value out to d (negated with `negate`).
 void reduce_into(const Storage& mem, const Instruction& in, const std::vector<float>& x) {
   if (in.alu2 == Alu::kBypass || !in.e.valid()) return;
-  const int64_t parts = in.dst.valid() && in.dst.ndim > 0 ? in.dst.shape[0] : 1;
-  const int64_t per = parts > 0 ? static_cast<int64_t>(x.size()) / parts : 0;
-  View acc = in.e;
-  acc.shape[0] = parts;
-  std::vector<float> r = load(mem, acc);
-  const ReduceCmd cmd = in.reduce_cmd == ReduceCmd::kIdle ? ReduceCmd::kResetReduce : in.reduce_cmd;
-  if (cmd == ReduceCmd::kReset || cmd == ReduceCmd::kResetReduce) {
-    std::fill(r.begin(), r.end(), reduce_identity(in.alu2));
-  } else if (cmd == ReduceCmd::kLoadReduce) {
-    if (in.f.valid()) {
-      r = load(mem, in.f);
-    } else {
-      std::fill(r.begin(), r.end(), static_cast<float>(in.imm2));
-    }
-  }
-  if (cmd != ReduceCmd::kReset) {
-    for (int64_t q = 0; q < parts; ++q) {
-      float v = r[static_cast<size_t>(q)];
-      for (int64_t k = 0; k < per; ++k) v = apply_alu(in.alu2, v, x[static_cast<size_t>(q * per + k)]);
-      r[static_cast<size_t>(q)] = v;
-    }
-  }
-  scatter(mem, acc, r.data());
-  if (in.d.valid()) {
-    if (in.negate) {
-      for (float& v : r) v = -v;
-    }
-    scatter(mem, in.d, r.data());
-  }
+  Reduction red = reduce_start(mem, in, static_cast<int64_t>(x.size()));
+  reduce_fold(red, in.alu2, x.data(), 0, static_cast<int64_t>(x.size()));
+  reduce_finish(mem, in, red);
 }
 
 void check_view(const Program& p, size_t index, const View& v, const char* role) {
