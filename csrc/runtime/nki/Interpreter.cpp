@@ -1613,14 +1613,22 @@ bool rows_apart(const View& v) {
 // thread. False where it does not split: the caller runs it whole.
 bool run_split(const Storage& mem, const Program& p, size_t i, const Instruction& in,
                int threads) {
-  if (!partitions_independent(in) || !mem.distinct || !in.dst.valid() || in.dst.ndim < 1) {
-    return false;
-  }
+  if (!mem.distinct || !in.dst.valid() || in.dst.ndim < 1) return false;
   const int64_t parts = in.dst.shape[0];
   if (parts < 2) return false;
   View Instruction::*const fields[] = {&Instruction::dst, &Instruction::a, &Instruction::b,
                                        &Instruction::c,   &Instruction::d, &Instruction::e,
                                        &Instruction::f};
+  // Most instructions are too small to split: that first, before the checks below (a kernel of
+  // thousands of small instructions, such as depthwise_conv1d's 4,620, pays them on each).
+  {
+    int64_t most = 0;
+    for (View Instruction::*field : fields) {
+      if ((in.*field).valid()) most = std::max(most, (in.*field).numel());
+    }
+    if (most / kSplitMinElements < 2) return false;
+  }
+  if (!partitions_independent(in)) return false;
   // dst, d and e are written (d: a reduction's result or match_replace8's indices; e: the
   // accumulators, also read).
   auto written = [](View Instruction::*field) {
