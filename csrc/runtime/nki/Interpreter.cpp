@@ -1486,9 +1486,11 @@ void execute(const Storage& mem, const Program& p, size_t i, const Instruction& 
           } else {
             kernel(m, n, k, s.data(), s_step, mv.data(), mv_step, out, in.accumulate);
           }
+        } else if (try_run_on_workers(2, threads, halves, automatic)) {
+          count_split_instruction();
         } else {
-          run_on_workers(2, threads, halves, automatic);
-          if (threads > 1) count_split_instruction();
+          halves(0);
+          halves(1);
         }
         for (const std::exception_ptr& e : errors) {
           if (e) std::rethrow_exception(e);
@@ -1669,7 +1671,9 @@ bool run_split(const Storage& mem, const Program& p, size_t i, const Instruction
   const int64_t units = (parts + unit - 1) / unit;
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
   MatmulKernel matmul = g_matmul.load();
-  run_on_workers(n, threads, [&](int r) {
+  // Where no worker would take a range (the workers busy, or the automatic count finding no
+  // core free), the instruction runs whole, as on one thread, and does not count as split.
+  const bool shared = try_run_on_workers(n, threads, [&](int r) {
     const int64_t lo = std::min(parts, unit * (units * r / n));
     const int64_t hi = std::min(parts, unit * (units * (r + 1) / n));
     Instruction part = in;
@@ -1686,6 +1690,7 @@ bool run_split(const Storage& mem, const Program& p, size_t i, const Instruction
       errors[static_cast<size_t>(r)] = std::current_exception();
     }
   }, partition_threads_automatic());
+  if (!shared) return false;
   count_split_instruction();
   // The first range's error, as one thread would have met it first.
   for (const std::exception_ptr& e : errors) {
