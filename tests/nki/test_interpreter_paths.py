@@ -434,3 +434,134 @@ def test_a_store_whose_partitions_interleave_with_other_dims_splits_and_one_whos
     for p in range(128):  # view order: each row over half of the one before
         want[256 * p:256 * p + 512] = b[p]
     np.testing.assert_array_equal(many, want)
+
+
+def test_transposes_into_their_own_dtype_move_bits_as_the_staged_path_converts():
+    # FP32 and BF16 transposes into a tile of the same dtype move the elements' bits (a BF16
+    # NaN made quiet, as the conversion through FP32 and back does), from a window of a wider
+    # tile too; a BF16 -> FP32 transpose (the staged path) gives the same grid.
+    @nki.jit
+    def k(a, h):
+        t32 = nl.ndarray((96, 128), nl.float32, buffer=nl.shared_hbm)
+        t16 = nl.ndarray((64, 128), nl.bfloat16, buffer=nl.shared_hbm)
+        wide = nl.ndarray((64, 128), nl.float32, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        y = nl.load(h)
+        p32 = nl.ndarray((96, 128), nl.float32, buffer=nl.psum)
+        nisa.nc_transpose(dst=p32, data=x[:, 32:128])
+        nl.store(t32, nl.copy(p32))
+        p16 = nl.ndarray((64, 128), nl.bfloat16, buffer=nl.psum)
+        nisa.nc_transpose(dst=p16, data=y)
+        nl.store(t16, nl.copy(p16))
+        pw = nl.ndarray((64, 128), nl.float32, buffer=nl.psum)
+        nisa.nc_transpose(dst=pw, data=y)
+        nl.store(wide, nl.copy(pw))
+        return t32, t16, wide
+
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((128, 130), dtype=np.float32)
+    h = torch.from_numpy(rng.standard_normal((128, 64), dtype=np.float32)).to(torch.bfloat16)
+    bits = h.view(torch.int16)
+    bits[3, 5] = 0x7f81  # a signalling NaN: quiet (0x7fc1) after the transpose
+    bits[7, 9] = -0x7f7f  # 0x8081: a negative subnormal, kept as it is
+    t32, t16, wide = k(torch.from_numpy(a), h)
+    np.testing.assert_array_equal(t32.numpy(), a[:, 32:128].T)
+    want = bits.numpy().T.copy()
+    want[5, 3] = 0x7fc1
+    np.testing.assert_array_equal(t16.view(torch.int16).numpy(), want)
+    # BF16 -> FP32 widens the bits as they are (the NaN stays signalling)
+    np.testing.assert_array_equal(wide.view(torch.int32).numpy(),
+                                  bits.numpy().astype(np.int32).T << 16)
+
+
+def test_a_memset_overwritten_whole_before_any_read_is_skipped_and_one_partly_overwritten_is_not():
+    @nki.jit
+    def k(x):
+        whole = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        part = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+        nisa.memset(t, -9948.0)          # all of it overwritten by the load: not run
+        nisa.dma_copy(dst=t, src=x)
+        nl.store(whole, nl.copy(t))
+        u = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+        nisa.memset(u, -9948.0)          # the last 8 columns stay: run
+        nisa.dma_copy(dst=u[:, 0:56], src=x[:, 0:56])
+        nl.store(part, nl.copy(u))
+        return whole, part
+
+    x = np.random.default_rng(3).standard_normal((128, 64), dtype=np.float32)
+    whole, part = k(torch.from_numpy(x))
+    np.testing.assert_array_equal(whole.numpy(), x)
+    np.testing.assert_array_equal(part.numpy()[:, :56], x[:, :56])
+    np.testing.assert_array_equal(part.numpy()[:, 56:], np.float32(-9948.0))
+
+
+def _allowed_cpus(status):
+    for line in status.splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            count = 0
+            for part in line.split(":", 1)[1].strip().split(","):
+                lo, _, hi = part.partition("-")
+                count += int(hi or lo) - int(lo) + 1
+            return count
+    return None
+
+
+def test_partition_workers_run_off_the_callers_core():
+    # Woken by the caller, a worker was placed on the caller's own core, where it took the
+    # caller's time instead of adding a core's: the workers may run on every core but the one
+    # the caller posted from.
+    cores = len(os.sched_getaffinity(0))
+    if cores < 2 or not os.path.isdir("/proc/self/task"):
+        import pytest
+        pytest.skip("needs two cores and /proc")
+    a, b, init = _lanes_inputs(128, 2048)
+    _, splits = _at_threads(2, nki.simulate(_lanes), a, b, init)
+    assert splits > 0
+    narrowed = 0
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/status") as f:
+                narrowed += _allowed_cpus(f.read()) == cores - 1
+        except OSError:
+            pass
+    assert narrowed >= 1
+
+
+@nki.jit
+def _exp_rows(x, other):
+    # flash attention's step: p = exp(scale * s - max) in BF16 with the FP32 row sums
+    p_out = nl.ndarray(x.shape, nl.bfloat16, buffer=nl.shared_hbm)
+    sums = nl.ndarray((x.shape[0], 1), nl.float32, buffer=nl.shared_hbm)
+    s = nl.load(x)
+    m = nl.ndarray((x.shape[0], 1), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(m, nl.max, s, axis=1)
+    neg = nl.ndarray((x.shape[0], 1), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar(neg, m, nl.multiply, -0.125)
+    p = nl.ndarray(x.shape, nl.bfloat16, buffer=nl.sbuf)
+    r = nl.ndarray((x.shape[0], 1), nl.float32, buffer=nl.sbuf)
+    nisa.activation(p, nl.exp, s, bias=neg, scale=0.125, reduce_op=nl.add, reduce_res=r)
+    nl.store(p_out, p)
+    nl.store(sums, r)
+    copy = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)  # binds `other`
+    nl.store(copy, nl.load(other))
+    return p_out, sums, copy
+
+
+def test_an_activation_with_a_reduction_streams_to_the_staged_paths_bits():
+    # Arguments that share memory (one tensor passed twice) take the staged path everywhere;
+    # apart, the activation streams and folds its row sums chunk by chunk (rows of 3,000
+    # elements cross the 2,048-element chunks).
+    x = torch.from_numpy(np.random.default_rng(9).standard_normal((128, 3000), dtype=np.float32))
+    kernel = nki.simulate(_exp_rows)
+    streamed = _bits_all(kernel(x, x.clone()))
+    staged = _bits_all(kernel(x, x))
+    for got, want in zip(streamed, staged):
+        np.testing.assert_array_equal(got, want)
+    p, sums, _ = streamed
+    e = np.exp(x.numpy() * np.float32(0.125) - x.numpy().max(1, keepdims=True) * np.float32(0.125))
+    np.testing.assert_allclose(sums[:, 0], e.sum(1), rtol=1e-5)
+
+
+def _bits_all(out):
+    return tuple(_bits(t) for t in out)

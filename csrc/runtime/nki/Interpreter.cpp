@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <memory>
 #include <cstring>
@@ -47,6 +48,63 @@ constexpr int64_t kSmallMatmulMacs = 16384;
 // attention's [128, 128] x [128, 128] tiles) stay whole.
 constexpr int64_t kSplitMatmulMacs = int64_t{1} << 22;
 constexpr int64_t kSplitMatmulRows = 16;
+
+// Whether `kernel` gives a [m, n] product's bits when it computes the product as two GEMMs on
+// the halves of the result's rows (split at `half`) as when it computes it whole: the same sums
+// in the same order. A BLAS may choose its method by size or by the operands' alignment, so it
+// is probed, once per process for each shape, row steps, alignments (within 64 bytes) and
+// accumulate flag, on pseudo-random operands, where any difference in summation order shows in
+// the bits.
+bool halves_match_whole(MatmulKernel kernel, int64_t m, int64_t n, int64_t k, int64_t half,
+                        const float* s, int64_t s_step, const float* mv, int64_t mv_step,
+                        const float* out, bool accumulate) {
+  const auto misalign = [](const float* p) {
+    return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p) % 64) / 4;
+  };
+  using Key = std::array<int64_t, 11>;
+  const Key key{static_cast<int64_t>(reinterpret_cast<uintptr_t>(kernel)), m, n, k, half, s_step,
+                mv_step, misalign(s), misalign(mv), misalign(out), accumulate ? 1 : 0};
+  static std::mutex mu;
+  static std::map<Key, bool> known;
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    const auto it = known.find(key);
+    if (it != known.end()) return it->second;
+  }
+  // 64-byte aligned blocks, each operand placed at the real one's offset within 64 bytes.
+  auto block = [](int64_t elements, int64_t shift) {
+    std::vector<float> v(static_cast<size_t>(elements + 32));
+    const auto base = reinterpret_cast<uintptr_t>(v.data());
+    const auto skip = static_cast<int64_t>(((64 - base % 64) % 64) / 4) + shift;
+    return std::make_pair(std::move(v), skip);
+  };
+  uint32_t state = 0x9e3779b9u;
+  auto fill = [&](float* p, int64_t count) {
+    for (int64_t e = 0; e < count; ++e) {
+      state = state * 1664525u + 1013904223u;
+      p[e] = static_cast<float>(static_cast<int32_t>(state >> 8) - (1 << 23)) / (1 << 23);
+    }
+  };
+  auto [sv, s0] = block(k * s_step, misalign(s));
+  auto [mvv, m0] = block(k * mv_step, misalign(mv));
+  auto [whole, w0] = block(m * n, misalign(out));
+  auto [parts, p0] = block(m * n, misalign(out));
+  fill(sv.data() + s0, k * s_step);
+  fill(mvv.data() + m0, k * mv_step);
+  fill(whole.data() + w0, m * n);
+  std::copy(whole.begin() + w0, whole.begin() + w0 + m * n, parts.begin() + p0);
+  const float* sp = sv.data() + s0;
+  const float* mp = mvv.data() + m0;
+  kernel(m, n, k, sp, s_step, mp, mv_step, whole.data() + w0, accumulate);
+  kernel(half, n, k, sp, s_step, mp, mv_step, parts.data() + p0, accumulate);
+  kernel(m - half, n, k, sp + half, s_step, mp, mv_step, parts.data() + p0 + half * n,
+         accumulate);
+  const bool same = std::memcmp(whole.data() + w0, parts.data() + p0,
+                                static_cast<size_t>(m * n) * sizeof(float)) == 0;
+  const std::lock_guard<std::mutex> lock(mu);
+  known.emplace(key, same);
+  return same;
+}
 
 [[noreturn]] void fail(const Program& p, size_t index, const std::string& what) {
   const Instruction& in = p.instructions[index];
@@ -190,6 +248,70 @@ struct Storage {
   const CollectiveHook* collectives = nullptr;  // the exchange of collective instructions
   DType of(const View& v) const { return v.dtype >= 0 ? static_cast<DType>(v.dtype) : dtype[v.buffer]; }
 };
+
+// `v`'s elements, in view order, as a [rows, cols] grid: the element steps of a row and of a
+// column. False where its dims do not reduce to two.
+bool as_grid(const View& v, int64_t rows, int64_t cols, int64_t& row_step, int64_t& col_step) {
+  if (v.numel() != rows * cols || rows < 1 || cols < 1) return false;
+  const View c = coalesced(v);
+  if (c.ndim == 1) {
+    col_step = c.stride[0];
+    row_step = cols * c.stride[0];
+    return true;
+  }
+  if (c.ndim == 2 && c.shape[0] == rows && c.shape[1] == cols) {
+    row_step = c.stride[0];
+    col_step = c.stride[1];
+    return true;
+  }
+  return false;
+}
+
+template <typename T, bool kQuietBf16Nan>
+void transpose_bits(const T* src, int64_t sr, int64_t sc, T* dst, int64_t dr, int64_t dc,
+                    int64_t rows, int64_t cols) {
+  constexpr int64_t kBlock = 16;  // a block of rows and columns in cache on both sides
+  for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
+    const int64_t r1 = std::min(rows, r0 + kBlock);
+    for (int64_t c0 = 0; c0 < cols; c0 += kBlock) {
+      const int64_t c1 = std::min(cols, c0 + kBlock);
+      for (int64_t c = c0; c < c1; ++c) {
+        T* out = dst + c * dr;
+        const T* in = src + c * sc;
+        for (int64_t r = r0; r < r1; ++r) {
+          T x = in[r * sr];
+          if constexpr (kQuietBf16Nan) {
+            if ((x & 0x7fffu) > 0x7f80u) x = static_cast<T>(x | 0x40u);
+          }
+          out[r * dc] = x;
+        }
+      }
+    }
+  }
+}
+
+// nc_transpose of an FP32 or BF16 tile into one of its own dtype, as a [rows, cols] grid into a
+// [cols, rows] one on both sides, moving the elements' bits: what the staged path (to FP32 and
+// back) gives, a BF16 NaN made quiet as its conversion back does, without the two passes
+// through FP32 (flash attention's 256 [128, 128] BF16 transposes: 46 -> 8 us each). False where
+// it does not apply: the caller takes the staged path.
+bool transpose_direct(const Storage& mem, const Instruction& in, int64_t rows, int64_t cols) {
+  const DType dt = mem.of(in.a);
+  if (dt != mem.of(in.dst) || (dt != DType::kFloat32 && dt != DType::kBFloat16)) return false;
+  if (!mem.distinct || in.a.buffer == in.dst.buffer) return false;
+  int64_t sr = 0, sc = 0, dr = 0, dc = 0;
+  if (!as_grid(in.a, rows, cols, sr, sc) || !as_grid(in.dst, cols, rows, dr, dc)) return false;
+  if (dt == DType::kFloat32) {
+    transpose_bits<uint32_t, false>(
+        reinterpret_cast<const uint32_t*>(mem.base[in.a.buffer]) + in.a.offset, sr, sc,
+        reinterpret_cast<uint32_t*>(mem.base[in.dst.buffer]) + in.dst.offset, dr, dc, rows, cols);
+  } else {
+    transpose_bits<uint16_t, true>(
+        reinterpret_cast<const uint16_t*>(mem.base[in.a.buffer]) + in.a.offset, sr, sc,
+        reinterpret_cast<uint16_t*>(mem.base[in.dst.buffer]) + in.dst.offset, dr, dc, rows, cols);
+  }
+  return true;
+}
 
 void gather(const Storage& mem, const View& v, float* out) {
   const DType dt = mem.of(v);
@@ -532,6 +654,60 @@ void stream(const Storage& mem, const View& dst, const std::array<const View*, N
   }
 }
 
+// A free-dim reduction (alu2 into the accumulators e, out to d) in three steps, so a streamed
+// instruction can fold its results chunk by chunk: the accumulators' starting values, the fold
+// (each partition's elements in order), and the stores.
+struct Reduction {
+  View acc;
+  std::vector<float> r;
+  int64_t per = 0;  // elements per partition
+  bool folds = false;
+};
+
+Reduction reduce_start(const Storage& mem, const Instruction& in, int64_t elements) {
+  Reduction red;
+  const int64_t parts = in.dst.valid() && in.dst.ndim > 0 ? in.dst.shape[0] : 1;
+  red.per = parts > 0 ? elements / parts : 0;
+  red.acc = in.e;
+  red.acc.shape[0] = parts;
+  red.r = load(mem, red.acc);
+  const ReduceCmd cmd = in.reduce_cmd == ReduceCmd::kIdle ? ReduceCmd::kResetReduce : in.reduce_cmd;
+  if (cmd == ReduceCmd::kReset || cmd == ReduceCmd::kResetReduce) {
+    std::fill(red.r.begin(), red.r.end(), reduce_identity(in.alu2));
+  } else if (cmd == ReduceCmd::kLoadReduce) {
+    if (in.f.valid()) {
+      red.r = load(mem, in.f);
+    } else {
+      std::fill(red.r.begin(), red.r.end(), static_cast<float>(in.imm2));
+    }
+  }
+  red.folds = cmd != ReduceCmd::kReset;
+  return red;
+}
+
+// Folds n results, elements [pos, pos + n) in view order, into their partitions' accumulators.
+void reduce_fold(Reduction& red, Alu op, const float* x, int64_t pos, int64_t n) {
+  if (!red.folds || red.per <= 0) return;
+  for (int64_t e = 0; e < n;) {
+    const int64_t q = (pos + e) / red.per;
+    const int64_t take = std::min(n - e, red.per - (pos + e) % red.per);
+    float v = red.r[static_cast<size_t>(q)];
+    for (int64_t k = 0; k < take; ++k) v = apply_alu(op, v, x[e + k]);
+    red.r[static_cast<size_t>(q)] = v;
+    e += take;
+  }
+}
+
+void reduce_finish(const Storage& mem, const Instruction& in, Reduction& red) {
+  scatter(mem, red.acc, red.r.data());
+  if (in.d.valid()) {
+    if (in.negate) {
+      for (float& v : red.r) v = -v;
+    }
+    scatter(mem, in.d, red.r.data());
+  }
+}
+
 // The streamed forms of the elementwise instructions; false where the staged path must run.
 bool run_streamed(const Storage& mem, const Instruction& in) {
   switch (in.op) {
@@ -568,7 +744,14 @@ bool run_streamed(const Storage& mem, const Instruction& in) {
       return true;
     }
     case Opcode::kActivation: {
-      if (in.alu2 != Alu::kBypass && in.e.valid()) return false;
+      // With a reduction the results fold as they stream (flash attention's exp with its row
+      // sums), each partition's in the staged path's order; the accumulators are read before
+      // and written after the destination, so they must not share its memory.
+      const bool reduces = in.alu2 != Alu::kBypass && in.e.valid();
+      if (reduces && (in.e.buffer == in.dst.buffer || in.d.buffer == in.dst.buffer ||
+                      in.f.buffer == in.dst.buffer)) {
+        return false;
+      }
       if (!streamable(mem, in.dst, {&in.a, &in.b, &in.c})) return false;
       const auto s0 = static_cast<float>(in.imm0), b1 = static_cast<float>(in.imm1);
       const Alu bias_op = in.reverse0 ? Alu::kSubtract : Alu::kAdd;
@@ -577,6 +760,9 @@ bool run_streamed(const Storage& mem, const Instruction& in) {
       if ((in.b.valid() && same_view(in.b, in.dst)) || (in.c.valid() && same_view(in.c, in.dst))) {
         return false;
       }
+      std::optional<Reduction> red;
+      if (reduces) red.emplace(reduce_start(mem, in, in.a.numel()));
+      int64_t pos = 0;
       stream<3>(mem, in.dst, {&in.a, &in.b, &in.c},
                 [&](float* out, const std::array<Chunk, 3>& x, int64_t n) {
                   // As the staged path: scale, then bias, then the function.
@@ -600,7 +786,10 @@ bool run_streamed(const Storage& mem, const Instruction& in) {
                       for (int64_t e = 0; e < n; ++e) out[e] = apply_act(in.act, out[e]);
                       break;
                   }
+                  if (red) reduce_fold(*red, in.alu2, out, pos, n);
+                  pos += n;
                 });
+      if (red) reduce_finish(mem, in, *red);
       return true;
     }
     case Opcode::kMemset: {
@@ -668,35 +857,9 @@ void store_ints(const Storage& mem, const View& v, const std::vector<int64_t>& i
 // reduce_cmd, and the accumulated value out to d (negated with `negate`).
 void reduce_into(const Storage& mem, const Instruction& in, const std::vector<float>& x) {
   if (in.alu2 == Alu::kBypass || !in.e.valid()) return;
-  const int64_t parts = in.dst.valid() && in.dst.ndim > 0 ? in.dst.shape[0] : 1;
-  const int64_t per = parts > 0 ? static_cast<int64_t>(x.size()) / parts : 0;
-  View acc = in.e;
-  acc.shape[0] = parts;
-  std::vector<float> r = load(mem, acc);
-  const ReduceCmd cmd = in.reduce_cmd == ReduceCmd::kIdle ? ReduceCmd::kResetReduce : in.reduce_cmd;
-  if (cmd == ReduceCmd::kReset || cmd == ReduceCmd::kResetReduce) {
-    std::fill(r.begin(), r.end(), reduce_identity(in.alu2));
-  } else if (cmd == ReduceCmd::kLoadReduce) {
-    if (in.f.valid()) {
-      r = load(mem, in.f);
-    } else {
-      std::fill(r.begin(), r.end(), static_cast<float>(in.imm2));
-    }
-  }
-  if (cmd != ReduceCmd::kReset) {
-    for (int64_t q = 0; q < parts; ++q) {
-      float v = r[static_cast<size_t>(q)];
-      for (int64_t k = 0; k < per; ++k) v = apply_alu(in.alu2, v, x[static_cast<size_t>(q * per + k)]);
-      r[static_cast<size_t>(q)] = v;
-    }
-  }
-  scatter(mem, acc, r.data());
-  if (in.d.valid()) {
-    if (in.negate) {
-      for (float& v : r) v = -v;
-    }
-    scatter(mem, in.d, r.data());
-  }
+  Reduction red = reduce_start(mem, in, static_cast<int64_t>(x.size()));
+  reduce_fold(red, in.alu2, x.data(), 0, static_cast<int64_t>(x.size()));
+  reduce_finish(mem, in, red);
 }
 
 void check_view(const Program& p, size_t index, const View& v, const char* role) {
@@ -1053,8 +1216,44 @@ void run_extended(const Storage& mem, const Program& p, size_t i, const Instruct
           offsets[static_cast<size_t>(q * n + e)] = off;
         }
       }
-      // One element at a time, through views of one element: the data's free dims flattened
-      // (an offset counts elements in its view order).
+      // The elements' bytes, in partition then element order (as the one-element copies below,
+      // so views that share memory give the same result), through a table of each view's
+      // element offsets per partition: the data's free dims flattened (an offset counts
+      // elements in its view order).
+      const auto size = static_cast<int64_t>(dtype_size(mem.of(data)));
+      if (size == static_cast<int64_t>(dtype_size(mem.of(dense)))) {
+        auto free_offsets = [](const View& v) {
+          std::vector<int64_t> at(static_cast<size_t>(v.free_size()));
+          for (size_t f = 0; f < at.size(); ++f) {
+            int64_t rest = static_cast<int64_t>(f), off = 0;
+            for (int d = v.ndim - 1; d >= 1; --d) {
+              off += (rest % v.shape[d]) * v.stride[d];
+              rest /= v.shape[d];
+            }
+            at[f] = off;
+          }
+          return at;
+        };
+        const std::vector<int64_t> data_at = free_offsets(data), dense_at = free_offsets(dense);
+        uint8_t* data_base = mem.base[data.buffer];
+        uint8_t* dense_base = mem.base[dense.buffer];
+        for (int64_t q = 0; q < parts; ++q) {
+          const int64_t data_row = data.offset + q * data.stride[0];
+          const int64_t dense_row = dense.offset + q * dense.stride[0];
+          for (int64_t e = 0; e < n; ++e) {
+            const int64_t off = offsets[static_cast<size_t>(q * n + e)];
+            uint8_t* at_data = data_base + (data_row + data_at[static_cast<size_t>(off)]) * size;
+            uint8_t* at_dense = dense_base + (dense_row + dense_at[static_cast<size_t>(e)]) * size;
+            if (scatter_cols) {
+              std::memmove(at_data, at_dense, static_cast<size_t>(size));
+            } else {
+              std::memmove(at_dense, at_data, static_cast<size_t>(size));
+            }
+          }
+        }
+        break;
+      }
+      // Elements of different widths: one at a time, through views of one element.
       auto element = [](const View& v, int64_t q, int64_t f) {
         View one = v;
         one.offset += q * v.stride[0];
@@ -1266,7 +1465,7 @@ void execute(const Storage& mem, const Program& p, size_t i, const Instruction& 
         const int64_t half = (m / 2 + kSplitMatmulRows - 1) / kSplitMatmulRows * kSplitMatmulRows;
         const int threads = partition_threads();
         std::exception_ptr errors[2];
-        run_on_workers(2, threads, [&](int r) {
+        const auto halves = [&](int r) {
           const int64_t lo = r == 0 ? 0 : half, rows = r == 0 ? half : m - half;
           try {
             kernel(rows, n, k, s.data() + lo, s_step, mv.data(), mv_step, out + lo * n,
@@ -1274,11 +1473,28 @@ void execute(const Storage& mem, const Program& p, size_t i, const Instruction& 
           } catch (...) {
             errors[r] = std::current_exception();
           }
-        }, partition_threads_automatic());
+        };
+        // Where the GEMM gives the whole product's bits in halves too (probed once per shape),
+        // a product the workers do not share is one GEMM: two cost up to 35 % more on one
+        // thread. Otherwise it is two halves at every thread count, as the values must not
+        // depend on the count.
+        const bool automatic = partition_threads_automatic();
+        if (halves_match_whole(kernel, m, n, k, half, s.data(), s_step, mv.data(), mv_step, out,
+                               in.accumulate)) {
+          if (try_run_on_workers(2, threads, halves, automatic)) {
+            count_split_instruction();
+          } else {
+            kernel(m, n, k, s.data(), s_step, mv.data(), mv_step, out, in.accumulate);
+          }
+        } else if (try_run_on_workers(2, threads, halves, automatic)) {
+          count_split_instruction();
+        } else {
+          halves(0);
+          halves(1);
+        }
         for (const std::exception_ptr& e : errors) {
           if (e) std::rethrow_exception(e);
         }
-        if (threads > 1) count_split_instruction();
       } else {
         kernel(m, n, k, s.data(), s_step, mv.data(), mv_step, out, in.accumulate);
       }
@@ -1288,6 +1504,7 @@ void execute(const Storage& mem, const Program& p, size_t i, const Instruction& 
     case Opcode::kTranspose: {
       const int64_t rows = in.a.shape[0];
       const int64_t cols = in.a.free_size();
+      if (transpose_direct(mem, in, rows, cols)) break;
       const Floats x(mem, in.a);
       std::vector<float> t(x.size());
       for (int64_t r = 0; r < rows; ++r) {
@@ -1398,14 +1615,22 @@ bool rows_apart(const View& v) {
 // thread. False where it does not split: the caller runs it whole.
 bool run_split(const Storage& mem, const Program& p, size_t i, const Instruction& in,
                int threads) {
-  if (!partitions_independent(in) || !mem.distinct || !in.dst.valid() || in.dst.ndim < 1) {
-    return false;
-  }
+  if (!mem.distinct || !in.dst.valid() || in.dst.ndim < 1) return false;
   const int64_t parts = in.dst.shape[0];
   if (parts < 2) return false;
   View Instruction::*const fields[] = {&Instruction::dst, &Instruction::a, &Instruction::b,
                                        &Instruction::c,   &Instruction::d, &Instruction::e,
                                        &Instruction::f};
+  // Most instructions are too small to split: that first, before the checks below (a kernel of
+  // thousands of small instructions, such as depthwise_conv1d's 4,620, pays them on each).
+  {
+    int64_t most = 0;
+    for (View Instruction::*field : fields) {
+      if ((in.*field).valid()) most = std::max(most, (in.*field).numel());
+    }
+    if (most / kSplitMinElements < 2) return false;
+  }
+  if (!partitions_independent(in)) return false;
   // dst, d and e are written (d: a reduction's result or match_replace8's indices; e: the
   // accumulators, also read).
   auto written = [](View Instruction::*field) {
@@ -1446,7 +1671,9 @@ bool run_split(const Storage& mem, const Program& p, size_t i, const Instruction
   const int64_t units = (parts + unit - 1) / unit;
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
   MatmulKernel matmul = g_matmul.load();
-  run_on_workers(n, threads, [&](int r) {
+  // Where no worker would take a range (the workers busy, or the automatic count finding no
+  // core free), the instruction runs whole, as on one thread, and does not count as split.
+  const bool shared = try_run_on_workers(n, threads, [&](int r) {
     const int64_t lo = std::min(parts, unit * (units * r / n));
     const int64_t hi = std::min(parts, unit * (units * (r + 1) / n));
     Instruction part = in;
@@ -1463,6 +1690,7 @@ bool run_split(const Storage& mem, const Program& p, size_t i, const Instruction
       errors[static_cast<size_t>(r)] = std::current_exception();
     }
   }, partition_threads_automatic());
+  if (!shared) return false;
   count_split_instruction();
   // The first range's error, as one thread would have met it first.
   for (const std::exception_ptr& e : errors) {
@@ -1777,6 +2005,30 @@ Executable::Executable(Program program) : program_(std::move(program)) {
     poison_[b] = !written_whole_first(p, static_cast<size_t>(first[b]), static_cast<int32_t>(b));
     release_after[static_cast<size_t>(last[b])].push_back(static_cast<int32_t>(b));
   }
+  // A memset of a whole kernel buffer that the next instruction using the buffer overwrites
+  // whole without reading it (cascaded_max fills its 8 MiB input tile with the padding value and
+  // then loads all of it, as the shape divides: a quarter of its time), both outside device
+  // loops, is not executed: no instruction could see its values.
+  overwritten_.assign(p.instructions.size(), 0);
+  const auto in_loop = [&](size_t i) { return !nest_.empty() && nest_.innermost[i] >= 0; };
+  for (size_t i = 0; i < p.instructions.size(); ++i) {
+    const Instruction& in = p.instructions[i];
+    const int32_t b = in.dst.buffer;
+    if (in.op != Opcode::kMemset || b < 0 || p.buffers[static_cast<size_t>(b)].binding >= 0 ||
+        in_loop(i) || !written_whole_first(p, i, b)) {
+      continue;
+    }
+    for (size_t j = i + 1; j < p.instructions.size(); ++j) {
+      const Instruction& next = p.instructions[j];
+      bool uses = false;
+      for (const View* v : {&next.dst, &next.a, &next.b, &next.c, &next.d, &next.e, &next.f}) {
+        uses = uses || (v->valid() && v->buffer == b);
+      }
+      if (!uses) continue;
+      overwritten_[i] = !in_loop(j) && written_whole_first(p, j, b);
+      break;
+    }
+  }
   std::multimap<int64_t, int64_t> free_slots;  // bytes -> slot
   for (size_t i = 0; i < p.instructions.size(); ++i) {
     for (int32_t b : poison_before_[i]) {
@@ -1931,6 +2183,10 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals,
       if (counted && loop.dst.valid()) store_ints(mem, loop.dst, {r.value});
       if (counted && joint && loop.e.valid()) store_ints(mem, loop.e, {r.value2});
       i = begin + 1;
+      continue;
+    }
+    if (overwritten_[i]) {
+      ++i;
       continue;
     }
     if (!in.offsets.empty()) {

@@ -63,6 +63,9 @@ class Executable {
   // per buffer: poisoned when allocated (a kernel buffer not written whole by its first
   // instruction) or before the run (a kernel output not written whole before it is read)
   std::vector<char> poison_;
+  // per instruction: a memset of a kernel buffer that the next instruction using the buffer
+  // overwrites whole without reading it (nothing could see its values): not executed
+  std::vector<char> overwritten_;
   int64_t scratch_bytes_ = 0;
   std::vector<int64_t> slot_offset_;    // per slot: its offset in a run's scratch block
 

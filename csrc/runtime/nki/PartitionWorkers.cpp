@@ -92,6 +92,7 @@ class Pool {
     } catch (const std::system_error&) {
     }
     const int members = std::min({threads, started_ + 1, n});
+    keep_off_caller_cpu();
     const uint32_t number = ++number_;
     task_ = &task;
     count_ = n;
@@ -127,9 +128,14 @@ class Pool {
   }
 
  private:
-  // How long a thread spins before it sleeps (a worker waiting for the next instruction, the
-  // caller waiting for the last ranges).
+  // How long the caller waiting for the last ranges spins before it sleeps, and a worker
+  // waiting for the next instruction: longer, to span the stretches of small instructions
+  // between a kernel's large ones (flash attention's 0.4-0.5 ms of transposes and small matmuls
+  // between its score tiles; with 200 us the worker slept, and was woken, for 2 of every 3 split
+  // instructions). Its core is not the caller's (keep_off_caller_cpu), so the spin takes
+  // nothing from the kernel's own thread.
   static constexpr std::chrono::microseconds kSpin{200};
+  static constexpr std::chrono::microseconds kWorkerSpin{1000};
   // A wait for the workers' last ranges longer than this (and than four times the caller's own
   // share) means a worker lost its core; the caller then runs alone for kAlone.
   static constexpr std::chrono::microseconds kStall{500};
@@ -159,6 +165,28 @@ class Pool {
     return std::max(0, static_cast<int>(running) - 1 - awake);
   }
 
+  // The workers may run on any of the process's cores but the caller's own. A worker woken by
+  // the caller is otherwise placed on the caller's core as often as not (the scheduler's
+  // wake-affine choice: measured on the 2-core host, 93 % of the worker's ranges of flash
+  // attention ran on the core the caller posted from), where it takes the caller's ranges while
+  // the caller waits for a time slice, and its spin then takes the caller's core: two threads
+  // ran slower than one. Set again only when the caller's core changes (one system call per
+  // worker; sched_getcpu itself reads the core without one).
+  void keep_off_caller_cpu() {
+    const int cpu = sched_getcpu();
+    if (cpu < 0 || cpu == kept_off_) return;
+    kept_off_ = cpu;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return;
+    const bool others = CPU_ISSET(cpu, &set) && CPU_COUNT(&set) > 1;
+    if (others) CPU_CLR(cpu, &set);  // else (one core, or the caller outside the set) any core
+    for (int id = 1; id <= started_; ++id) {
+      const int tid = tids_[id].load(std::memory_order_acquire);
+      if (tid > 0) sched_setaffinity(tid, sizeof set, &set);
+      else kept_off_ = -1;  // not started yet: again at the next instruction
+    }
+  }
+
   static uint64_t pack(uint32_t number, uint32_t next, uint32_t end) {
     return static_cast<uint64_t>(number) << 32 | static_cast<uint64_t>(next) << 16 | end;
   }
@@ -167,8 +195,8 @@ class Pool {
   static uint32_t end_of(uint64_t w) { return static_cast<uint32_t>(w) & 0xffffu; }
 
   template <typename Ready>
-  static bool spin_until(Ready ready) {
-    const auto until = std::chrono::steady_clock::now() + kSpin;
+  static bool spin_until(Ready ready, std::chrono::microseconds spin = kSpin) {
+    const auto until = std::chrono::steady_clock::now() + spin;
     for (int i = 1;; ++i) {
       if (ready()) return true;
       cpu_relax();
@@ -218,9 +246,11 @@ class Pool {
   }
 
   void work(int id) {
+    tids_[id].store(static_cast<int>(::gettid()), std::memory_order_release);
     uint32_t seen = current_.load(std::memory_order_acquire);
     for (;;) {
-      if (!spin_until([&] { return current_.load(std::memory_order_acquire) != seen; })) {
+      if (!spin_until([&] { return current_.load(std::memory_order_acquire) != seen; },
+                      kWorkerSpin)) {
         std::unique_lock<std::mutex> lock(mu_);
         sleepers_.fetch_add(1, std::memory_order_seq_cst);
         wake_.wait(lock, [&] { return current_.load(std::memory_order_seq_cst) != seen; });
@@ -242,6 +272,8 @@ class Pool {
   std::chrono::steady_clock::time_point next_look_{};
   int free_cores_ = 1;
   int started_ = 0;    // worker threads started (ids 1 .. started_)
+  int kept_off_ = -1;  // the core the workers are kept off (the caller's at the last look)
+  std::atomic<int> tids_[kMaxPartitionThreads] = {};  // the workers' thread ids (0: not yet)
   uint32_t number_ = 0;
   Block blocks_[kMaxPartitionThreads];
   alignas(64) std::atomic<uint32_t> current_{0};  // the instruction now running
@@ -289,10 +321,13 @@ int set_partition_threads(int threads) {
   return before;
 }
 
-void run_on_workers(int n, int threads, const std::function<void(int)>& task, bool adapt) {
+bool try_run_on_workers(int n, int threads, const std::function<void(int)>& task, bool adapt) {
   // (A block's word holds range numbers in 16 bits: more ranges run on the calling thread.)
-  if (n <= 1 || n > 0xffff || threads <= 1 ||
-      !pool().run(n, std::min(threads, n), task, adapt)) {
+  return n > 1 && n <= 0xffff && threads > 1 && pool().run(n, std::min(threads, n), task, adapt);
+}
+
+void run_on_workers(int n, int threads, const std::function<void(int)>& task, bool adapt) {
+  if (!try_run_on_workers(n, threads, task, adapt)) {
     for (int r = 0; r < n; ++r) task(r);
   }
 }

@@ -26,14 +26,18 @@ inline constexpr int kAutoPartitionThreads = 4;
 int set_partition_threads(int threads);
 
 // Runs task(0) .. task(n - 1) on the calling thread and up to threads - 1 worker threads, each
-// task once, and returns when all have finished. Each thread has a home block of consecutive
-// tasks (the same for every call with the same n and threads, so the partitions a thread wrote
-// are still in its core's cache at the next instruction) and takes from the others' blocks when
-// its own is done, so which thread runs a task is not fixed and a task's result must not depend
-// on it. Where the workers are busy with another caller's instruction, every task runs on the
-// calling thread in turn; so it does, with `adapt` (the automatic count), while the host leaves
-// no core free for a worker (fewer threads where it leaves fewer) and for 50 ms after a worker
-// lost its core in the middle of a range. `task` must not throw.
+// task once, and returns true when all have finished. Each thread has a home block of
+// consecutive tasks (the same for every call with the same n and threads, so the partitions a
+// thread wrote are still in its core's cache at the next instruction) and takes from the others'
+// blocks when its own is done, so which thread runs a task is not fixed and a task's result must
+// not depend on it. The workers run on any of the process's cores but the caller's. Where the
+// tasks would all run on the calling thread (one thread, the workers busy with another caller's
+// instruction, or with `adapt`, the automatic count, the host leaving no core free for a worker,
+// or for 50 ms after a worker lost its core in the middle of a range) it runs none of them and
+// returns false: the caller then does the work in one piece. `task` must not throw.
+bool try_run_on_workers(int n, int threads, const std::function<void(int)>& task,
+                        bool adapt = false);
+// The same, with the tasks run on the calling thread in turn where no worker would take them.
 void run_on_workers(int n, int threads, const std::function<void(int)>& task,
                     bool adapt = false);
 
