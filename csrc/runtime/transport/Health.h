@@ -49,8 +49,8 @@ class Health {
   // the sum of the ranks' CPU time. A whole collective of a MiB takes under a millisecond, so
   // with 1 ms of yielding its waits do not sleep. On the 2-core host with 4 ranks, against
   // 50 us (docs/benchmarks.md, "Waits that yield for 1 ms"): all_gather 1 MiB 337-535 against
-  // 693-753 us, 256 KiB 104-216 against 321-541 us, reduce_scatter 256 KiB 101-184 against
-  // 306-360 us, all_reduce 1 MiB 648-1385 against 810-941 us (five runs each); 16 ranks on the
+  // 665-753 us, 256 KiB 68-216 against 299-541 us, reduce_scatter 256 KiB 96-184 against
+  // 306-360 us, all_reduce 1 MiB 611-1385 against 792-941 us (seven runs each); 16 ranks on the
   // 2 cores no different. A yield gives the core to any other runnable task, so other jobs keep
   // their share; a longer wait sleeps.
   static constexpr std::chrono::microseconds kYieldFor{1000};
