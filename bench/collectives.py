@@ -22,7 +22,7 @@ Last, the TP x FSDP training step of the tiny Llama (TP=2 x FSDP=2) on neuron vs
 CPU with Gloo.
 
     python bench/collectives.py [--min-kib 4] [--max-mib 256] [--reps 12] [--ranks 4] [--skip-step]
-                                [--legacy-names]
+                                [--legacy-names] [--pin]
 """
 
 from __future__ import annotations
@@ -74,6 +74,11 @@ def memcpy_seconds(nbytes: int, reps: int) -> float:
 
 
 def worker(args) -> None:
+    if args.pin:
+        # Before torch starts any thread, so that every thread of the rank (Gloo's included) keeps
+        # to the rank's core.
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cores[int(os.environ["RANK"]) % len(cores)]})
     import torch
     import torch.distributed as dist
 
@@ -249,6 +254,8 @@ def main():
     parser.add_argument("--skip-step", action="store_true", help="collectives only, no TP x FSDP step")
     parser.add_argument("--legacy-names", action="store_true",
                         help="call all_gather_into_tensor / reduce_scatter_tensor (deprecated in torch 2.13)")
+    parser.add_argument("--pin", action="store_true",
+                        help="pin rank r to core r %% cores (both backends run in the pinned ranks)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:

@@ -44,12 +44,16 @@ class Health {
   // How long a wait hands the core over (sched_yield) before it sleeps. When ranks outnumber
   // cores, the rank that would end the wait is often runnable on this very core: a yield runs
   // it at once, where a futex sleep costs a sleep, a wake-up from another core and, when both
-  // ranks of a core sleep, the core's idle exit. On the 2-core host with 4 ranks, waits that
-  // yield for up to 50 us before sleeping took 6-30% less time per collective and 8-27% less
-  // CPU per rank than sleeping at once, 16 KiB to 1 MiB (docs/benchmarks.md, "Waits that
-  // yield"). A yield gives the core to any other runnable task, so other jobs keep their
-  // share; a longer wait sleeps.
-  static constexpr std::chrono::microseconds kYieldFor{50};
+  // ranks of a core sleep, the core's idle exit; and the wake-ups are what lets the scheduler
+  // stack all ranks on one core (it places a wakee next to its waker), where a collective takes
+  // the sum of the ranks' CPU time. A whole collective of a MiB takes under a millisecond, so
+  // with 1 ms of yielding its waits do not sleep. On the 2-core host with 4 ranks, against
+  // 50 us (docs/benchmarks.md, "Waits that yield for 1 ms"): all_gather 1 MiB 337-535 against
+  // 665-753 us, 256 KiB 68-216 against 299-541 us, reduce_scatter 256 KiB 96-184 against
+  // 306-360 us, all_reduce 1 MiB 611-1385 against 792-941 us (seven runs each); 16 ranks on the
+  // 2 cores no different. A yield gives the core to any other runnable task, so other jobs keep
+  // their share; a longer wait sleeps.
+  static constexpr std::chrono::microseconds kYieldFor{1000};
 
   // Returns once ready() holds. Spins briefly, yields the core for up to kYieldFor, then sleeps
   // on `word` (which whoever makes ready() true bumps and wakes), checking between sleeps: an
