@@ -682,11 +682,11 @@ class Tensor(NKIObject):
             else:
                 raise error(f"index {k!r} is not supported: use integers, slices and nl.ds "
                             "(shapes are compile-time constants)")
-        if self._buffer.on_chip and self.ndim > 1 and len(shape) == 1:
-            # An on-chip view stays at least 2-D: integers that would leave only the partition
-            # dim keep the last free dim at size 1 (NKI 0.6's NkiTensor.__getitem__: "Result is
-            # always at least 2D"; its language guide: t[:, 0, 10] of a (64, 64, 64) SBUF tensor
-            # is (64, 1)). The legacy API did the same.
+        if len(shape) < min(self.ndim, 2 if self._buffer.on_chip else 1):
+            # NKI 0.6 (language guide, "Tensor Indexing"; NkiTensor.__getitem__'s docstring): an
+            # on-chip tensor stays at least 2-D, so integers that leave only the partition dim
+            # keep the last free dim at size 1 (t[:, i] of a (P, F) tile is (P, 1), t[0, 0, i]
+            # is (1, 1)); an HBM tensor stays at least 1-D. The legacy API keeps (P, 1) too.
             shape, strides = shape + [1], strides + [self.strides[-1]]
         return self._derive(shape, strides, offset)
 
@@ -713,16 +713,16 @@ class Tensor(NKIObject):
                         "must not be 0 (partition dim)'): an engine's access starts at a "
                         "partition fixed in the instruction; index a free dim (sb[:, i], "
                         "sb[:, nl.ds(i, n)]) or pick rows on the HBM side of nisa.dma_copy")
+        kept = sum(1 for j, k in enumerate(key) if isinstance(k, (slice, DynamicSlice))
+                   or (j == 0 and self._buffer.on_chip))
+        if size is None and kept < min(self.ndim, 2 if self._buffer.on_chip else 1):
+            size = 1  # at least 2-D on chip, 1-D in HBM (as in __getitem__): dim d kept at 1
         if size is not None and size > self.shape[d]:
             raise error(f"nl.ds({reg!r}, {size}) on dim {d} of size {self.shape[d]}: the slice "
                         "is longer than the dim")
         # The other dims' static indexing first, dim d kept whole.
         base = self[key[:d] + (slice(None),) + key[d + 1:]]
         bd = sum(1 for j in range(d) if isinstance(key[j], (slice, DynamicSlice)))
-        if size is None and self._buffer.on_chip and base.ndim == 2:
-            # sb[:, i] of a 2-D on-chip tensor: it stays 2-D, the dim kept at size 1 (see
-            # __getitem__), i.e. sb[:, nl.ds(i, 1)].
-            size = 1
         pairs = [(st, (size if j == bd else n)) for j, (st, n) in enumerate(zip(base.strides,
                                                                                 base.shape))
                  if j != bd or size is not None]
@@ -783,18 +783,19 @@ class Tensor(NKIObject):
             # A runtime select: the other dims moved by one index along dim d, a scalar offset.
             from nki import _indirect
             pairs = [(st, n) for k, (st, n) in enumerate(zip(self.strides, self.shape)) if k != d]
+            if self._buffer.on_chip and len(pairs) == 1:
+                pairs.append((self.strides[-1], 1))  # on-chip views stay at least 2-D
             if not pairs:
                 raise error("select with a tensor index on a 1-D tensor: use "
                             ".ap([[1, 1], [1, 1]], scalar_offset=<index tile>, indirect_dim=0)")
             return _indirect.access_pattern(self, pairs, self.offset, self.dtype, None, index, d)
         if not 0 <= int(index) < self.shape[d]:
             raise error(f"select(dim={dim}, {index}): index out of range for size {self.shape[d]}")
-        shape = self.shape[:d] + self.shape[d + 1:]
-        strides = self.strides[:d] + self.strides[d + 1:]
         if d == 0 and self._buffer.on_chip:
             raise error("select: dim 0 of an on-chip tensor is the partition dim (index it with "
                         "t[i] to keep a 1-partition view)")
-        return self._derive(shape, strides, self.offset + int(index) * self.strides[d])
+        # t[:, index, :] for dim 1, AWS's docstring says: the same shape rule as indexing.
+        return self[(slice(None),) * d + (int(index),)]
 
     def vector_select(self, dim, vector_offset):
         from nki import _indirect

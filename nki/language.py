@@ -599,3 +599,14 @@ def rms_norm(x, w, axis=-1, n=None, epsilon=1e-6, dtype=None, compute_dtype=None
 _core.HOOKS.update({name: globals()[name] for name in (
     "add", "subtract", "multiply", "divide", "power", "negative", "abs", "less", "less_equal",
     "greater", "greater_equal", "matmul")})
+
+
+def __getattr__(name):
+    if name == "range":
+        # AWS's NKI library calls nl.range (experimental/mxfp_subkernels), but no published NKI
+        # release defines it (docs/nki.md, "AWS's NKI library"): refused rather than guessed.
+        raise AttributeError(
+            "nki.language.range is not a name of any published NKI release (the 0.6 stub's "
+            "iterators are affine_range, sequential_range, static_range and dynamic_range; NKI "
+            "0.7 recommends Python's range for loops unrolled at specialisation)")
+    raise AttributeError(f"module 'nki.language' has no attribute {name!r}")

@@ -140,3 +140,10 @@ class _Params(nl.NKIObject):
 def test_a_dataclass_object_with_its_own_constructor_runs_it():
     p = _Params((3, 5))
     assert (p.rows, p.length) == (3, 5)
+
+
+def test_nl_range_is_refused_with_what_the_published_releases_define():
+    # No published NKI release defines nl.range (AWS's library calls it): a named refusal.
+    with pytest.raises(AttributeError, match="not a name of any published NKI release"):
+        nl.range(4)
+    assert not hasattr(nl, "range")
