@@ -55,14 +55,15 @@ PARTIAL = {
     "nki.language.NkiTensor.ap": "a scalar_offset (a [1, 1] SBUF tile or a VirtualRegister) "
                                  "along a free dim of an SBUF / PSUM tensor runs on every "
                                  "instruction's operands; an HBM tensor placed at run time "
-                                 "(scalar_offset, vector_offset) runs on nisa.dma_copy only: "
-                                 "dma_transpose's indirect source and dma_compute's "
-                                 "read-modify-write are refused. As AWS refuses: the partition "
-                                 "dim of an on-chip tensor, vector_offset on one",
+                                 "(scalar_offset, vector_offset) runs on nisa.dma_copy, and "
+                                 "as nisa.dma_transpose's src by a [P, 1] vector_offset (AWS's "
+                                 "indirect transpose; its [128, N] index tiles refused); "
+                                 "dma_compute's read-modify-write is refused. As AWS refuses: "
+                                 "the partition dim of an on-chip tensor, vector_offset on one",
     "nki.language.NkiTensor.select": "a tensor index along a free dim of an SBUF / PSUM tensor "
                                      "runs on every instruction; on an HBM tensor it runs on "
-                                     "nisa.dma_copy only (dma_transpose and dma_compute "
-                                     "refuse it)",
+                                     "nisa.dma_copy only (dma_transpose takes a vector_offset "
+                                     "source; dma_compute refuses it)",
     "nki.language.fori_loop": "a register bound runs a device loop, an integer one unrolls; a "
                               "device loop of a multi-program (LNC=2) launch may not hold a "
                               "cross-core synchronisation (core_barrier / sendrecv)",

@@ -905,10 +905,11 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
     tracer = _core.current_tracer()
     if tracer.spec["version"] < 3:
         raise error(f"{what} needs NeuronCore-v3 or later (trn2 / trn3)")
-    if isinstance(src, _indirect.IndirectAccess) or isinstance(dst, _indirect.IndirectAccess):
-        raise error(f"{what}: an HBM side placed at run time (AWS's indirect transpose, a "
-                    "software-DGE gather) is not modelled by this interpreter; gather the rows "
-                    "with nisa.dma_copy(src=t.ap(..., vector_offset=)) and transpose the tile")
+    if isinstance(dst, _indirect.IndirectAccess):
+        raise error(f"{what}: dst is placed at run time; AWS's indirect transpose gathers its "
+                    "src (an HBM tensor's .ap(vector_offset=)) into an SBUF dst")
+    if isinstance(src, _indirect.IndirectAccess):
+        return _indirect_transpose(tracer, dst, src, axes, dge_mode, oob_mode, what)
     _tensor(dst, "dst")
     _tensor(src, "src")
     if src.dtype.itemsize not in (2, 4):
@@ -933,6 +934,58 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
         if x.buffer is psum:
             raise error(f"{what}: {w} is in PSUM; DMA moves HBM and SBUF data")
     return _emit(tracer, name, OP_DMA, DMA, dst, view, axes=1)
+
+
+def _indirect_transpose(tracer, dst, src, axes, mode, oob, what):
+    """AWS's indirect transpose (0.6 stub, dma_transpose: "DMA Indirect Transpose Constraints"):
+    src an HBM tensor's .ap(..., vector_offset=<[P, 1] uint32 SBUF tile>, indirect_dim=d), dst
+    the gathered rows permuted, gathered = src[indices], dst = gathered transposed. It runs as
+    the indirect DMA of nisa.dma_copy (the indices read and bounds-checked when it runs) into
+    dst's view in src's dim order."""
+    if not src.per_partition:
+        raise error(f"{what}: an indirect transpose gathers by a vector_offset (one index per "
+                    "row); a scalar_offset source is not among AWS's indirect transposes")
+    if getattr(mode, "name", mode) not in ("unknown", "swdge"):
+        raise error(f"{what}: an indirect transpose runs on the software DGE: dge_mode must be "
+                    f"unknown or swdge, got {mode!r}")
+    if src.dtype.itemsize != 2:
+        raise error(f"{what}: an indirect transpose moves 2-byte dtypes, got {src.dtype}")
+    shape, index = tuple(src.shape), src.index
+    if index.dtype.name != "uint32":
+        raise error(f"{what}: the indices of an indirect transpose are uint32 (AWS), got "
+                    f"{index.dtype}")
+    if not (16 <= index.shape[0] <= 128 and index.shape[0] % 16 == 0) or shape[0] % 16:
+        raise error(f"{what}: an indirect transpose gathers 16 to 128 rows, a multiple of 16 "
+                    f"(AWS); this one {shape[0]}")
+    if shape[-1] > 128:
+        raise error(f"{what}: an indirect transpose's rows end in at most 128 elements "
+                    f"(src.shape[-1] <= 128, AWS); got {shape[-1]}")
+    if len(shape) == 4 and 1 not in shape[1:3]:
+        raise error(f"{what}: a 4-D indirect source has size 1 on dim 1 or 2 (AWS); got {shape}")
+    default = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
+    if axes is None and len(shape) not in default:
+        raise error(f"{what}: a {len(shape)}-D source has no default permutation; pass axes=")
+    axes = tuple(axes) if axes is not None else default[len(shape)]
+    if sorted(axes) != list(range(len(shape))):
+        raise error(f"{what}: axes={axes} is not a permutation of the source's {len(shape)} dims")
+    _tensor(dst, "dst")
+    if dst.buffer is not sbuf:
+        raise error(f"{what}: the dst of an indirect transpose is an SBUF tile, got "
+                    f"{dst.buffer.name}")
+    if tuple(dst.shape) != tuple(shape[a] for a in axes):
+        raise error(f"{what}: dst {dst.shape} must be the transposed shape "
+                    f"{tuple(shape[a] for a in axes)} (same rank)")
+    if dst.dtype != src.dtype:
+        raise error(f"{what}: dst is {dst.dtype}, src {src.dtype}: a transpose keeps the dtype")
+    # dst's dims in src's order: row p of the gather lands where dst holds it after the
+    # permutation (a view of the same bytes, as the DMA engine addresses SBUF).
+    inverse = [axes.index(j) for j in range(len(axes))]
+    rows_view = Tensor(dst._buffer, [dst.shape[a] for a in inverse],
+                       [dst.strides[a] for a in inverse], dst.offset, dst._dtype)
+    skip = getattr(oob, "name", oob) == "skip"
+    index_at = _indirect.dma_copy(rows_view, src, what=what, skip_oob=skip)
+    tracer.instructions[index_at].skip_oob = skip
+    return NkiInstruction(index_at)
 
 
 # ---------------------------------------------------------------------------------------------
