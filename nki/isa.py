@@ -985,6 +985,9 @@ def _indirect_transpose(tracer, dst, src, axes, mode, oob, what):
     skip = getattr(oob, "name", oob) == "skip"
     index_at = _indirect.dma_copy(rows_view, src, what=what, skip_oob=skip)
     tracer.instructions[index_at].skip_oob = skip
+    # Timed as a DMA transpose of the gathered rows (Program.h, kDmaIndirect's axes bit 2), not
+    # as a gather into a strided view, one descriptor per element.
+    tracer.instructions[index_at].axes |= 4
     return NkiInstruction(index_at)
 
 

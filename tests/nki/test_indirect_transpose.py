@@ -89,3 +89,26 @@ def test_aws_rules_of_the_indirect_transpose_are_refused_by_name():
     with pytest.raises(nki.NkiError, match="moves 2-byte dtypes"):
         nki.simulate(transpose_with_index_dtype(nl.uint32))(np.zeros((40, 24), np.float32),
                                                             idx.astype(np.uint32))
+
+
+@nki.jit
+def plain_transpose(rows):
+    n, d = rows.shape
+    t = nl.ndarray((d, n), rows.dtype, buffer=nl.sbuf)
+    nisa.dma_transpose(dst=t, src=rows, axes=(1, 0))
+    out = nl.ndarray((d, n), rows.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_modelled_as_a_dma_transpose_of_the_gathered_rows():
+    # Each picked row is read whole (one descriptor) and the DMA engine's transpose block
+    # reorders the rows, as in nisa.dma_transpose: the same modelled time as transposing those
+    # rows from a contiguous tile, not a gather into a strided view at one descriptor per element.
+    table = np.zeros((256, 128), np.float16)
+    idx = np.arange(128, dtype=np.uint32).reshape(128, 1)
+    gathered = gather_transpose.specialize((table, idx), {}).timeline()["instruction_times_ns"]
+    plain = plain_transpose.specialize((table[:128],), {}).timeline()["instruction_times_ns"]
+    gather_ns = gathered[1][1] - gathered[1][0]  # after the index tile's load
+    transpose_ns = plain[0][1] - plain[0][0]
+    assert gather_ns == pytest.approx(transpose_ns, rel=1e-9)

@@ -139,7 +139,11 @@ DmaShape dma_shape(const Program& p, const Instruction& in, const DmaSpec& spec)
   // side as the tile it is.
   const bool indirect = in.op == Opcode::kDmaIndirect;
   const bool scatter_rows = indirect && (in.axes & 1u) != 0;
-  s.transpose = !indirect && (in.axes & 1u) != 0;
+  // An indirect dma_transpose (a gather, axes bit 2): each row its indices pick is read whole,
+  // and the engine's transpose block reorders the rows, as in a dma_transpose; its dst is a
+  // permuted view of the SBUF tile, so the run is the gathered row's, not the view's.
+  const bool gathered_transpose = indirect && !scatter_rows && (in.axes & 4u) != 0;
+  s.transpose = (!indirect && (in.axes & 1u) != 0) || gathered_transpose;
   auto row_of = [](View v) {
     v.shape[0] = 1;
     return v;
@@ -147,7 +151,7 @@ DmaShape dma_shape(const Program& p, const Instruction& in, const DmaSpec& spec)
   const View dst = scatter_rows ? row_of(in.dst) : in.dst;
   const View src = indirect && !scatter_rows ? row_of(in.a) : in.a;
   s.element_bytes = dtype_size(dtype_of(dst));
-  int64_t run = run_elements(dst, on_chip(dst));
+  int64_t run = gathered_transpose ? run_elements(src, on_chip(src)) : run_elements(dst, on_chip(dst));
   // A DMA transpose writes contiguous rows (the engine's transpose block reorders them); a
   // plain copy moves runs that are contiguous on both sides.
   if (src.valid() && !s.transpose) {
