@@ -565,6 +565,11 @@ class Tensor(NKIObject):
         self._dtype = dtype if dtype is not None and dtype.code != buffer.dtype.code else None
         self._pending_matmul = None  # index of the nc_matmul that produced this fresh PSUM tile
 
+    def _fewest_index_dims(self):
+        """The fewest dims an integer index leaves (NKI 0.6's indexing rule, see __getitem__):
+        2 on chip, 1 in HBM, never more than the tensor has."""
+        return min(self.ndim, 2 if self._buffer.on_chip else 1)
+
     def _derive(self, shape, strides, offset=None, dtype=None):
         return Tensor(self._buffer, shape, strides, self.offset if offset is None else offset,
                       dtype if dtype is not None else self._dtype)
@@ -683,7 +688,7 @@ class Tensor(NKIObject):
             else:
                 raise error(f"index {k!r} is not supported: use integers, slices and nl.ds "
                             "(shapes are compile-time constants)")
-        if len(shape) < min(self.ndim, 2 if self._buffer.on_chip else 1):
+        if len(shape) < self._fewest_index_dims():
             # NKI 0.6 (language guide, "Tensor Indexing"; NkiTensor.__getitem__'s docstring): an
             # on-chip tensor stays at least 2-D, so integers that leave only the partition dim
             # keep the last free dim at size 1 (t[:, i] of a (P, F) tile is (P, 1), t[0, 0, i]
@@ -716,7 +721,7 @@ class Tensor(NKIObject):
                         "sb[:, nl.ds(i, n)]) or pick rows on the HBM side of nisa.dma_copy")
         kept = sum(1 for j, k in enumerate(key) if isinstance(k, (slice, DynamicSlice))
                    or (j == 0 and self._buffer.on_chip))
-        if size is None and kept < min(self.ndim, 2 if self._buffer.on_chip else 1):
+        if size is None and kept < self._fewest_index_dims():
             size = 1  # at least 2-D on chip, 1-D in HBM (as in __getitem__): dim d kept at 1
         if size is not None and size > self.shape[d]:
             raise error(f"nl.ds({reg!r}, {size}) on dim {d} of size {self.shape[d]}: the slice "
