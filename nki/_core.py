@@ -789,8 +789,8 @@ class Tensor(NKIObject):
             # A runtime select: the other dims moved by one index along dim d, a scalar offset.
             from nki import _indirect
             pairs = [(st, n) for k, (st, n) in enumerate(zip(self.strides, self.shape)) if k != d]
-            if self._buffer.on_chip and len(pairs) == 1:
-                pairs.append((self.strides[-1], 1))  # on-chip views stay at least 2-D
+            if 0 < len(pairs) < self._fewest_index_dims():
+                pairs.append((self.strides[-1], 1))  # the indexing rule: on chip, at least 2-D
             if not pairs:
                 raise error("select with a tensor index on a 1-D tensor: use "
                             ".ap([[1, 1], [1, 1]], scalar_offset=<index tile>, indirect_dim=0)")
