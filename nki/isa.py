@@ -1297,11 +1297,18 @@ def _n_gather(what, dst, data, indices, index_dtypes, name):
 def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=oob_mode.error,
                 name=None):
     """dst = srcs[0] + srcs[1] + ..., elementwise in FP32 on the DMA engines (HBM or SBUF,
-    converting dtypes). reduce_op must be nl.add and every scale 1.0."""
+    converting dtypes). reduce_op must be nl.add and every scale 1.0. With an HBM side placed
+    by a vector_offset, AWS's read-modify-write: dst(HBM)[idx] += src(SBUF) (dst and one source
+    the same indirect access) or dst(SBUF) += src(HBM)[idx] (the other source dst itself)."""
     what = "dma_compute"
     tracer = _core.current_tracer()
-    _tensor(dst, "dst")
+    mode = getattr(oob_mode, "name", oob_mode)
+    if mode not in ("error", "skip"):
+        raise error(f"{what}: oob_mode={oob_mode!r} is not an nisa.oob_mode")
     srcs = list(srcs) if isinstance(srcs, (list, tuple)) else [srcs]
+    indirect = any(isinstance(x, _indirect.IndirectAccess) for x in [dst] + srcs)
+    if not indirect:
+        _tensor(dst, "dst")
     if not srcs:
         raise error(f"{what}: srcs is empty")
     if len(srcs) > 16:
@@ -1318,6 +1325,11 @@ def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode
         if len(scales) != len(srcs) or any(float(s) != 1.0 for s in scales):
             raise error(f"{what}: scales must be one 1.0 per source (the only scale supported); "
                         f"got {scales}")
+    if indirect:
+        index = _indirect.dma_compute(dst, srcs, what=what, skip_oob=mode == "skip",
+                                      unique_indices=bool(unique_indices))
+        tracer.instructions[index].skip_oob = mode == "skip"
+        return NkiInstruction(index)
     for k, x in enumerate([dst] + srcs):
         w = "dst" if k == 0 else f"srcs[{k - 1}]"
         _tensor(x, w)
