@@ -38,9 +38,13 @@ class IndirectAccess:
     vector offset), partition p of the transfer is row index[p]; otherwise (a scalar offset) the
     one index moves the whole access, all of `rows.shape[1:]`."""
 
-    def __init__(self, rows, index, free_axes, base, indexed_dim, per_partition=True):
+    def __init__(self, rows, index, free_axes, base, indexed_dim, per_partition=True,
+                 count=None):
         self.rows = rows
         self.index = index
+        # Rows the access moves: one per index ([P, 1]); a [128, N] index tile (AWS's indirect
+        # dma_transpose only) names up to 128 N of them, read column by column.
+        self.count = index.shape[0] if count is None else count
         # Grid axes of the free dims (None for a dim from a slice), for masks.
         self.free_axes = list(free_axes)
         self.base = base  # the HBM tensor the kernel indexed, and which of its dims
@@ -51,7 +55,7 @@ class IndirectAccess:
     def shape(self):
         if not self.per_partition:
             return tuple(self.rows.shape[1:])
-        return (self.index.shape[0],) + tuple(self.rows.shape[1:])
+        return (self.count,) + tuple(self.rows.shape[1:])
 
     def is_indirect(self):
         return True
@@ -68,6 +72,9 @@ class IndirectAccess:
         """The access restricted to [lo, hi) on each dim that `bounds` (one (lo, hi) or None per
         dim) names: the partition dim narrows the index tile (its other indices are not read)."""
         index, rows = self.index, self.rows
+        if index.shape[1] > 1:
+            raise error("mask= on an access indexed by a [128, N] tile (AWS's indirect "
+                        "dma_transpose form) is not modelled; slice the index tile instead")
         shape, offset = list(rows.shape), rows.offset
         for d, b in enumerate(bounds):
             if b is None:
@@ -141,12 +148,23 @@ def access_pattern(tensor, pairs, offset, dtype, vector_offset, scalar_offset, i
         if not isinstance(vector_offset, Tensor):
             raise error(f".ap: vector_offset must be a [P, 1] SBUF tile of int32 indices, got "
                         f"{type(vector_offset).__name__}")
-        index = index_view(vector_offset, d)
-        if pairs[0][1] != index.shape[0]:
-            raise error(f".ap: the pattern's first pair has {pairs[0][1]} partitions, the "
-                        f"vector_offset {index.shape[0]} indices (one per partition)")
         free = pairs[1:]
         per_partition = True
+        if vector_offset.numel() != vector_offset.shape[0]:
+            # AWS's indirect dma_transpose also takes [128, N] index tiles, read column by
+            # column; nisa.dma_copy / dma_compute refuse them (_indirect.dma_copy).
+            index = _columns_view(vector_offset, d)
+            if not 0 < pairs[0][1] <= index.shape[0] * index.shape[1]:
+                raise error(f".ap: the pattern's first pair has {pairs[0][1]} rows, the "
+                            f"{list(index.shape)} vector_offset names at most "
+                            f"{index.shape[0] * index.shape[1]}")
+            moved = pairs[0][1]
+        else:
+            index = index_view(vector_offset, d)
+            if pairs[0][1] != index.shape[0]:
+                raise error(f".ap: the pattern's first pair has {pairs[0][1]} partitions, the "
+                            f"vector_offset {index.shape[0]} indices (one per partition)")
+            moved = None
     else:
         if _loops.is_register(scalar_offset) or isinstance(scalar_offset, Tensor):
             index = _scalar_index(scalar_offset, d)
@@ -159,6 +177,7 @@ def access_pattern(tensor, pairs, offset, dtype, vector_offset, scalar_offset, i
                         f"tile of an int32 index, got {type(scalar_offset).__name__}")
         free = pairs
         per_partition = False
+        moved = None
     # The rows an index may name: dim d whole, less those whose access would leave the tensor.
     n = tensor.shape[d] if count is None else min(tensor.shape[d], int(count))
     reach = sum(max(st * (c - 1), 0) for st, c in free)
@@ -173,7 +192,18 @@ def access_pattern(tensor, pairs, offset, dtype, vector_offset, scalar_offset, i
                     "tensor even at index 0")
     rows = Tensor(tensor._buffer, [n] + [c for _, c in free], [stride] + [st for st, _ in free],
                   offset, dtype)
-    return IndirectAccess(rows, index, [None] * len(free), tensor, d, per_partition)
+    return IndirectAccess(rows, index, [None] * len(free), tensor, d, per_partition, moved)
+
+
+def _columns_view(tile, d):
+    """The [P, N] view of a 2-D index tile of several columns, checked as index_view checks a
+    [P, 1] one."""
+    if tile.ndim != 2:
+        raise error(f"dim {d} is indexed by a tile of shape {tile.shape}: an index tile is 2-D, "
+                    "[P, 1] (or [128, N] for AWS's indirect dma_transpose)")
+    index_view(Tensor(tile._buffer, (tile.shape[0], 1), (tile.strides[0], 1), tile.offset,
+                      tile._dtype), d)
+    return tile
 
 
 def _scalar_index(scalar_offset, d):

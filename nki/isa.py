@@ -954,9 +954,15 @@ def _indirect_transpose(tracer, dst, src, axes, mode, oob, what):
     if index.dtype.name != "uint32":
         raise error(f"{what}: the indices of an indirect transpose are uint32 (AWS), got "
                     f"{index.dtype}")
+    cols = index.shape[1]
+    if cols > 1 and index.shape[0] != 128:
+        raise error(f"{what}: an index tile of {cols} columns has exactly 128 partitions (AWS: "
+                    f"'When indices.shape[1] > 1: indices.shape[0] must be exactly 128'); got "
+                    f"{list(index.shape)}")
     if not (16 <= index.shape[0] <= 128 and index.shape[0] % 16 == 0) or shape[0] % 16:
-        raise error(f"{what}: an indirect transpose gathers 16 to 128 rows, a multiple of 16 "
-                    f"(AWS); this one {shape[0]}")
+        raise error(f"{what}: an indirect transpose gathers rows in multiples of 16 by an index "
+                    f"tile of 16 to 128 partitions, a multiple of 16 (AWS); this one {shape[0]} "
+                    f"rows by {list(index.shape)}")
     if shape[-1] > 128:
         raise error(f"{what}: an indirect transpose's rows end in at most 128 elements "
                     f"(src.shape[-1] <= 128, AWS); got {shape[-1]}")
@@ -983,12 +989,27 @@ def _indirect_transpose(tracer, dst, src, axes, mode, oob, what):
     rows_view = Tensor(dst._buffer, [dst.shape[a] for a in inverse],
                        [dst.strides[a] for a in inverse], dst.offset, dst._dtype)
     skip = getattr(oob, "name", oob) == "skip"
-    index_at = _indirect.dma_copy(rows_view, src, what=what, skip_oob=skip)
-    tracer.instructions[index_at].skip_oob = skip
-    # Timed as a DMA transpose of the gathered rows (Program.h, kDmaIndirect's axes bit 2), not
-    # as a gather into a strided view, one descriptor per element.
-    tracer.instructions[index_at].axes |= 4
-    return NkiInstruction(index_at)
+    # A [128, N] index tile names the rows column by column (AWS: flat_indices =
+    # indices.T.flatten()[:src.shape[0]]): column c gathers rows 128 c .. 128 c + 127, each
+    # column one indirect DMA of a [128, 1] index, as the [P, 1] form runs.
+    first = None
+    for c in range(-(-shape[0] // index.shape[0])):
+        lo = c * index.shape[0]
+        n = min(index.shape[0], shape[0] - lo)
+        column = Tensor(index._buffer, (n, 1), (index.strides[0], 1),
+                        index.offset + c * index.strides[1], index._dtype)
+        part = _indirect.IndirectAccess(src.rows, column, src.free_axes, src.base,
+                                        src.indexed_dim)
+        rows_part = Tensor(rows_view._buffer, (n,) + tuple(rows_view.shape[1:]),
+                           rows_view.strides, rows_view.offset + lo * rows_view.strides[0],
+                           rows_view._dtype)
+        index_at = _indirect.dma_copy(rows_part, part, what=what, skip_oob=skip)
+        tracer.instructions[index_at].skip_oob = skip
+        # Timed as a DMA transpose of the gathered rows (Program.h, kDmaIndirect's axes bit 2),
+        # not as a gather into a strided view, one descriptor per element.
+        tracer.instructions[index_at].axes |= 4
+        first = index_at if first is None else first
+    return NkiInstruction(first)
 
 
 # ---------------------------------------------------------------------------------------------
