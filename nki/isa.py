@@ -273,9 +273,47 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
                     f"and moving {moving.shape}")
     if accumulate not in (None, True, False):
         raise error(f"{op}: accumulate must be None, True or False")
+    tile = _pe_tile(tracer, tile_position, tile_size, k, m, op)
     index = _emit(tracer, name, OP_MATMUL, TENSOR, dst, stationary, moving, accumulate=accumulate,
-                  axes=1 if double_row else 0)
+                  axes=1 if double_row else 0, pattern=tile)
     return index
+
+
+def _pe_tile(tracer, tile_position, tile_size, k, m, op):
+    """The part of the 128 x 128 PE array a matmul uses (AWS's nc_matmul stub, "Tiling mode"):
+    rows (the contraction, stationary's partitions) and columns (stationary's free size) split
+    into tiles of 64 (NeuronCore-v2 and newer) or 32 (v3 and newer); tile_position (start_row,
+    start_column) a multiple of the tile's size. Matmuls on disjoint tiles run at the same time
+    (the timeline, Timeline.cpp). [start_row, row_size, start_column, column_size], or [] for
+    the whole array (neither given)."""
+    given = [x is not None and len(tuple(x)) > 0 for x in (tile_position, tile_size)]
+    if not any(given):
+        return []
+    if not all(given):
+        raise error(f"{op}: tile_position and tile_size are set together (AWS: both must be set "
+                    f"to enable tiling mode); got tile_position={tile_position!r}, "
+                    f"tile_size={tile_size!r}")
+    values = []
+    for what, x in (("tile_position", tile_position), ("tile_size", tile_size)):
+        x = tuple(x)
+        if len(x) != 2 or not all(_core._is_int(v) for v in x):
+            raise error(f"{op}: {what} is a pair of integers known when the kernel specialises "
+                        f"((row, column)); got {x!r}")
+        values.append([int(v) for v in x])
+    (row0, col0), (rows, cols) = values
+    smallest = 32 if tracer.spec["version"] >= 3 else 64
+    for what, size, start in (("row", rows, row0), ("column", cols, col0)):
+        sizes = [s for s in (32, 64, PMAX) if s >= smallest]
+        if size not in sizes:
+            raise error(f"{op}: a {what} tile of {size}: the PE array's {what}s split into tiles "
+                        f"of {sizes} on NeuronCore-v{tracer.spec['version']} (32 from v3)")
+        if start % size or not 0 <= start < PMAX:
+            raise error(f"{op}: a {what} tile of {size} starts at a multiple of {size} below "
+                        f"{PMAX}; tile_position gives {start}")
+    if k > rows or m > cols:
+        raise error(f"{op}: the stationary tile ({k} partitions x {m}) exceeds tile_size "
+                    f"({rows}, {cols}) (AWS: it must not)")
+    return [row0, rows, col0, cols]
 
 
 _FP8 = ("float8_e4m3", "float8_e4m3fn", "float8_e5m2")
@@ -889,8 +927,9 @@ def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_p
         raise error(f"{what}: dst must be float32 or bfloat16, got {dst.dtype}")
     if dst.shape[0] != m or _free(dst) != n:
         raise error(f"{what}: dst {dst.shape} must be [{m}, {n}]")
+    tile = _pe_tile(tracer, tile_position, tile_size, k, m, what)
     return _emit(tracer, name, _core.OP_MATMUL_MX, TENSOR, dst, stationary, moving,
-                 stationary_scale, moving_scale, accumulate=accumulate)
+                 stationary_scale, moving_scale, accumulate=accumulate, pattern=tile)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -223,7 +223,9 @@ struct Instruction {
   bool negate = false;
   bool accumulate = false;
   ReduceCmd reduce_cmd = ReduceCmd::kIdle;
-  std::array<int64_t, kMaxDims> pattern{};  // iota steps per free dim of dst (dims 1..)
+  std::array<int64_t, kMaxDims> pattern{};  // iota steps per free dim of dst (dims 1..); a
+                                             // tiled matmul's PE tile: start_row, row_size,
+                                             // start_column, column_size (0s: the whole array)
   std::string text;                          // device_print label
   std::vector<int32_t> after;  // earlier instructions this one waits for (NkiInstruction.depends_on)
   std::vector<RuntimeOffset> offsets;  // operands placed when the instruction runs
