@@ -71,7 +71,6 @@ PARTIAL = {
     "nki.isa.tensor_scalar_cumulative": "op1=nl.subtract is refused: AWS's reference writes the "
                                         "step as op1(x, r), and nothing published says whether "
                                         "x - r or r - x is meant",
-    "nki.isa.dma_compute": "more than 6 sources need a float32 dst",
     "nki.isa.core_barrier": "the barrier holds every engine of both cores until all their earlier "
                             "work is done (the hardware holds only the engine that runs it and "
                             "what depends on its data), so engine= does not change the modelled "

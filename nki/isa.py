@@ -1373,10 +1373,6 @@ def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode
         raise error(f"{what}: srcs is empty")
     if len(srcs) > 16:
         raise error(f"{what}: {len(srcs)} sources; at most 16")
-    if len(srcs) > 6 and dst.dtype != float32:
-        raise error(f"{what}: more than 6 sources are summed here in steps through dst, which "
-                    f"keeps the FP32 sum exact only when dst is float32 (it is {dst.dtype}); "
-                    "sum into a float32 tile and convert")
     if _alu(reduce_op) != _ops.add.alu:
         raise error(f"{what}: reduce_op must be nl.add (the only reduction DMA engines do), got "
                     f"{reduce_op!r}")
@@ -1398,11 +1394,17 @@ def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode
         if x.numel() != dst.numel():
             raise error(f"{what}: {w} {x.shape} and dst {dst.shape} hold different numbers of "
                         "elements")
-    # An instruction here carries at most 6 operands: more sources continue the sum from dst
-    # (float32, so the running sum is the one the DMA engines keep in FP32), in source order.
-    first = _emit(tracer, name, _core.OP_DMA_COMPUTE, DMA, dst, *srcs[:6])
+    if len(srcs) <= 6:
+        return _emit(tracer, name, _core.OP_DMA_COMPUTE, DMA, dst, *srcs)
+    # An instruction here carries at most 6 operands: more sources continue the sum, in source
+    # order, in a float32 scratch tensor in HBM (the FP32 sum the DMA engines keep, whatever
+    # dst's dtype), and dst is written once, by the last step (so a source that is dst itself
+    # is read before dst changes).
+    acc = tracer.allocate(dst.shape, float32, _core.private_hbm, name="<dma_compute sum>")
+    first = _emit(tracer, name, _core.OP_DMA_COMPUTE, DMA, acc, *srcs[:6])
     for k in range(6, len(srcs), 5):
-        _emit(tracer, name, _core.OP_DMA_COMPUTE, DMA, dst, dst, *srcs[k:k + 5])
+        out = dst if k + 5 >= len(srcs) else acc
+        _emit(tracer, name, _core.OP_DMA_COMPUTE, DMA, out, acc, *srcs[k:k + 5])
     return first
 
 

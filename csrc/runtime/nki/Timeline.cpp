@@ -326,7 +326,7 @@ Timeline schedule(const Program& p, const CoreSpec& spec, const CoreLinks* links
       // Busy while any cell is: with in-order issue, the part of [start, end) past what the
       // engine's earlier instructions already cover.
       TensorArray& pe = tensor_arrays[in.program];
-      busy = std::max(0.0, engine_end - std::max(start, pe.covered_ns));
+      busy = start >= pe.covered_ns ? cost : std::max(0.0, engine_end - pe.covered_ns);
       pe.covered_ns = std::max(pe.covered_ns, engine_end);
       pe.issued_ns = start;
       for (size_t c = 0; c < pe.cell_free_ns.size(); ++c) {
