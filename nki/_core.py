@@ -52,18 +52,12 @@ PARTIAL = {
     "nki.language.NkiTensor.indirect": "tensor indirection runs on the operands AWS's stub "
                                        "documents, except nc_matmul's dst (a PSUM scatter) and "
                                        "nc_matmul_mx's operands, refused",
-    "nki.language.NkiTensor.ap": "a scalar_offset (a [1, 1] SBUF tile or a VirtualRegister) "
-                                 "along a free dim of an SBUF / PSUM tensor runs on every "
-                                 "instruction's operands; an HBM tensor placed at run time "
-                                 "(scalar_offset, vector_offset) runs on nisa.dma_copy, and "
-                                 "as nisa.dma_transpose's src by a [P, 1] vector_offset (AWS's "
-                                 "indirect transpose; its [128, N] index tiles refused); "
-                                 "dma_compute's read-modify-write is refused. As AWS refuses: "
-                                 "the partition dim of an on-chip tensor, vector_offset on one",
     "nki.language.NkiTensor.select": "a tensor index along a free dim of an SBUF / PSUM tensor "
-                                     "runs on every instruction; on an HBM tensor it runs on "
-                                     "nisa.dma_copy only (dma_transpose takes a vector_offset "
-                                     "source; dma_compute refuses it)",
+                                     "runs on every instruction, on an HBM tensor on "
+                                     "nisa.dma_copy (dma_transpose and dma_compute take an HBM "
+                                     "side placed at run time by a vector_offset only, as AWS "
+                                     "documents); a view selected at run time cannot itself be "
+                                     "selected or sliced again here",
     "nki.language.fori_loop": "a register bound runs a device loop, an integer one unrolls; a "
                               "device loop of a multi-program (LNC=2) launch may not hold a "
                               "cross-core synchronisation (core_barrier / sendrecv)",
@@ -71,16 +65,12 @@ PARTIAL = {
                                   "unrolls; a device loop of a multi-program (LNC=2) launch may "
                                   "not hold a cross-core synchronisation (core_barrier / "
                                   "sendrecv)",
-    "nki.isa.nc_matmul": "tile_position / tile_size are checked but tiles do not run "
-                         "concurrently",
     "nki.isa.dma_copy": "dge_mode, priority and engine do not change the modelled time; "
                         "with oob_mode.skip, an index inside the indirect dim whose access runs "
                         "past the tensor is an error",
     "nki.isa.tensor_scalar_cumulative": "op1=nl.subtract is refused: AWS's reference writes the "
                                         "step as op1(x, r), and nothing published says whether "
                                         "x - r or r - x is meant",
-    "nki.isa.dma_compute": "read-modify-write through .ap(vector_offset=) is refused; more "
-                           "than 6 sources need a float32 dst",
     "nki.isa.core_barrier": "the barrier holds every engine of both cores until all their earlier "
                             "work is done (the hardware holds only the engine that runs it and "
                             "what depends on its data), so engine= does not change the modelled "

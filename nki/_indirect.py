@@ -38,9 +38,13 @@ class IndirectAccess:
     vector offset), partition p of the transfer is row index[p]; otherwise (a scalar offset) the
     one index moves the whole access, all of `rows.shape[1:]`."""
 
-    def __init__(self, rows, index, free_axes, base, indexed_dim, per_partition=True):
+    def __init__(self, rows, index, free_axes, base, indexed_dim, per_partition=True,
+                 count=None):
         self.rows = rows
         self.index = index
+        # Rows the access moves: one per index ([P, 1]); a [128, N] index tile (AWS's indirect
+        # dma_transpose only) names up to 128 N of them, read column by column.
+        self.count = index.shape[0] if count is None else count
         # Grid axes of the free dims (None for a dim from a slice), for masks.
         self.free_axes = list(free_axes)
         self.base = base  # the HBM tensor the kernel indexed, and which of its dims
@@ -51,7 +55,7 @@ class IndirectAccess:
     def shape(self):
         if not self.per_partition:
             return tuple(self.rows.shape[1:])
-        return (self.index.shape[0],) + tuple(self.rows.shape[1:])
+        return (self.count,) + tuple(self.rows.shape[1:])
 
     def is_indirect(self):
         return True
@@ -68,6 +72,9 @@ class IndirectAccess:
         """The access restricted to [lo, hi) on each dim that `bounds` (one (lo, hi) or None per
         dim) names: the partition dim narrows the index tile (its other indices are not read)."""
         index, rows = self.index, self.rows
+        if index.shape[1] > 1:
+            raise error("mask= on an access indexed by a [128, N] tile (AWS's indirect "
+                        "dma_transpose form) is not modelled; slice the index tile instead")
         shape, offset = list(rows.shape), rows.offset
         for d, b in enumerate(bounds):
             if b is None:
@@ -141,12 +148,23 @@ def access_pattern(tensor, pairs, offset, dtype, vector_offset, scalar_offset, i
         if not isinstance(vector_offset, Tensor):
             raise error(f".ap: vector_offset must be a [P, 1] SBUF tile of int32 indices, got "
                         f"{type(vector_offset).__name__}")
-        index = index_view(vector_offset, d)
-        if pairs[0][1] != index.shape[0]:
-            raise error(f".ap: the pattern's first pair has {pairs[0][1]} partitions, the "
-                        f"vector_offset {index.shape[0]} indices (one per partition)")
         free = pairs[1:]
         per_partition = True
+        if vector_offset.numel() != vector_offset.shape[0]:
+            # AWS's indirect dma_transpose also takes [128, N] index tiles, read column by
+            # column; nisa.dma_copy / dma_compute refuse them (_indirect.dma_copy).
+            index = _columns_view(vector_offset, d)
+            if not 0 < pairs[0][1] <= index.shape[0] * index.shape[1]:
+                raise error(f".ap: the pattern's first pair has {pairs[0][1]} rows, the "
+                            f"{list(index.shape)} vector_offset names at most "
+                            f"{index.shape[0] * index.shape[1]}")
+            moved = pairs[0][1]
+        else:
+            index = index_view(vector_offset, d)
+            if pairs[0][1] != index.shape[0]:
+                raise error(f".ap: the pattern's first pair has {pairs[0][1]} partitions, the "
+                            f"vector_offset {index.shape[0]} indices (one per partition)")
+            moved = None
     else:
         if _loops.is_register(scalar_offset) or isinstance(scalar_offset, Tensor):
             index = _scalar_index(scalar_offset, d)
@@ -159,6 +177,7 @@ def access_pattern(tensor, pairs, offset, dtype, vector_offset, scalar_offset, i
                         f"tile of an int32 index, got {type(scalar_offset).__name__}")
         free = pairs
         per_partition = False
+        moved = None
     # The rows an index may name: dim d whole, less those whose access would leave the tensor.
     n = tensor.shape[d] if count is None else min(tensor.shape[d], int(count))
     reach = sum(max(st * (c - 1), 0) for st, c in free)
@@ -173,7 +192,18 @@ def access_pattern(tensor, pairs, offset, dtype, vector_offset, scalar_offset, i
                     "tensor even at index 0")
     rows = Tensor(tensor._buffer, [n] + [c for _, c in free], [stride] + [st for st, _ in free],
                   offset, dtype)
-    return IndirectAccess(rows, index, [None] * len(free), tensor, d, per_partition)
+    return IndirectAccess(rows, index, [None] * len(free), tensor, d, per_partition, moved)
+
+
+def _columns_view(tile, d):
+    """The [P, N] view of a 2-D index tile of several columns, checked as index_view checks a
+    [P, 1] one."""
+    if tile.ndim != 2:
+        raise error(f"dim {d} is indexed by a tile of shape {tile.shape}: an index tile is 2-D, "
+                    "[P, 1] (or [128, N] for AWS's indirect dma_transpose)")
+    index_view(Tensor(tile._buffer, (tile.shape[0], 1), (tile.strides[0], 1), tile.offset,
+                      tile._dtype), d)
+    return tile
 
 
 def _scalar_index(scalar_offset, d):
@@ -268,13 +298,20 @@ def _prod(xs):
     return out
 
 
-def dma_copy(dst, src, what="nisa.dma_copy", skip_oob=False):
+def dma_copy(dst, src, what="nisa.dma_copy", skip_oob=False, add=False):
     """A DMA with one indirect side: the other side is a tile (or, for a scalar offset, any
     view) of as many elements. `skip_oob` (oob_mode.skip): an index outside the indexed dim
-    moves nothing, where oob_mode.error stops the kernel."""
+    moves nothing, where oob_mode.error stops the kernel. `add`: dma_compute's
+    read-modify-write, each moved row summed (FP32) into what its destination holds."""
     from nki import language as _nl
     if isinstance(src, IndirectAccess) and isinstance(dst, IndirectAccess):
         raise error(f"{what}: at most one side of a DMA is placed at run time")
+    for x in (src, dst):
+        if isinstance(x, IndirectAccess) and x.index.shape[1] > 1:
+            raise error(f"{what}: a [{x.index.shape[0]}, {x.index.shape[1]}] vector_offset: "
+                        "index tiles of several columns are AWS's indirect dma_transpose's "
+                        "(its 'DMA Indirect Transpose Constraints'); a gather or scatter takes "
+                        "one index per partition, a [P, 1] tile")
     gather = isinstance(src, IndirectAccess)
     access, dense = (src, dst) if gather else (dst, src)
     side = "dst" if gather else "src"
@@ -296,8 +333,68 @@ def dma_copy(dst, src, what="nisa.dma_copy", skip_oob=False):
     # oob_mode.skip: indices outside dim `indexed_dim` move nothing (imm0 is that dim's size).
     skip = {"axes": 2, "imm0": float(access.base.shape[access.indexed_dim])} if skip_oob else {
         "axes": 0}
+    axes = skip["axes"] | (8 if add else 0)
     if gather:
         return tracer.emit(OP_DMA_INDIRECT, DMA, dense, access.rows, access.index,
-                           axes=skip["axes"], imm0=skip.get("imm0", 0.0))
+                           axes=axes, imm0=skip.get("imm0", 0.0))
     return tracer.emit(OP_DMA_INDIRECT, DMA, access.rows, dense, access.index,
-                       axes=1 | skip["axes"], imm0=skip.get("imm0", 0.0))
+                       axes=1 | axes, imm0=skip.get("imm0", 0.0))
+
+
+def _same_place(x, y):
+    """Whether two tensors are the same view (buffer, offset, shape and strides)."""
+    return (isinstance(x, Tensor) and isinstance(y, Tensor) and x._buffer is y._buffer
+            and x.offset == y.offset and tuple(x.shape) == tuple(y.shape)
+            and tuple(x.strides) == tuple(y.strides) and x.dtype == y.dtype)
+
+
+def _same_access(x, y):
+    """Whether two indirect accesses name the same rows by the same index tile."""
+    return (isinstance(x, IndirectAccess) and isinstance(y, IndirectAccess)
+            and _same_place(x.rows, y.rows) and _same_place(x.index, y.index)
+            and x.per_partition == y.per_partition)
+
+
+def dma_compute(dst, srcs, what="nisa.dma_compute", skip_oob=False, unique_indices=True):
+    """AWS's read-modify-write forms of dma_compute (0.6 stub, "Read-Modify-Write with
+    vector_offset"), two sources, one of them an HBM access placed by a vector_offset:
+    a scatter, dst(HBM)[idx] = dst(HBM)[idx] + src(SBUF), where dst and one source are the same
+    indirect access; a gather, dst(SBUF) = dst(SBUF) + src(HBM)[idx], where the other source is
+    dst itself. Either runs as nisa.dma_copy's indirect DMA, adding each row to its
+    destination."""
+    if len(srcs) != 2:
+        raise error(f"{what}: a read-modify-write through a vector_offset takes exactly 2 "
+                    f"sources (AWS), got {len(srcs)}")
+    if not unique_indices:
+        raise error(f"{what}: unique_indices=False: AWS's read-modify-write takes unique "
+                    "indices only ('non-unique indices not yet supported'); sum the rows that "
+                    "share an index on chip first")
+    for x in [dst] + list(srcs):
+        if isinstance(x, IndirectAccess) and not x.per_partition:
+            raise error(f"{what}: an HBM side placed by a scalar_offset: AWS's dma_compute "
+                        "needs compile-time known addresses except through a vector_offset "
+                        "(its read-modify-write); move the rows with nisa.dma_copy first")
+    if isinstance(dst, IndirectAccess):
+        other = [s for s in srcs if not _same_access(s, dst)]
+        if len(other) != 1:
+            raise error(f"{what}: a scatter read-modify-write (dst an HBM access placed by a "
+                        "vector_offset) needs one source that is that same access (the same "
+                        ".ap(...) on the same tensor and index tile) and one SBUF tile (AWS)")
+        data = other[0]
+        if isinstance(data, IndirectAccess) or not isinstance(data, Tensor) or \
+                not data._buffer.on_chip:
+            raise error(f"{what}: the other source of a scatter read-modify-write is data in "
+                        "SBUF (AWS)")
+        return dma_copy(dst, data, what=what, skip_oob=skip_oob, add=True)
+    rows = [s for s in srcs if isinstance(s, IndirectAccess)]
+    if len(rows) != 1:
+        raise error(f"{what}: one source at most is an HBM access placed by a vector_offset")
+    other = [s for s in srcs if s is not rows[0]][0]
+    if not isinstance(dst, Tensor) or not dst._buffer.on_chip:
+        raise error(f"{what}: a gather read-modify-write (a source placed by a vector_offset) "
+                    "writes an SBUF dst (AWS: dst(SB) = dst(SB) + src(HBM)[indices])")
+    if not _same_place(other, dst):
+        raise error(f"{what}: in a gather read-modify-write the source beside the indirect one "
+                    "must be dst itself (AWS: dst(SB) = dst(SB) + src(HBM)[indices]); got a "
+                    "different tile: copy it into dst first")
+    return dma_copy(dst, rows[0], what=what, skip_oob=skip_oob, add=True)

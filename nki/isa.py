@@ -273,9 +273,47 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
                     f"and moving {moving.shape}")
     if accumulate not in (None, True, False):
         raise error(f"{op}: accumulate must be None, True or False")
+    tile = _pe_tile(tracer, tile_position, tile_size, k, m, op)
     index = _emit(tracer, name, OP_MATMUL, TENSOR, dst, stationary, moving, accumulate=accumulate,
-                  axes=1 if double_row else 0)
+                  axes=1 if double_row else 0, pattern=tile)
     return index
+
+
+def _pe_tile(tracer, tile_position, tile_size, k, m, op):
+    """The part of the 128 x 128 PE array a matmul uses (AWS's nc_matmul stub, "Tiling mode"):
+    rows (the contraction, stationary's partitions) and columns (stationary's free size) split
+    into tiles of 64 (NeuronCore-v2 and newer) or 32 (v3 and newer); tile_position (start_row,
+    start_column) a multiple of the tile's size. Matmuls on disjoint tiles run at the same time
+    (the timeline, Timeline.cpp). [start_row, row_size, start_column, column_size], or [] for
+    the whole array (neither given)."""
+    given = [x is not None and len(tuple(x)) > 0 for x in (tile_position, tile_size)]
+    if not any(given):
+        return []
+    if not all(given):
+        raise error(f"{op}: tile_position and tile_size are set together (AWS: both must be set "
+                    f"to enable tiling mode); got tile_position={tile_position!r}, "
+                    f"tile_size={tile_size!r}")
+    values = []
+    for what, x in (("tile_position", tile_position), ("tile_size", tile_size)):
+        x = tuple(x)
+        if len(x) != 2 or not all(_core._is_int(v) for v in x):
+            raise error(f"{op}: {what} is a pair of integers known when the kernel specialises "
+                        f"((row, column)); got {x!r}")
+        values.append([int(v) for v in x])
+    (row0, col0), (rows, cols) = values
+    smallest = 32 if tracer.spec["version"] >= 3 else 64
+    for what, size, start in (("row", rows, row0), ("column", cols, col0)):
+        sizes = [s for s in (32, 64, PMAX) if s >= smallest]
+        if size not in sizes:
+            raise error(f"{op}: a {what} tile of {size}: the PE array's {what}s split into tiles "
+                        f"of {sizes} on NeuronCore-v{tracer.spec['version']} (32 from v3)")
+        if start % size or not 0 <= start < PMAX:
+            raise error(f"{op}: a {what} tile of {size} starts at a multiple of {size} below "
+                        f"{PMAX}; tile_position gives {start}")
+    if k > rows or m > cols:
+        raise error(f"{op}: the stationary tile ({k} partitions x {m}) exceeds tile_size "
+                    f"({rows}, {cols}) (AWS: it must not)")
+    return [row0, rows, col0, cols]
 
 
 _FP8 = ("float8_e4m3", "float8_e4m3fn", "float8_e5m2")
@@ -889,8 +927,9 @@ def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_p
         raise error(f"{what}: dst must be float32 or bfloat16, got {dst.dtype}")
     if dst.shape[0] != m or _free(dst) != n:
         raise error(f"{what}: dst {dst.shape} must be [{m}, {n}]")
+    tile = _pe_tile(tracer, tile_position, tile_size, k, m, what)
     return _emit(tracer, name, _core.OP_MATMUL_MX, TENSOR, dst, stationary, moving,
-                 stationary_scale, moving_scale, accumulate=accumulate)
+                 stationary_scale, moving_scale, accumulate=accumulate, pattern=tile)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -954,9 +993,15 @@ def _indirect_transpose(tracer, dst, src, axes, mode, oob, what):
     if index.dtype.name != "uint32":
         raise error(f"{what}: the indices of an indirect transpose are uint32 (AWS), got "
                     f"{index.dtype}")
+    cols = index.shape[1]
+    if cols > 1 and index.shape[0] != 128:
+        raise error(f"{what}: an index tile of {cols} columns has exactly 128 partitions (AWS: "
+                    f"'When indices.shape[1] > 1: indices.shape[0] must be exactly 128'); got "
+                    f"{list(index.shape)}")
     if not (16 <= index.shape[0] <= 128 and index.shape[0] % 16 == 0) or shape[0] % 16:
-        raise error(f"{what}: an indirect transpose gathers 16 to 128 rows, a multiple of 16 "
-                    f"(AWS); this one {shape[0]}")
+        raise error(f"{what}: an indirect transpose gathers rows in multiples of 16 by an index "
+                    f"tile of 16 to 128 partitions, a multiple of 16 (AWS); this one {shape[0]} "
+                    f"rows by {list(index.shape)}")
     if shape[-1] > 128:
         raise error(f"{what}: an indirect transpose's rows end in at most 128 elements "
                     f"(src.shape[-1] <= 128, AWS); got {shape[-1]}")
@@ -983,12 +1028,27 @@ def _indirect_transpose(tracer, dst, src, axes, mode, oob, what):
     rows_view = Tensor(dst._buffer, [dst.shape[a] for a in inverse],
                        [dst.strides[a] for a in inverse], dst.offset, dst._dtype)
     skip = getattr(oob, "name", oob) == "skip"
-    index_at = _indirect.dma_copy(rows_view, src, what=what, skip_oob=skip)
-    tracer.instructions[index_at].skip_oob = skip
-    # Timed as a DMA transpose of the gathered rows (Program.h, kDmaIndirect's axes bit 2), not
-    # as a gather into a strided view, one descriptor per element.
-    tracer.instructions[index_at].axes |= 4
-    return NkiInstruction(index_at)
+    # A [128, N] index tile names the rows column by column (AWS: flat_indices =
+    # indices.T.flatten()[:src.shape[0]]): column c gathers rows 128 c .. 128 c + 127, each
+    # column one indirect DMA of a [128, 1] index, as the [P, 1] form runs.
+    first = None
+    for c in range(-(-shape[0] // index.shape[0])):
+        lo = c * index.shape[0]
+        n = min(index.shape[0], shape[0] - lo)
+        column = Tensor(index._buffer, (n, 1), (index.strides[0], 1),
+                        index.offset + c * index.strides[1], index._dtype)
+        part = _indirect.IndirectAccess(src.rows, column, src.free_axes, src.base,
+                                        src.indexed_dim)
+        rows_part = Tensor(rows_view._buffer, (n,) + tuple(rows_view.shape[1:]),
+                           rows_view.strides, rows_view.offset + lo * rows_view.strides[0],
+                           rows_view._dtype)
+        index_at = _indirect.dma_copy(rows_part, part, what=what, skip_oob=skip)
+        tracer.instructions[index_at].skip_oob = skip
+        # Timed as a DMA transpose of the gathered rows (Program.h, kDmaIndirect's axes bit 2),
+        # not as a gather into a strided view, one descriptor per element.
+        tracer.instructions[index_at].axes |= 4
+        first = index_at if first is None else first
+    return NkiInstruction(first)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1297,19 +1357,22 @@ def _n_gather(what, dst, data, indices, index_dtypes, name):
 def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=oob_mode.error,
                 name=None):
     """dst = srcs[0] + srcs[1] + ..., elementwise in FP32 on the DMA engines (HBM or SBUF,
-    converting dtypes). reduce_op must be nl.add and every scale 1.0."""
+    converting dtypes). reduce_op must be nl.add and every scale 1.0. With an HBM side placed
+    by a vector_offset, AWS's read-modify-write: dst(HBM)[idx] += src(SBUF) (dst and one source
+    the same indirect access) or dst(SBUF) += src(HBM)[idx] (the other source dst itself)."""
     what = "dma_compute"
     tracer = _core.current_tracer()
-    _tensor(dst, "dst")
+    mode = getattr(oob_mode, "name", oob_mode)
+    if mode not in ("error", "skip"):
+        raise error(f"{what}: oob_mode={oob_mode!r} is not an nisa.oob_mode")
     srcs = list(srcs) if isinstance(srcs, (list, tuple)) else [srcs]
+    indirect = any(isinstance(x, _indirect.IndirectAccess) for x in [dst] + srcs)
+    if not indirect:
+        _tensor(dst, "dst")
     if not srcs:
         raise error(f"{what}: srcs is empty")
     if len(srcs) > 16:
         raise error(f"{what}: {len(srcs)} sources; at most 16")
-    if len(srcs) > 6 and dst.dtype != float32:
-        raise error(f"{what}: more than 6 sources are summed here in steps through dst, which "
-                    f"keeps the FP32 sum exact only when dst is float32 (it is {dst.dtype}); "
-                    "sum into a float32 tile and convert")
     if _alu(reduce_op) != _ops.add.alu:
         raise error(f"{what}: reduce_op must be nl.add (the only reduction DMA engines do), got "
                     f"{reduce_op!r}")
@@ -1318,6 +1381,11 @@ def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode
         if len(scales) != len(srcs) or any(float(s) != 1.0 for s in scales):
             raise error(f"{what}: scales must be one 1.0 per source (the only scale supported); "
                         f"got {scales}")
+    if indirect:
+        index = _indirect.dma_compute(dst, srcs, what=what, skip_oob=mode == "skip",
+                                      unique_indices=bool(unique_indices))
+        tracer.instructions[index].skip_oob = mode == "skip"
+        return NkiInstruction(index)
     for k, x in enumerate([dst] + srcs):
         w = "dst" if k == 0 else f"srcs[{k - 1}]"
         _tensor(x, w)
@@ -1326,11 +1394,17 @@ def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode
         if x.numel() != dst.numel():
             raise error(f"{what}: {w} {x.shape} and dst {dst.shape} hold different numbers of "
                         "elements")
-    # An instruction here carries at most 6 operands: more sources continue the sum from dst
-    # (float32, so the running sum is the one the DMA engines keep in FP32), in source order.
-    first = _emit(tracer, name, _core.OP_DMA_COMPUTE, DMA, dst, *srcs[:6])
+    if len(srcs) <= 6:
+        return _emit(tracer, name, _core.OP_DMA_COMPUTE, DMA, dst, *srcs)
+    # An instruction here carries at most 6 operands: more sources continue the sum, in source
+    # order, in a float32 scratch tensor in HBM (the FP32 sum the DMA engines keep, whatever
+    # dst's dtype), and dst is written once, by the last step (so a source that is dst itself
+    # is read before dst changes).
+    acc = tracer.allocate(dst.shape, float32, _core.private_hbm, name="<dma_compute sum>")
+    first = _emit(tracer, name, _core.OP_DMA_COMPUTE, DMA, acc, *srcs[:6])
     for k in range(6, len(srcs), 5):
-        _emit(tracer, name, _core.OP_DMA_COMPUTE, DMA, dst, dst, *srcs[k:k + 5])
+        out = dst if k + 5 >= len(srcs) else acc
+        _emit(tracer, name, _core.OP_DMA_COMPUTE, DMA, out, acc, *srcs[k:k + 5])
     return first
 
 

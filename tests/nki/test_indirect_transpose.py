@@ -112,3 +112,84 @@ def test_modelled_as_a_dma_transpose_of_the_gathered_rows():
     gather_ns = gathered[1][1] - gathered[1][0]  # after the index tile's load
     transpose_ns = plain[0][1] - plain[0][0]
     assert gather_ns == pytest.approx(transpose_ns, rel=1e-9)
+
+
+def gather_transpose_columns(rows, cols, shape4=None):
+    """AWS's [128, N] index tiles: flat_indices = indices.T.flatten()[:rows], gathered =
+    src[flat_indices], dst = gathered transposed (2-D, or the 4-D (3, 1, 2, 0) form)."""
+    @nki.jit
+    def k(table, idx):
+        ids = nl.ndarray((128, cols), nl.uint32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=ids, src=idx)
+        if shape4 is None:
+            d = table.shape[1]
+            t = nl.ndarray((d, rows), table.dtype, buffer=nl.sbuf)
+            nisa.dma_transpose(dst=t, src=table.ap([[d, rows], [1, d]], offset=0,
+                                                   vector_offset=ids, indirect_dim=0),
+                               axes=(1, 0))
+        else:
+            _, d1, d2, d3 = table.shape
+            t = nl.ndarray((d3, d1, d2, rows), table.dtype, buffer=nl.sbuf)
+            nisa.dma_transpose(dst=t, src=table.ap([[d1 * d2 * d3, rows], [d2 * d3, d1],
+                                                    [d3, d2], [1, d3]], offset=0,
+                                                   vector_offset=ids, indirect_dim=0),
+                               axes=(3, 1, 2, 0))
+        out = nl.ndarray(t.shape, table.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+    return k
+
+
+@pytest.mark.parametrize("rows, cols", [(256, 2), (144, 2), (384, 3)])
+def test_a_128_by_n_index_tile_gathers_column_by_column(rows, cols):
+    rng = np.random.default_rng(rows + cols)
+    table = rng.standard_normal((300, 64)).astype(np.float16)
+    kernel = gather_transpose_columns(rows, cols)
+    for _ in range(2):
+        idx = rng.integers(0, 300, (128, cols)).astype(np.uint32)
+        flat = idx.T.flatten()[:rows]
+        np.testing.assert_array_equal(nki.simulate(kernel)(table, idx), table[flat].T)
+    assert len(kernel._cache) == 1
+
+
+def test_a_128_by_n_index_tile_with_the_4d_permutation():
+    rng = np.random.default_rng(5)
+    cache = rng.standard_normal((200, 1, 4, 16)).astype(np.float16)
+    idx = rng.integers(0, 200, (128, 2)).astype(np.uint32)
+    flat = idx.T.flatten()[:256]
+    got = nki.simulate(gather_transpose_columns(256, 2, shape4=True))(cache, idx)
+    np.testing.assert_array_equal(got, cache[flat].transpose(3, 1, 2, 0))
+
+
+def test_an_index_outside_the_table_in_a_later_column_is_an_error():
+    table = np.zeros((300, 64), np.float16)
+    idx = np.zeros((128, 2), np.uint32)
+    idx[7, 1] = 300
+    with pytest.raises(Exception, match="index 300 at partition 7 .*outside \\[0, 300\\)"):
+        nki.simulate(gather_transpose_columns(256, 2))(table, idx)
+
+
+def test_index_tiles_of_several_columns_follow_aws_rules():
+    @nki.jit
+    def sixty_four_partitions(table, idx):
+        ids = nl.ndarray((64, 2), nl.uint32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=ids, src=idx)
+        t = nl.ndarray((64, 128), table.dtype, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=t, src=table.ap([[64, 128], [1, 64]], offset=0,
+                                               vector_offset=ids, indirect_dim=0))
+        return t
+
+    @nki.jit
+    def copy_gather(table, idx):
+        ids = nl.ndarray((128, 2), nl.uint32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=ids, src=idx)
+        t = nl.ndarray((128, 64), table.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=table.ap([[64, 128], [1, 64]], offset=0,
+                                                    vector_offset=ids, indirect_dim=0))
+        return t
+
+    table = np.zeros((300, 64), np.float16)
+    with pytest.raises(nki.NkiError, match="must be exactly 128"):
+        nki.simulate(sixty_four_partitions)(table, np.zeros((64, 2), np.uint32))
+    with pytest.raises(nki.NkiError, match="index tiles of several columns are AWS's indirect"):
+        nki.simulate(copy_gather)(table, np.zeros((128, 2), np.uint32))

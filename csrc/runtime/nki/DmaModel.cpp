@@ -166,7 +166,11 @@ DmaShape dma_shape(const Program& p, const Instruction& in, const DmaSpec& spec)
   const double run_bytes = static_cast<double>(run) * static_cast<double>(s.element_bytes);
   const auto pieces = static_cast<int64_t>(std::max(1.0, std::ceil(run_bytes / spec.max_descriptor_bytes)));
   s.descriptors = (run > 0 ? (total + run - 1) / run : 0) * pieces;
-  if (in.op == Opcode::kDmaCompute) {
+  if (indirect && (in.axes & 8u) != 0) {
+    // dma_compute's read-modify-write through an index tile: the indirect rows and the tile
+    // they are summed with, two descriptor streams as a two-source dma_compute reads.
+    s.descriptors *= 2;
+  } else if (in.op == Opcode::kDmaCompute) {
     // dma_compute reads each of its sources as a copy would (the sum rides along): as many
     // descriptor streams as sources.
     int64_t sources = 0;

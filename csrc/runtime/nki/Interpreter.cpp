@@ -1171,7 +1171,25 @@ void run_extended(const Storage& mem, const Program& p, size_t i, const Instruct
                          "too; mask the partitions whose indices are not valid)");
         }
       }
-      const bool same = mem.of(in.a) == mem.of(in.dst);
+      // axes bit 3: dma_compute's read-modify-write, the moved row added to what its destination
+      // holds (FP32, as the DMA engines sum). A scatter's indices must then be distinct (AWS
+      // refuses unique_indices=False); a repeat is an error, not a race's unknown result.
+      const bool add = (in.axes & 8u) != 0;
+      if (add && scatter_rows) {
+        std::vector<int64_t> seen;
+        for (int64_t r : rows) {
+          if (!skipped(r)) seen.push_back(r);
+        }
+        std::sort(seen.begin(), seen.end());
+        auto twice = std::adjacent_find(seen.begin(), seen.end());
+        if (twice != seen.end()) {
+          fail(p, i, "dma_compute: index " + std::to_string(*twice) +
+                         " appears more than once in the index tile of a scatter read-modify-"
+                         "write; AWS's dma_compute takes unique indices only (unique_indices="
+                         "True), so repeated rows have no defined sum");
+        }
+      }
+      const bool same = !add && mem.of(in.a) == mem.of(in.dst);
       // One index per partition of the tile (a vector offset), or one for the whole tile (a
       // scalar offset): each index moves dense.shape[0] / rows.size() partitions.
       const int64_t per = rows.empty() ? 0 : dense.shape[0] / static_cast<int64_t>(rows.size());
@@ -1187,7 +1205,11 @@ void run_extended(const Storage& mem, const Program& p, size_t i, const Instruct
         if (same) {
           copy_raw(mem, src, dst);
         } else {
-          const std::vector<float> x = load(mem, src);
+          std::vector<float> x = load(mem, src);
+          if (add) {
+            const std::vector<float> held = load(mem, dst);
+            for (size_t k = 0; k < x.size(); ++k) x[k] += held[k];
+          }
           scatter(mem, dst, x.data());
         }
       }

@@ -139,7 +139,9 @@ enum class Opcode : uint8_t {
                   // whole tile: gather dst <- a[b[0], ...], scatter dst[b[0], ...] <- a. axes bit 1:
                   // oob_mode.skip, an index outside [0, imm0) moving nothing. axes bit 2 (a
                   // gather): an indirect dma_transpose, dst a permuted view of the SBUF tile the
-                  // gathered rows land in transposed (timed as a DMA transpose, DmaModel.cpp)
+                  // gathered rows land in transposed (timed as a DMA transpose, DmaModel.cpp).
+                  // axes bit 3: dma_compute's read-modify-write, each moved row added (FP32)
+                  // to its destination's values; a scatter's indices must be distinct
   kBarrier,       // core_barrier (and sendrecv's synchronisation): no data moves; every logical
                   // core of the launch waits until all of them reach it (Timeline.cpp)
   // Device-side loops (DeviceLoops.h): the instructions between a kLoopBegin and its kLoopEnd
@@ -221,7 +223,9 @@ struct Instruction {
   bool negate = false;
   bool accumulate = false;
   ReduceCmd reduce_cmd = ReduceCmd::kIdle;
-  std::array<int64_t, kMaxDims> pattern{};  // iota steps per free dim of dst (dims 1..)
+  std::array<int64_t, kMaxDims> pattern{};  // iota steps per free dim of dst (dims 1..); a
+                                             // tiled matmul's PE tile: start_row, row_size,
+                                             // start_column, column_size (0s: the whole array)
   std::string text;                          // device_print label
   std::vector<int32_t> after;  // earlier instructions this one waits for (NkiInstruction.depends_on)
   std::vector<RuntimeOffset> offsets;  // operands placed when the instruction runs

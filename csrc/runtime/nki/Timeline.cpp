@@ -53,6 +53,30 @@ std::vector<double> collective_shares(const Program& p, size_t i, const CoreLink
   return std::vector<double>(static_cast<size_t>(dma.engines), ns);
 }
 
+// The PE array of one program's Tensor engine in 32 x 32 cells (row-major, 4 x 4): when each
+// is free, when the last instruction was issued, and how far busy time is counted.
+struct TensorArray {
+  std::array<double, 16> cell_free_ns{};
+  double issued_ns = 0;
+  double covered_ns = 0;
+};
+
+// The cells a Tensor engine instruction uses: a tiled matmul's rows x columns (AWS's nc_matmul
+// "Tiling mode": pattern {start_row, row_size, start_column, column_size}, rows the contraction
+// partitions, columns the stationary's free size), everything else the whole array.
+uint16_t pe_cells(const Instruction& in) {
+  const bool tiled = (in.op == Opcode::kMatmul || in.op == Opcode::kMatmulMx) && in.pattern[1] > 0 &&
+                     in.pattern[3] > 0;
+  if (!tiled) return 0xFFFFu;
+  uint16_t mask = 0;
+  for (int64_t r = in.pattern[0] / 32; r < (in.pattern[0] + in.pattern[1]) / 32 && r < 4; ++r) {
+    for (int64_t c = in.pattern[2] / 32; c < (in.pattern[2] + in.pattern[3]) / 32 && c < 4; ++c) {
+      mask = static_cast<uint16_t>(mask | (1u << (r * 4 + c)));
+    }
+  }
+  return mask ? mask : 0xFFFFu;
+}
+
 }  // namespace
 
 std::vector<double> dma_engine_times(const Program& p, const Instruction& in, const DmaSpec& dma) {
@@ -159,6 +183,7 @@ Timeline schedule(const Program& p, const CoreSpec& spec, const CoreLinks* links
   std::map<std::pair<int32_t, size_t>, double> engine_free;  // (program, engine) -> ns
   const DmaSpec& dma = dma_spec(spec.neuroncore);
   std::map<int32_t, std::vector<double>> queue_free;  // program -> per DMA engine, when free
+  std::map<int32_t, TensorArray> tensor_arrays;       // program -> its PE array
   std::vector<std::pair<double, double>> dma_active;  // intervals some DMA engine is busy
   std::vector<std::vector<Access>> accesses(p.buffers.size());
   double floor_ns = 0;  // the last core barrier's release: nothing after it starts earlier
@@ -226,8 +251,19 @@ Timeline schedule(const Program& p, const CoreSpec& spec, const CoreLinks* links
       continue;
     }
     const bool is_dma = in.engine == Engine::kDma;
+    const bool is_tensor = in.engine == Engine::kTensor;
     const double cost = is_dma ? 0.0 : instruction_ns(p, in, spec);
-    double start = std::max(floor_ns, is_dma ? 0.0 : engine_free[{in.program, index_of(in.engine)}]);
+    double start = std::max(floor_ns, is_dma || is_tensor ? 0.0 : engine_free[{in.program, index_of(in.engine)}]);
+    // The Tensor engine issues in program order; an instruction starts once the PE cells it
+    // uses are free (the whole array unless a tiled matmul names its part).
+    const uint16_t cells = is_tensor ? pe_cells(in) : 0;
+    if (is_tensor) {
+      TensorArray& pe = tensor_arrays[in.program];
+      start = std::max(start, pe.issued_ns);
+      for (size_t c = 0; c < pe.cell_free_ns.size(); ++c) {
+        if ((cells >> c) & 1u) start = std::max(start, pe.cell_free_ns[c]);
+      }
+    }
     // The elements an operand may touch: for one placed at run time, every place it may take.
     auto reach = [&](const View& v, int64_t& lo, int64_t& hi) {
       lo = v.lowest();
@@ -286,6 +322,17 @@ Timeline schedule(const Program& p, const CoreSpec& spec, const CoreLinks* links
     double ready = is_dma && !collective ? engine_end + dma.latency_ns : engine_end;
     if (collective && same_call(p, i)) ready = std::max(ready, t.instructions[i - 1].end_ns);
     if (!is_dma) engine_free[{in.program, index_of(in.engine)}] = engine_end;
+    if (is_tensor) {
+      // Busy while any cell is: with in-order issue, the part of [start, end) past what the
+      // engine's earlier instructions already cover.
+      TensorArray& pe = tensor_arrays[in.program];
+      busy = start >= pe.covered_ns ? cost : std::max(0.0, engine_end - pe.covered_ns);
+      pe.covered_ns = std::max(pe.covered_ns, engine_end);
+      pe.issued_ns = start;
+      for (size_t c = 0; c < pe.cell_free_ns.size(); ++c) {
+        if ((cells >> c) & 1u) pe.cell_free_ns[c] = engine_end;
+      }
+    }
     t.instructions[i] = {start, ready};
     const size_t e = index_of(in.engine);
     if (t.instruction_count[e] == 0) {

@@ -8,7 +8,10 @@
 // Per-instruction costs (shared/research/trainium_nki.md §1.2, §5; rates from the core spec):
 //   Tensor: a matmul of moving free size N takes max(N, 64) cycles for 16-bit and 8-bit inputs,
 //     tensor_fp32_slowdown times that for FP32; a transpose is a matmul against the identity.
-//     The stationary load runs in the background and is not charged.
+//     The stationary load runs in the background and is not charged. The engine issues in
+//     program order; a matmul with tile_position / tile_size holds only its rows x columns of
+//     the 128 x 128 PE array (32 x 32 cells), so matmuls on disjoint tiles run at the same time
+//     (AWS's nc_matmul "Tiling mode") and ones that share a cell take turns.
 //   Vector / Scalar / GpSimd: free elements per partition x 128 / the engine's elements per cycle
 //     (16-bit rate when every operand is 16-bit or narrower), twice for two streamed inputs, plus
 //     60 cycles to start the SBUF/PSUM access.

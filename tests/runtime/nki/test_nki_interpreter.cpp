@@ -188,6 +188,45 @@ TEST(NkiTimeline, CostsOverlapAndDependencies) {
   EXPECT_DOUBLE_EQ(w.instructions[1].start_ns, w.instructions[0].end_ns);
 }
 
+TEST(NkiTimeline, TiledMatmulsOnDisjointTilesOverlap) {
+  // AWS's nc_matmul tiling mode: a matmul with a PE tile (pattern: start_row, row_size,
+  // start_column, column_size) holds only its cells of the 128 x 128 array.
+  set_default_dma_model_path(shipped_dma_model());
+  const CoreSpec spec = load_engine_model(NRTSIM_SHIPPED_ENGINE_MODEL).at("Trainium2");
+  Program p;
+  p.name = "tiles";
+  p.buffers = {buffer(Memory::kSbuf, DType::kBFloat16, 32 * 32), buffer(Memory::kSbuf, DType::kBFloat16, 32 * 512)};
+  auto tiled = [&](int64_t row, int64_t col) {
+    p.buffers.push_back(buffer(Memory::kPsum, DType::kFloat32, 32 * 512));
+    Instruction mm = instruction(Opcode::kMatmul, Engine::kTensor,
+                                 view(static_cast<int32_t>(p.buffers.size() - 1), {32, 512}),
+                                 view(0, {32, 32}), view(1, {32, 512}));
+    mm.pattern[0] = row;
+    mm.pattern[1] = 32;
+    mm.pattern[2] = col;
+    mm.pattern[3] = 32;
+    return mm;
+  };
+  const double one = 512 / spec.tensor_clock_ghz;  // max(N, 64) cycles, N = 512
+  for (int i = 0; i < 4; ++i) p.instructions.push_back(tiled(32 * i, 32 * i));
+  Timeline t = schedule(p, spec);
+  for (int i = 0; i < 4; ++i) EXPECT_DOUBLE_EQ(t.instructions[i].start_ns, 0.0);
+  EXPECT_NEAR(t.makespan_ns, one, 1e-9);
+  EXPECT_NEAR(t.busy_ns[index_of(Engine::kTensor)], one, 1e-9);
+  // The same tile twice: one after the other.
+  p.instructions = {tiled(32, 32), tiled(32, 32)};
+  t = schedule(p, spec);
+  EXPECT_DOUBLE_EQ(t.instructions[1].start_ns, t.instructions[0].end_ns);
+  EXPECT_NEAR(t.busy_ns[index_of(Engine::kTensor)], 2 * one, 1e-9);
+  // Without a tile a matmul holds the whole array.
+  Instruction whole = tiled(0, 0);
+  whole.pattern = {};
+  p.instructions = {tiled(0, 0), whole, tiled(96, 96)};
+  t = schedule(p, spec);
+  EXPECT_DOUBLE_EQ(t.instructions[1].start_ns, t.instructions[0].end_ns);
+  EXPECT_DOUBLE_EQ(t.instructions[2].start_ns, t.instructions[1].end_ns);
+}
+
 TEST(NkiTimeline, CoreBarrierAlignsBothCores) {
   // Two programs (the logical cores of an LNC=2 launch): core 0 runs a long activation, core 1 a
   // short copy; after the barrier pair, core 1's next copy starts only when core 0's work is
