@@ -61,16 +61,21 @@ def main():
     def nki_cpu():
         flash_attention_fwd(q, k, v)
 
+    ranges = _nki.worker_task_count()
     for name, fn in (("torch SDPA, CPU, bf16", sdpa(torch.bfloat16)),
                      ("torch SDPA, CPU, fp32", sdpa(torch.float32)),
                      ("NKI flash attention on neuron (interpreter)", nki_neuron),
                      ("NKI flash attention on CPU tensors (interpreter)", nki_cpu)):
         med, sd = median_seconds(fn, args.reps)
         rows.append((name, med, sd))
+    # partition ranges the interpreter's worker threads ran, per kernel call (0: every
+    # instruction ran on the calling thread, as where the automatic count finds no core free)
+    ranges = (_nki.worker_task_count() - ranges) / (2 * (args.reps + 1))
     base = min(rows[0][1], rows[1][1])
     print(f"flash attention forward, seq {args.seq}, head dim {args.head_dim}, bf16 inputs; "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads, interpreter "
-          f"{_nki.interpreter_threads()}, medians of {args.reps}")
+          f"{_nki.interpreter_threads()} (its workers ran {ranges:.0f} ranges a call), medians of "
+          f"{args.reps}; load average {os.getloadavg()[0]:.1f}")
     for name, med, sd in rows:
         print(f"  {name:50s} {med * 1e3:8.2f} ms (sd {sd * 1e3:.2f})  {med / base:5.2f}x")
     run = flash_attention_fwd.last_run

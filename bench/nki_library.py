@@ -13,11 +13,13 @@ default thread count (torch's intra-op threads; the interpreter's partition thre
 nki._nki.interpreter_threads(), which split its large instructions over partition ranges where
 the host leaves their cores free), and
 each is compared with the other at the same count, and the faster of each with the faster of the
-other. The last column compares the calling
+other. The column before the last compares the calling
 thread's CPU time of the one-thread kernel and one-thread torch: on a shared host it leaves out
-the time either waited for a core. The one before it, the kernel's calling-thread CPU time at its
+the time either waited for a core. The last, the kernel's calling-thread CPU time at its
 default thread count over that at one thread, is the share of the work its thread kept (the
-workers ran the rest): on a host with a free core per worker, the wall time follows it.
+workers ran the rest): on a host with a free core per worker, the wall time follows it. In
+brackets, the partition ranges the workers ran per call at the default count: 0 where the
+automatic count found no core free (another process runnable, /proc/loadavg) and split nothing.
 """
 
 import argparse
@@ -144,7 +146,7 @@ def main():
     print(f"| kernel | shape | interpreter ms (1 / {kernel_threads} threads) | torch ms "
           f"(1 / {default_threads}) | 1 thread: kernel / torch | default threads: kernel / torch "
           "| faster of each: kernel / torch | CPU time, 1 thread: kernel / torch "
-          f"| kernel's calling thread CPU, {kernel_threads} / 1 threads |")
+          f"| kernel's calling thread CPU, {kernel_threads} / 1 threads (worker ranges a call) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name, shape, kernel, peer in cases(dtype):
         if args.only and name not in args.only:
@@ -159,6 +161,7 @@ def main():
                 sys.exit(f"{name}: kernel and torch peer disagree (max abs error {err:g} of "
                          f"{scale:g}); the comparison would be meaningless")
         k1, kn, t1, tn, ck, ckn, c1 = [], [], [], [], [], [], []
+        ranges = 0
         for _ in range(args.reps):
             torch.set_num_threads(1)
             _nki.set_interpreter_threads(1)
@@ -168,13 +171,16 @@ def main():
             # the interpreter's default: automatic (NRTSIM_NKI_THREADS unset), its threads
             # used only while the host leaves their cores free
             _nki.set_interpreter_threads(0)
+            before = _nki.worker_task_count()
             kn.append(_time(kernel, ckn))
+            ranges += _nki.worker_task_count() - before
             tn.append(_time(peer))
         mk1, mkn, m1, mn, mck, mckn, mc1 = (statistics.median(t) * 1e3
                                             for t in (k1, kn, t1, tn, ck, ckn, c1))
         print(f"| {name} | {shape} | {mk1:.2f} / {mkn:.2f} | {m1:.2f} / {mn:.2f} | "
               f"{mk1 / m1:.2f}x | {mkn / mn:.2f}x | {min(mk1, mkn) / min(m1, mn):.2f}x | "
-              f"{mck / mc1:.2f}x ({mck:.2f} / {mc1:.2f} ms) | {mckn / mck:.2f}x |",
+              f"{mck / mc1:.2f}x ({mck:.2f} / {mc1:.2f} ms) | {mckn / mck:.2f}x "
+              f"({ranges / args.reps:.0f}) |",
               flush=True)
 
 

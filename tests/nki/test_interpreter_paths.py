@@ -190,6 +190,59 @@ def test_large_matmuls_split_their_rows_over_two_threads_bit_for_bit():
     assert np.all(np.abs(many - want) <= taps * k * np.finfo(np.float32).eps * bound)
 
 
+def test_split_matmuls_whose_operands_need_copies_match_one_thread_bit_for_bit():
+    # BF16 operands, and an FP32 operand read with a stride along its free axis, are copied to
+    # dense FP32 before the GEMM (a dense FP32 one is read in place); at two threads each thread
+    # computing a half makes its own copies. The bits must not depend on the thread count.
+    import torch_neuronx  # noqa: F401  (lends ATen's GEMM to the interpreter)
+    k, m, n = 128, 128, 512  # 8M multiply-accumulates: above the split threshold
+
+    @nki.jit
+    def kern(q, kv, w, x):
+        out = nl.ndarray((m, n), nl.float32, buffer=nl.shared_hbm)
+        out2 = nl.ndarray((m, n), nl.float32, buffer=nl.shared_hbm)
+        qt = nl.load(q)    # [k, m] bf16
+        kt = nl.load(kv)   # [k, n] bf16
+        wt = nl.load(w)    # [k, m] fp32, read in place
+        xt = nl.load(x)    # [k, 2n] fp32: every second column is the moving operand
+        acc = nl.ndarray((m, n), nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=qt, moving=kt)
+        res = nl.ndarray((m, n), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+        nl.store(out, res)
+        acc2 = nl.ndarray((m, n), nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc2, stationary=wt, moving=xt[:, 0:2 * n:2])
+        res2 = nl.ndarray((m, n), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res2, src=acc2)
+        nl.store(out2, res2)
+        return out, out2
+
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(k, m, generator=g).bfloat16()
+    kv = torch.randn(k, n, generator=g).bfloat16()
+    w = torch.randn(k, m, generator=g)
+    x = torch.randn(k, 2 * n, generator=g)
+    run = nki.simulate(kern)
+    _nki.set_interpreter_threads(1)
+    try:
+        one = [t.numpy() for t in run(q, kv, w, x)]
+        _nki.set_interpreter_threads(2)
+        splits = _nki.split_instruction_count()
+        many = [t.numpy() for t in run(q, kv, w, x)]
+        assert _nki.split_instruction_count() - splits >= 2
+    finally:
+        _nki.set_interpreter_threads(0)
+    for a, b in zip(one, many):
+        np.testing.assert_array_equal(a, b)
+    # Each result a sum of k FP32 products of exactly representable (BF16 / FP32) operands:
+    # within k units of FP32 rounding of the sum of the terms' magnitudes.
+    for got, s, mv in ((many[0], q.double().numpy(), kv.double().numpy()),
+                       (many[1], w.double().numpy(), x[:, 0:2 * n:2].double().numpy())):
+        want = s.T @ mv
+        bound = np.abs(s).T @ np.abs(mv)
+        assert np.all(np.abs(got - want) <= k * np.finfo(np.float32).eps * bound)
+
+
 def test_outputs_and_tiles_are_poisoned_unless_written_whole_before_read():
     # The NaN fill of an output is skipped only where the program writes all of it before
     # reading any of it; an output written in part, or read first, still shows NaN.

@@ -49,21 +49,43 @@ constexpr int64_t kSmallMatmulMacs = 16384;
 constexpr int64_t kSplitMatmulMacs = int64_t{1} << 22;
 constexpr int64_t kSplitMatmulRows = 16;
 
+// A thread's copies of a split matmul's operands (Rows::stage), kept between instructions so
+// that the buffers stay in its core's cache; `tag` names the instruction they were made for.
+struct MatmulCopies {
+  uint64_t tag = 0;
+  const float* s = nullptr;
+  const float* mv = nullptr;
+  std::vector<float> s_buffer, mv_buffer;
+  // A large tile's copies are not kept for long: the calling thread lets them go when the
+  // instruction ends, a worker at its next split matmul; smaller ones are kept for reuse.
+  void release_large() {
+    constexpr size_t kKeep = size_t{1} << 20;  // floats
+    if (s_buffer.capacity() > kKeep) std::vector<float>().swap(s_buffer);
+    if (mv_buffer.capacity() > kKeep) std::vector<float>().swap(mv_buffer);
+    tag = 0;
+  }
+};
+thread_local MatmulCopies t_matmul_copies;
+std::atomic<uint64_t> g_matmul_tag{0};
+
+// The floats by which `p` lies past a 64-byte boundary.
+int64_t misalign(const float* p) {
+  return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p) % 64) / 4;
+}
+
 // Whether `kernel` gives a [m, n] product's bits when it computes the product as two GEMMs on
 // the halves of the result's rows (split at `half`) as when it computes it whole: the same sums
 // in the same order. A BLAS may choose its method by size or by the operands' alignment, so it
 // is probed, once per process for each shape, row steps, alignments (within 64 bytes) and
 // accumulate flag, on pseudo-random operands, where any difference in summation order shows in
-// the bits.
+// the bits. (The operands and the result are given by their misalignments: a copied operand
+// is not copied yet when this is asked.)
 bool halves_match_whole(MatmulKernel kernel, int64_t m, int64_t n, int64_t k, int64_t half,
-                        const float* s, int64_t s_step, const float* mv, int64_t mv_step,
-                        const float* out, bool accumulate) {
-  const auto misalign = [](const float* p) {
-    return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p) % 64) / 4;
-  };
+                        int64_t s_misalign, int64_t s_step, int64_t mv_misalign,
+                        int64_t mv_step, int64_t out_misalign, bool accumulate) {
   using Key = std::array<int64_t, 11>;
   const Key key{static_cast<int64_t>(reinterpret_cast<uintptr_t>(kernel)), m, n, k, half, s_step,
-                mv_step, misalign(s), misalign(mv), misalign(out), accumulate ? 1 : 0};
+                mv_step, s_misalign, mv_misalign, out_misalign, accumulate ? 1 : 0};
   static std::mutex mu;
   static std::map<Key, bool> known;
   {
@@ -85,10 +107,10 @@ bool halves_match_whole(MatmulKernel kernel, int64_t m, int64_t n, int64_t k, in
       p[e] = static_cast<float>(static_cast<int32_t>(state >> 8) - (1 << 23)) / (1 << 23);
     }
   };
-  auto [sv, s0] = block(k * s_step, misalign(s));
-  auto [mvv, m0] = block(k * mv_step, misalign(mv));
-  auto [whole, w0] = block(m * n, misalign(out));
-  auto [parts, p0] = block(m * n, misalign(out));
+  auto [sv, s0] = block(k * s_step, s_misalign);
+  auto [mvv, m0] = block(k * mv_step, mv_misalign);
+  auto [whole, w0] = block(m * n, out_misalign);
+  auto [parts, p0] = block(m * n, out_misalign);
   fill(sv.data() + s0, k * s_step);
   fill(mvv.data() + m0, k * mv_step);
   fill(whole.data() + w0, m * n);
@@ -384,8 +406,9 @@ class Floats {
 // dense copy.
 class Rows {
  public:
-  // `staged`: always a dense copy, rows of free_size() elements in view order.
-  Rows(const Storage& mem, const View& v, bool staged = false) {
+  // `staged`: always a dense copy, rows of free_size() elements in view order. `defer`: a copy
+  // is not made here (data() is null) but by stage(), on the thread that uses it.
+  Rows(const Storage& mem, const View& v, bool staged = false, bool defer = false) {
     const int64_t free = v.free_size();
     int64_t expect = 1;
     bool dense_free = !staged && mem.of(v) == DType::kFloat32;
@@ -398,16 +421,29 @@ class Rows {
       p_ = reinterpret_cast<const float*>(mem.base[v.buffer]) + v.offset;
       step_ = v.shape[0] > 1 ? v.stride[0] : free;
     } else {
-      own_.resize(static_cast<size_t>(v.numel()));
-      gather(mem, v, own_.data());
-      p_ = own_.data();
       step_ = free;
+      if (!defer) p_ = stage(mem, v, own_);
     }
   }
   const float* data() const { return p_; }
   int64_t step() const { return step_; }  // elements from one row to the next
+  bool in_place() const { return p_ != nullptr; }
+  // Where data() is or will be, in floats past a 64-byte boundary: a copy starts on one.
+  int64_t misalignment() const { return p_ ? misalign(p_) : 0; }
+
+  // `v`'s dense copy in `buffer`, starting on a 64-byte boundary wherever the buffer lies, so
+  // that a GEMM sees the same alignment whichever thread made the copy: a BLAS may choose its
+  // method, and so its summation order, by its operands' alignment.
+  static const float* stage(const Storage& mem, const View& v, std::vector<float>& buffer) {
+    const auto count = static_cast<size_t>(v.numel());
+    if (buffer.size() < count + 16) buffer.resize(count + 16);
+    float* p = buffer.data() + misalign_gap(buffer.data());
+    gather(mem, v, p);
+    return p;
+  }
 
  private:
+  static int64_t misalign_gap(const float* p) { return (16 - misalign(p)) % 16; }
   std::vector<float> own_;
   const float* p_ = nullptr;
   int64_t step_ = 0;
@@ -1461,8 +1497,21 @@ void execute(const Storage& mem, const Program& p, size_t i, const Instruction& 
       const int64_t k = in.a.shape[0] * pair;
       const int64_t m = in.a.free_size() / pair;
       const int64_t n = in.b.free_size() / pair;
-      const Rows s(mem, in.a, pair == 2);
-      const Rows mv(mem, in.b, pair == 2);
+      // A large product is two GEMMs, each on half the result's rows (the destination's
+      // partitions), at every thread count, so that the values do not depend on it; with
+      // several threads the halves run on two. (The loop's sums do not depend on M; the lent
+      // GEMM's did not either where measured, but a BLAS may choose its method by size.)
+      const bool halves = m >= 2 * kSplitMatmulRows && m * n * k >= kSplitMatmulMacs;
+      const int threads = halves ? partition_threads() : 1;
+      // Operands that need a copy (BF16 / FP8 tiles, strided views) are copied by each thread
+      // that computes a half, into a buffer of its own, where the halves may run on two: one
+      // copy made by the calling thread and read by the worker's GEMM cost more than the
+      // worker's half saved (measured on flash attention: the copies' time grew 10x at two
+      // threads, as each next copy had to take back from the other core the cache lines the
+      // worker had read).
+      const bool defer = threads > 1;
+      const Rows s(mem, in.a, pair == 2, defer);
+      const Rows mv(mem, in.b, pair == 2, defer);
       const int64_t s_step = pair == 2 ? m : s.step(), mv_step = pair == 2 ? n : mv.step();
       // Into the destination's own memory where it is one dense FP32 stretch apart from the
       // operands (a PSUM tile, as a rule), else through a staged copy.
@@ -1479,19 +1528,28 @@ void execute(const Storage& mem, const Program& p, size_t i, const Instruction& 
       // A small product costs less in the loop than the lent GEMM's call (tensor set-up and
       // dispatch, several microseconds): both accumulate in FP32.
       const MatmulKernel kernel = m * n * k <= kSmallMatmulMacs ? &loop_matmul : matmul;
-      // A large product is two GEMMs, each on half the result's rows (the destination's
-      // partitions), at every thread count, so that the values do not depend on it; with
-      // several threads the halves run on two. (The loop's sums do not depend on M; the lent
-      // GEMM's did not either where measured, but a BLAS may choose its method by size.)
-      if (m >= 2 * kSplitMatmulRows && m * n * k >= kSplitMatmulMacs) {
+      if (halves) {
         const int64_t half = (m / 2 + kSplitMatmulRows - 1) / kSplitMatmulRows * kSplitMatmulRows;
-        const int threads = partition_threads();
+        // This thread's operands for this instruction (copied once where a thread computes
+        // both halves).
+        const uint64_t tag = g_matmul_tag.fetch_add(1, std::memory_order_relaxed) + 1;
+        const auto operands = [&]() -> std::pair<const float*, const float*> {
+          if (!defer) return {s.data(), mv.data()};
+          MatmulCopies& own = t_matmul_copies;
+          if (own.tag != tag) {
+            own.release_large();  // a worker's large copies from its previous matmul
+            own.s = s.in_place() ? s.data() : Rows::stage(mem, in.a, own.s_buffer);
+            own.mv = mv.in_place() ? mv.data() : Rows::stage(mem, in.b, own.mv_buffer);
+            own.tag = tag;
+          }
+          return {own.s, own.mv};
+        };
         std::exception_ptr errors[2];
-        const auto halves = [&](int r) {
+        const auto run_half = [&](int r) {
           const int64_t lo = r == 0 ? 0 : half, rows = r == 0 ? half : m - half;
           try {
-            kernel(rows, n, k, s.data() + lo, s_step, mv.data(), mv_step, out + lo * n,
-                   in.accumulate);
+            const auto [sp, mp] = operands();
+            kernel(rows, n, k, sp + lo, s_step, mp, mv_step, out + lo * n, in.accumulate);
           } catch (...) {
             errors[r] = std::current_exception();
           }
@@ -1501,19 +1559,21 @@ void execute(const Storage& mem, const Program& p, size_t i, const Instruction& 
         // thread. Otherwise it is two halves at every thread count, as the values must not
         // depend on the count.
         const bool automatic = partition_threads_automatic();
-        if (halves_match_whole(kernel, m, n, k, half, s.data(), s_step, mv.data(), mv_step, out,
-                               in.accumulate)) {
-          if (try_run_on_workers(2, threads, halves, automatic)) {
+        if (halves_match_whole(kernel, m, n, k, half, s.misalignment(), s_step,
+                               mv.misalignment(), mv_step, misalign(out), in.accumulate)) {
+          if (try_run_on_workers(2, threads, run_half, automatic)) {
             count_split_instruction();
           } else {
-            kernel(m, n, k, s.data(), s_step, mv.data(), mv_step, out, in.accumulate);
+            const auto [sp, mp] = operands();
+            kernel(m, n, k, sp, s_step, mp, mv_step, out, in.accumulate);
           }
-        } else if (try_run_on_workers(2, threads, halves, automatic)) {
+        } else if (try_run_on_workers(2, threads, run_half, automatic)) {
           count_split_instruction();
         } else {
-          halves(0);
-          halves(1);
+          run_half(0);
+          run_half(1);
         }
+        t_matmul_copies.release_large();
         for (const std::exception_ptr& e : errors) {
           if (e) std::rethrow_exception(e);
         }
