@@ -52,12 +52,6 @@ PARTIAL = {
     "nki.language.NkiTensor.indirect": "tensor indirection runs on the operands AWS's stub "
                                        "documents, except nc_matmul's dst (a PSUM scatter) and "
                                        "nc_matmul_mx's operands, refused",
-    "nki.language.NkiTensor.select": "a tensor index along a free dim of an SBUF / PSUM tensor "
-                                     "runs on every instruction, on an HBM tensor on "
-                                     "nisa.dma_copy (dma_transpose and dma_compute take an HBM "
-                                     "side placed at run time by a vector_offset only, as AWS "
-                                     "documents); a view selected at run time cannot itself be "
-                                     "selected or sliced again here",
     "nki.language.fori_loop": "a register bound runs a device loop, an integer one unrolls; a "
                               "device loop of a multi-program (LNC=2) launch may not hold a "
                               "cross-core synchronisation (core_barrier / sendrecv)",
@@ -726,8 +720,11 @@ class Tensor(NKIObject):
             raise error("a register index on a 1-D tensor: use t[nl.ds(i, 1)]")
         # An index i names element i of the dim; nl.ds(i, n) stays inside it (i <= size - n).
         count = self.shape[d] if size is None else self.shape[d] - size + 1
-        return _indirect.access_pattern(base, pairs, base.offset, base.dtype, None, reg, bd,
-                                        count)
+        access = _indirect.access_pattern(base, pairs, base.offset, base.dtype, None, reg, bd,
+                                          count)
+        if size is not None and isinstance(access, _indirect.IndirectAccess):
+            access.axis = bd  # the dim nl.ds(i, n) keeps takes part in the indirection
+        return access
 
     def __setitem__(self, key, value):
         dst = self[key]
