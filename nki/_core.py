@@ -65,10 +65,6 @@ PARTIAL = {
     "nki.isa.tensor_scalar_cumulative": "op1=nl.subtract is refused: AWS's reference writes the "
                                         "step as op1(x, r), and nothing published says whether "
                                         "x - r or r - x is meant",
-    "nki.isa.core_barrier": "the barrier holds every engine of both cores until all their earlier "
-                            "work is done (the hardware holds only the engine that runs it and "
-                            "what depends on its data), so engine= does not change the modelled "
-                            "time; a one-program launch takes cores=(0,) only",
     "nki.isa.sendrecv": "dma_engine=gpsimd_dma is checked (partitions, bytes per partition) but "
                         "timed as the standard DMA path; both cores must use their pipes in the "
                         "same order (one pipe_id cannot overtake another)",
