@@ -59,9 +59,7 @@ PARTIAL = {
                                   "unrolls; a device loop of a multi-program (LNC=2) launch may "
                                   "not hold a cross-core synchronisation (core_barrier / "
                                   "sendrecv)",
-    "nki.isa.dma_copy": "dge_mode, priority and engine do not change the modelled time; "
-                        "with oob_mode.skip, an index inside the indirect dim whose access runs "
-                        "past the tensor is an error",
+    "nki.isa.dma_copy": "dge_mode, priority and engine do not change the modelled time",
     "nki.isa.tensor_scalar_cumulative": "op1=nl.subtract is refused: AWS's reference writes the "
                                         "step as op1(x, r), and nothing published says whether "
                                         "x - r or r - x is meant",

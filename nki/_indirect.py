@@ -15,10 +15,10 @@ called on, and the pattern's first pair gives the transfer's partitions (one per
 stride is replaced by the index's). The values are read when the transfer runs; one that would
 take the access outside dim ``indirect_dim`` (or, with the pattern's other pairs, outside the
 tensor) is an error there (``oob_mode.error``, the default; the interpreter checks every index
-before moving any row), naming the index and its partition. With ``oob_mode.skip`` an index
-outside dim ``indirect_dim`` moves nothing ("silently skip", AWS's words); one inside it whose
-access would still run past the tensor stays an error, as what the engines do then is not
-published. A scatter whose indices repeat writes
+before moving any row), naming the index and its partition. With ``oob_mode.skip`` such an index
+moves nothing, the other indices' rows move (AWS's dma_copy: the instruction skips "the DMA
+transfer for a given dynamic address or index when it is out of bound"; a scalar offset's one
+index moves the whole access or nothing). A scatter whose indices repeat writes
 the rows in partition order, the last partition's row staying: AWS's dma_copy documents that the
 compiler synchronises the writes of repeated offsets rather than racing them.
 """
@@ -411,8 +411,9 @@ def _prod(xs):
 
 def dma_copy(dst, src, what="nisa.dma_copy", skip_oob=False, add=False):
     """A DMA with one indirect side: the other side is a tile (or, for a scalar offset, any
-    view) of as many elements. `skip_oob` (oob_mode.skip): an index outside the indexed dim
-    moves nothing, where oob_mode.error stops the kernel. `add`: dma_compute's
+    view) of as many elements. `skip_oob` (oob_mode.skip): an index outside the indexed dim,
+    or whose access would run past the tensor, moves nothing, where oob_mode.error stops the
+    kernel. `add`: dma_compute's
     read-modify-write, each moved row summed (FP32) into what its destination holds."""
     from nki import language as _nl
     if isinstance(src, IndirectAccess) and isinstance(dst, IndirectAccess):
@@ -441,9 +442,12 @@ def dma_copy(dst, src, what="nisa.dma_copy", skip_oob=False, add=False):
         raise error(f"{what}: {side} {dense.shape} and the indirect access {access.shape} hold "
                     "different numbers of elements")
     tracer = _core.current_tracer()
-    # oob_mode.skip: indices outside dim `indexed_dim` move nothing (imm0 is that dim's size).
-    skip = {"axes": 2, "imm0": float(access.base.shape[access.indexed_dim])} if skip_oob else {
-        "axes": 0}
+    # oob_mode.skip: an index the bounds check would stop the kernel for moves nothing (imm0:
+    # the indices valid, those inside dim `indexed_dim` whose access stays inside the tensor).
+    # AWS's dma_copy: "skip the DMA transfer for a given dynamic address or index when it is
+    # out of bound" where oob_mode.error raises; its oob_mode: "Silently skip the runtime
+    # out-of-bounds access".
+    skip = {"axes": 2, "imm0": float(access.rows.shape[0])} if skip_oob else {"axes": 0}
     axes = skip["axes"] | (8 if add else 0)
     if gather:
         return tracer.emit(OP_DMA_INDIRECT, DMA, dense, access.rows, access.index,
