@@ -75,6 +75,23 @@ class IndirectAccess:
     def dtype(self):
         return self.rows.dtype
 
+    # NkiTensor's other view methods, on an access already placed at run time.
+    _REINDIRECT = ("ap", "vector_select", "indirect", "view", "reinterpret_cast")
+    _NOT_MODELLED = ("permute", "broadcast", "broadcast_to", "expand_dim", "squeeze_dim",
+                     "reshape_dim", "flatten_dims", "reshape", "rearrange", "T")
+
+    def __getattr__(self, name):
+        if name in IndirectAccess._REINDIRECT:
+            raise error(f".{name} on an HBM access placed at run time: AWS refuses it (an "
+                        "indirect view 'cannot be re-indirected', NkiTensor.is_indirect; view "
+                        "is 'Not supported after dynamic / vector select'); apply it to the "
+                        "tensor first")
+        if name in IndirectAccess._NOT_MODELLED:
+            raise error(f".{name} on an HBM access placed at run time is not modelled here "
+                        "(select, slice and indexing are); apply it to the tensor before "
+                        "placing it at run time")
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
+
     def _rows_dim(self, j):
         """The dim of `rows` that dim j of the access views (rows' dim 0 is the indexed one)."""
         return j if self.per_partition else j + 1

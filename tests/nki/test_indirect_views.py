@@ -156,3 +156,17 @@ def test_a_static_view_of_an_on_chip_runtime_select():
     for w in (0, 2):
         np.testing.assert_array_equal(run(on_chip_window, x, np.array([[w]], np.int32)),
                                       x[:, w, 4:5])
+
+
+@pytest.mark.parametrize("method, message", [
+    (lambda v: v.permute((0, 2, 1)), "not modelled here"),
+    (lambda v: v.view(nl.int32), "cannot be re-indirected"),
+])
+def test_other_view_methods_of_an_access_placed_at_run_time_are_refused_by_name(method,
+                                                                                 message):
+    @nki.jit
+    def k(table, idx):
+        return _out(method(table.vector_select(0, _to_sbuf(idx))), table.dtype)
+
+    with pytest.raises(nki.NkiError, match=message):
+        run(k, np.zeros((6, 4, 3), np.float32), np.zeros((2, 1), np.int32))
