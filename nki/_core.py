@@ -52,12 +52,6 @@ PARTIAL = {
     "nki.language.NkiTensor.indirect": "tensor indirection runs on the operands AWS's stub "
                                        "documents, except nc_matmul's dst (a PSUM scatter) and "
                                        "nc_matmul_mx's operands, refused",
-    "nki.language.NkiTensor.select": "a tensor index along a free dim of an SBUF / PSUM tensor "
-                                     "runs on every instruction, on an HBM tensor on "
-                                     "nisa.dma_copy (dma_transpose and dma_compute take an HBM "
-                                     "side placed at run time by a vector_offset only, as AWS "
-                                     "documents); a view selected at run time cannot itself be "
-                                     "selected or sliced again here",
     "nki.language.fori_loop": "a register bound runs a device loop, an integer one unrolls; a "
                               "device loop of a multi-program (LNC=2) launch may not hold a "
                               "cross-core synchronisation (core_barrier / sendrecv)",
@@ -65,16 +59,10 @@ PARTIAL = {
                                   "unrolls; a device loop of a multi-program (LNC=2) launch may "
                                   "not hold a cross-core synchronisation (core_barrier / "
                                   "sendrecv)",
-    "nki.isa.dma_copy": "dge_mode, priority and engine do not change the modelled time; "
-                        "with oob_mode.skip, an index inside the indirect dim whose access runs "
-                        "past the tensor is an error",
+    "nki.isa.dma_copy": "dge_mode, priority and engine do not change the modelled time",
     "nki.isa.tensor_scalar_cumulative": "op1=nl.subtract is refused: AWS's reference writes the "
                                         "step as op1(x, r), and nothing published says whether "
                                         "x - r or r - x is meant",
-    "nki.isa.core_barrier": "the barrier holds every engine of both cores until all their earlier "
-                            "work is done (the hardware holds only the engine that runs it and "
-                            "what depends on its data), so engine= does not change the modelled "
-                            "time; a one-program launch takes cores=(0,) only",
     "nki.isa.sendrecv": "dma_engine=gpsimd_dma is checked (partitions, bytes per partition) but "
                         "timed as the standard DMA path; both cores must use their pipes in the "
                         "same order (one pipe_id cannot overtake another)",
@@ -726,8 +714,11 @@ class Tensor(NKIObject):
             raise error("a register index on a 1-D tensor: use t[nl.ds(i, 1)]")
         # An index i names element i of the dim; nl.ds(i, n) stays inside it (i <= size - n).
         count = self.shape[d] if size is None else self.shape[d] - size + 1
-        return _indirect.access_pattern(base, pairs, base.offset, base.dtype, None, reg, bd,
-                                        count)
+        access = _indirect.access_pattern(base, pairs, base.offset, base.dtype, None, reg, bd,
+                                          count)
+        if size is not None and isinstance(access, _indirect.IndirectAccess):
+            access.axis = bd  # the dim nl.ds(i, n) keeps takes part in the indirection
+        return access
 
     def __setitem__(self, key, value):
         dst = self[key]

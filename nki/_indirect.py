@@ -15,10 +15,10 @@ called on, and the pattern's first pair gives the transfer's partitions (one per
 stride is replaced by the index's). The values are read when the transfer runs; one that would
 take the access outside dim ``indirect_dim`` (or, with the pattern's other pairs, outside the
 tensor) is an error there (``oob_mode.error``, the default; the interpreter checks every index
-before moving any row), naming the index and its partition. With ``oob_mode.skip`` an index
-outside dim ``indirect_dim`` moves nothing ("silently skip", AWS's words); one inside it whose
-access would still run past the tensor stays an error, as what the engines do then is not
-published. A scatter whose indices repeat writes
+before moving any row), naming the index and its partition. With ``oob_mode.skip`` such an index
+moves nothing, the other indices' rows move (AWS's dma_copy: the instruction skips "the DMA
+transfer for a given dynamic address or index when it is out of bound"; a scalar offset's one
+index moves the whole access or nothing). A scatter whose indices repeat writes
 the rows in partition order, the last partition's row staying: AWS's dma_copy documents that the
 compiler synchronises the writes of repeated offsets rather than racing them.
 """
@@ -39,7 +39,7 @@ class IndirectAccess:
     one index moves the whole access, all of `rows.shape[1:]`."""
 
     def __init__(self, rows, index, free_axes, base, indexed_dim, per_partition=True,
-                 count=None):
+                 count=None, axis=None, limit=None):
         self.rows = rows
         self.index = index
         # Rows the access moves: one per index ([P, 1]); a [128, N] index tile (AWS's indirect
@@ -50,6 +50,13 @@ class IndirectAccess:
         self.base = base  # the HBM tensor the kernel indexed, and which of its dims
         self.indexed_dim = indexed_dim
         self.per_partition = per_partition
+        # The dim of this access that takes part in the indirection (AWS, NkiTensor.is_indirect:
+        # it "cannot be further sliced or selected"): the partitions of a vector offset, the
+        # dim of a dynamic slice nl.ds(i, n); None where a scalar offset dropped its dim.
+        self.axis = 0 if per_partition else axis
+        # The indices valid along the indexed dim before the tensor's end clips them (rows.shape
+        # [0] is after): a narrower view of this access recomputes that clip.
+        self.limit = rows.shape[0] if limit is None else int(limit)
 
     @property
     def shape(self):
@@ -67,6 +74,125 @@ class IndirectAccess:
     @property
     def dtype(self):
         return self.rows.dtype
+
+    # NkiTensor's other view methods, on an access already placed at run time.
+    _REINDIRECT = ("ap", "vector_select", "indirect", "view", "reinterpret_cast")
+    _NOT_MODELLED = ("permute", "broadcast", "broadcast_to", "expand_dim", "squeeze_dim",
+                     "reshape_dim", "flatten_dims", "reshape", "rearrange", "T")
+
+    def __getattr__(self, name):
+        if name in IndirectAccess._REINDIRECT:
+            raise error(f".{name} on an HBM access placed at run time: AWS refuses it (an "
+                        "indirect view 'cannot be re-indirected', NkiTensor.is_indirect; view "
+                        "is 'Not supported after dynamic / vector select'); apply it to the "
+                        "tensor first")
+        if name in IndirectAccess._NOT_MODELLED:
+            raise error(f".{name} on an HBM access placed at run time is not modelled here "
+                        "(select, slice and indexing are); apply it to the tensor before "
+                        "placing it at run time")
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
+
+    def _rows_dim(self, j):
+        """The dim of `rows` that dim j of the access views (rows' dim 0 is the indexed one)."""
+        return j if self.per_partition else j + 1
+
+    def __getitem__(self, key):
+        """A static view of the access on the dims outside the indirection (AWS's
+        NkiTensor.select / slice: on an indirect view they may not target "a dimension that
+        participates in the indirection"; the others compose). The runtime index stays as it
+        was; the indices it may take are recomputed for the narrower access."""
+        if not isinstance(key, tuple):
+            key = (key,)
+        if any(_core._runtime_index(k) or isinstance(k, Tensor) for k in key):
+            raise error("a second runtime index on an access already placed at run time: AWS "
+                        "allows 'only one dynamic select per tensor (no chaining)' "
+                        "(NkiTensor.select); index the tensor once, or copy the access to SBUF "
+                        "first")
+        key = tuple(k.as_slice() if isinstance(k, _core.DynamicSlice) else k for k in key)
+        if any(k is Ellipsis for k in key):
+            i = key.index(Ellipsis)
+            key = key[:i] + (slice(None),) * (self.ndim - (len(key) - 1)) + key[i + 1:]
+        if len(key) > self.ndim:
+            raise error(f"too many indices ({len(key)}) for an access of shape {self.shape}")
+        key = key + (slice(None),) * (self.ndim - len(key))
+        rows = self.rows
+        offset = rows.offset
+        free, axes, axis = [], [], None
+        last = None  # the last dim an integer dropped, kept at size 1 if no dim is left
+        for j, k in enumerate(key):
+            n = self.shape[j]
+            if j == self.axis:
+                if not (isinstance(k, slice) and k.indices(n) == (0, n, 1)):
+                    raise error(f"dim {j} of this access takes part in its runtime offset; AWS: "
+                                "on an indirect view, the selected dimension 'cannot be further "
+                                "sliced or selected' (NkiTensor.vector_select / is_indirect); "
+                                "slice or select the other dims, or the tensor before placing "
+                                "it at run time")
+                axis = sum(1 for x in key[:j] if isinstance(x, slice))
+                if not self.per_partition:
+                    free.append((rows.strides[self._rows_dim(j)], n))
+                    axes.append(self.free_axes[j])
+                continue
+            r = self._rows_dim(j)
+            st = rows.strides[r]
+            if isinstance(k, slice):
+                for v in (k.start, k.stop, k.step):
+                    if v is not None and not _core._is_int(v):
+                        raise error(f"slice bound {v!r} of dim {j} is not an integer known when "
+                                    "the kernel specialises")
+                start, stop, step = k.indices(n)
+                if step <= 0:
+                    raise error("slices need a positive step")
+                offset += start * st
+                free.append((st * step, max(0, (stop - start + step - 1) // step)))
+                axes.append(self.free_axes[r - 1])
+            elif _core._is_int(k):
+                i = int(k) + (n if int(k) < 0 else 0)
+                if not 0 <= i < n:
+                    raise error(f"index {int(k)} is out of range for dim {j} of size {n}")
+                offset += i * st
+                last = st
+            else:
+                raise error(f"index {k!r} is not supported on an access placed at run time: use "
+                            "integers and slices")
+        if not free and not self.per_partition:
+            free, axes = [(last, 1)], [None]  # an HBM view stays at least 1-D
+        if any(c == 0 for _, c in free):
+            raise error("this view of the access holds no element")
+        stride = rows.strides[0]
+        n = self.limit
+        reach = sum(max(st * (c - 1), 0) for st, c in free)
+        if stride > 0:
+            n = min(n, (_storage_elements(rows, rows.dtype) - 1 - offset - reach) // stride + 1)
+        narrowed = Tensor(rows._buffer, [n] + [c for _, c in free],
+                          [stride] + [st for st, _ in free], offset, rows._dtype)
+        return IndirectAccess(narrowed, self.index, axes, self.base, self.indexed_dim,
+                              self.per_partition, self.count, axis, self.limit)
+
+    def select(self, dim, index):
+        """A static select on a dim outside the indirection (the dim dropped, as for an HBM
+        tensor); a runtime one is AWS's "no chaining"."""
+        d = self._dim(dim, "select")
+        if isinstance(index, Tensor) or _core._runtime_index(index):
+            return self[(index,)]  # refused there, with AWS's words
+        if not _core._is_int(index):
+            raise error(f"select(dim={dim}, {index!r}): the index is an integer or a [1, 1] tile")
+        return self[(slice(None),) * d + (int(index),)]
+
+    def slice(self, dim, start, end, step=1):
+        d = self._dim(dim, "slice")
+        if not (0 <= start < end <= self.shape[d]) or step < 1:
+            raise error(f"slice(dim={dim}, {start}, {end}, {step}): needs 0 <= start < end <= "
+                        f"{self.shape[d]} and step >= 1")
+        return self[(slice(None),) * d + (slice(start, end, step),)]
+
+    def _dim(self, dim, what):
+        if not _core._is_int(dim):
+            raise error(f"{what}: dim must be an integer, got {dim!r}")
+        d = int(dim) + (self.ndim if int(dim) < 0 else 0)
+        if not 0 <= d < self.ndim:
+            raise error(f"{what}: dim {dim} is out of range for a {self.ndim}-D access")
+        return d
 
     def narrowed(self, bounds):
         """The access restricted to [lo, hi) on each dim that `bounds` (one (lo, hi) or None per
@@ -192,7 +318,9 @@ def access_pattern(tensor, pairs, offset, dtype, vector_offset, scalar_offset, i
                     "tensor even at index 0")
     rows = Tensor(tensor._buffer, [n] + [c for _, c in free], [stride] + [st for st, _ in free],
                   offset, dtype)
-    return IndirectAccess(rows, index, [None] * len(free), tensor, d, per_partition, moved)
+    return IndirectAccess(rows, index, [None] * len(free), tensor, d, per_partition, moved,
+                          limit=tensor.shape[d] if count is None else min(tensor.shape[d],
+                                                                          int(count)))
 
 
 def _columns_view(tile, d):
@@ -300,8 +428,9 @@ def _prod(xs):
 
 def dma_copy(dst, src, what="nisa.dma_copy", skip_oob=False, add=False):
     """A DMA with one indirect side: the other side is a tile (or, for a scalar offset, any
-    view) of as many elements. `skip_oob` (oob_mode.skip): an index outside the indexed dim
-    moves nothing, where oob_mode.error stops the kernel. `add`: dma_compute's
+    view) of as many elements. `skip_oob` (oob_mode.skip): an index outside the indexed dim,
+    or whose access would run past the tensor, moves nothing, where oob_mode.error stops the
+    kernel. `add`: dma_compute's
     read-modify-write, each moved row summed (FP32) into what its destination holds."""
     from nki import language as _nl
     if isinstance(src, IndirectAccess) and isinstance(dst, IndirectAccess):
@@ -330,9 +459,12 @@ def dma_copy(dst, src, what="nisa.dma_copy", skip_oob=False, add=False):
         raise error(f"{what}: {side} {dense.shape} and the indirect access {access.shape} hold "
                     "different numbers of elements")
     tracer = _core.current_tracer()
-    # oob_mode.skip: indices outside dim `indexed_dim` move nothing (imm0 is that dim's size).
-    skip = {"axes": 2, "imm0": float(access.base.shape[access.indexed_dim])} if skip_oob else {
-        "axes": 0}
+    # oob_mode.skip: an index the bounds check would stop the kernel for moves nothing (imm0:
+    # the indices valid, those inside dim `indexed_dim` whose access stays inside the tensor).
+    # AWS's dma_copy: "skip the DMA transfer for a given dynamic address or index when it is
+    # out of bound" where oob_mode.error raises; its oob_mode: "Silently skip the runtime
+    # out-of-bounds access".
+    skip = {"axes": 2, "imm0": float(access.rows.shape[0])} if skip_oob else {"axes": 0}
     axes = skip["axes"] | (8 if add else 0)
     if gather:
         return tracer.emit(OP_DMA_INDIRECT, DMA, dense, access.rows, access.index,

@@ -1516,9 +1516,10 @@ def core_barrier(data, cores, engine=engine.gpsimd, name=None):
     an LNC=2 launch (kernel[2]), or (0,) alone on a one-program launch.
 
     AWS's page says `data` must be in shared HBM; AWS's own library passes an SBUF tile (the
-    MoE kernels' dynamic block index, bwmm_shard_on_I), which its compiler takes. Here the
-    barrier orders every instruction of both cores whatever `data` is, so an SBUF tile is
-    taken too; PSUM is refused."""
+    MoE kernels' dynamic block index, bwmm_shard_on_I), which its compiler takes, and so is an
+    SBUF tile here; PSUM is refused. The interpreter runs every core's instructions before the
+    barrier ahead of any after it; the timeline holds only `engine` and the users of `data`
+    (AWS: "other engines will not be blocked")."""
     what = "nisa.core_barrier"
     tracer = _core.current_tracer()
     _tensor(data, "data")
@@ -1543,7 +1544,12 @@ def core_barrier(data, cores, engine=engine.gpsimd, name=None):
                     f"gpsimd), got {engine!r}")
     else:
         eng = int(engine)
-    ins = NkiInstruction(tracer.emit(OP_BARRIER, eng, name=name))
+    # AWS: "The barrier will block execution on this engine, other engines will not be
+    # blocked". The barrier reads `data` (operand a, axes bit 0): the timeline holds the named
+    # engine and whatever touches `data` after it, the core's other engines run on. A view
+    # placed at run time stands for its whole buffer (every place it may take).
+    view = data if data.runtime_offset() is None else Tensor(data._buffer, data._buffer.shape)
+    ins = NkiInstruction(tracer.emit(OP_BARRIER, eng, a=view, axes=1, name=name))
     tracer.instructions[ins.index].sync = _core.CoreSync(what, ("barrier",))
     return ins
 

@@ -65,7 +65,8 @@ def test_core_barrier_aligns_both_cores_timelines():
     release = times[barriers[0]][1]
     assert release > before
     assert times[barriers[1]][1] == release  # one release for both cores
-    # Nothing after the barrier starts before its release, on either core.
+    # Nothing after the barrier starts before its release, on either core: every instruction
+    # after it reads `shared` (the barrier's data) or what such a read produced.
     assert all(t[0] >= release for t in times[barriers[1] + 1:])
 
 

@@ -255,9 +255,45 @@ def test_oob_mode_skip_moves_nothing_for_an_index_outside_the_dim():
     block = np.ones((3, 4), np.float32)
     np.testing.assert_array_equal(run(block_skipping, cache, block, np.array([[10]], np.int32)),
                                   cache)
-    # Inside the dim but running past the tensor's end: not published, so an error.
-    with pytest.raises(Exception, match="index 8 at partition 0"):
-        run(block_skipping, cache, block, np.array([[8]], np.int32))
+    # Inside the dim but running past the tensor's end: out of bound too (oob_mode.error stops
+    # the kernel there), so the transfer is skipped; index 7 is the last whole block.
+    np.testing.assert_array_equal(run(block_skipping, cache, block, np.array([[8]], np.int32)),
+                                  cache)
+    want = cache.copy()
+    want[7:10] = block
+    np.testing.assert_array_equal(run(block_skipping, cache, block, np.array([[7]], np.int32)),
+                                  want)
+
+
+def flat_windows(oob_mode):
+    """out_flat[idx[p]:idx[p] + 3] = values[p, :] over a 1-D tensor of 10 elements: indices 8
+    and 9 name elements of the tensor, but their window would run past its end."""
+    @nki.jit
+    def k(values, idx, base):
+        n = idx.shape[0]
+        out = nl.ndarray(base.shape, nl.float32, buffer=nl.shared_hbm)
+        b = nl.ndarray((1, base.shape[0]), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=b, src=base.reshape((1, base.shape[0])))
+        nisa.dma_copy(dst=out.reshape((1, base.shape[0])), src=b)
+        ids = nl.ndarray((n, 1), nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=ids, src=idx)
+        v = nl.ndarray((n, 3), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=v, src=values)
+        nisa.dma_copy(dst=out.ap([[1, n], [1, 3]], offset=0, vector_offset=ids, indirect_dim=0),
+                      src=v, oob_mode=oob_mode)
+        return out
+    return k
+
+
+def test_oob_mode_skip_skips_each_partition_whose_access_runs_past_the_tensor():
+    base = np.full(10, -1.0, np.float32)
+    values = np.arange(15, dtype=np.float32).reshape(5, 3)
+    idx = np.array([[0], [8], [7], [9], [10]], np.int32)
+    want = base.copy()
+    want[0:3], want[7:10] = values[0], values[2]
+    np.testing.assert_array_equal(run(flat_windows(nisa.oob_mode.skip), values, idx, base), want)
+    with pytest.raises(Exception, match="index 8 at partition 1 .*outside \\[0, 8\\)"):
+        run(flat_windows(nisa.oob_mode.error), values, idx, base)
 
 
 @nki.jit

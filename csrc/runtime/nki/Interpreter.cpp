@@ -1191,9 +1191,8 @@ void run_extended(const Storage& mem, const Program& p, size_t i, const Instruct
       const View& dense = scatter_rows ? in.a : in.dst;
       const std::vector<int64_t> rows = load_ints(mem, in.b);
       const int64_t n = indexed.shape[0];
-      // oob_mode.skip (axes bit 1): an index outside [0, imm0) (the indexed dim) moves nothing;
-      // one inside it whose access would still leave the tensor is an error (what the DMA
-      // engines do with a partly-outside access is not published).
+      // oob_mode.skip (axes bit 1): an index outside [0, imm0) (the tracer gives the indices
+      // the bounds check below accepts) moves nothing.
       const bool skip = (in.axes & 2u) != 0;
       const int64_t dim_size = static_cast<int64_t>(in.imm0);
       auto skipped = [&](int64_t r) { return skip && (r < 0 || r >= dim_size); };

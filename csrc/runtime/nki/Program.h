@@ -143,7 +143,9 @@ enum class Opcode : uint8_t {
                   // axes bit 3: dma_compute's read-modify-write, each moved row added (FP32)
                   // to its destination's values; a scatter's indices must be distinct
   kBarrier,       // core_barrier (and sendrecv's synchronisation): no data moves; every logical
-                  // core of the launch waits until all of them reach it (Timeline.cpp)
+                  // core of the launch waits until all of them reach it (Timeline.cpp). axes
+                  // bit 0 (core_barrier): only the instruction's engine and the accesses to
+                  // view a (its data) wait; without it, every engine of every core waits
   // Device-side loops (DeviceLoops.h): the instructions between a kLoopBegin and its kLoopEnd
   // are one body, traced once and run as many times as register values say when the kernel
   // runs. Registers are [1, 1] int32 views of the kernel's own register buffers.

@@ -186,8 +186,7 @@ Timeline schedule(const Program& p, const CoreSpec& spec, const CoreLinks* links
   std::map<int32_t, TensorArray> tensor_arrays;       // program -> its PE array
   std::vector<std::pair<double, double>> dma_active;  // intervals some DMA engine is busy
   std::vector<std::vector<Access>> accesses(p.buffers.size());
-  double floor_ns = 0;  // the last core barrier's release: nothing after it starts earlier
-  std::vector<int32_t> barrier_cores;  // the cores whose barrier instructions share floor_ns
+  double floor_ns = 0;  // nothing after a loop boundary or a full barrier starts earlier
   const LoopNest nest = match_loops(p);
   t.loops.resize(nest.begins.size());
   std::vector<std::vector<std::pair<double, double>>> loop_dma(nest.begins.size());
@@ -208,23 +207,67 @@ Timeline schedule(const Program& p, const CoreSpec& spec, const CoreLinks* links
       continue;
     }
     if (in.op == Opcode::kBarrier) {
-      // A core barrier: each core writes a semaphore to the other and waits for theirs. The
-      // tracer puts every core's instructions before the barrier ahead of it, so the barrier is
-      // released when all of them are done (t.makespan_ns) plus one semaphore write across the
-      // pair (a DMA engine's write latency); no engine of any core starts anything later in
-      // the program before that.
-      // The cores' barrier instructions of one synchronisation come one after another, one per
-      // core: they share one release. A core's second barrier in a row is the next one.
-      const bool same = i > 0 && p.instructions[i - 1].op == Opcode::kBarrier &&
-                        std::find(barrier_cores.begin(), barrier_cores.end(), in.program) ==
-                            barrier_cores.end();
-      if (!same) barrier_cores.clear();
-      barrier_cores.push_back(in.program);
-      const double arrive = same ? t.instructions[i - 1].start_ns : t.makespan_ns;
-      const double release = same ? floor_ns : std::max(t.makespan_ns, floor_ns) + dma.latency_ns;
-      t.instructions[i] = {arrive, release};
-      floor_ns = release;
+      // A cross-core synchronisation: each core writes a semaphore to the other and waits for
+      // theirs. The cores' barrier instructions of one synchronisation come one after another,
+      // one per core (a core's second barrier in a row starts the next one): they share one
+      // release, one semaphore write across the pair (a DMA engine's write latency) after the
+      // last core arrives.
+      size_t last = i + 1;
+      std::vector<int32_t> cores{in.program};
+      while (last < p.instructions.size() && p.instructions[last].op == Opcode::kBarrier &&
+             std::find(cores.begin(), cores.end(), p.instructions[last].program) == cores.end()) {
+        cores.push_back(p.instructions[last].program);
+        ++last;
+      }
+      // axes bit 0 (nisa.core_barrier): AWS's page, "The barrier will block execution on this
+      // engine, other engines will not be blocked". A core arrives once its engine's earlier
+      // work and every earlier access to `data` (operand a) are done; after the release, that
+      // engine and whatever touches `data` wait for it, the core's other engines do not.
+      // Otherwise (sendrecv's synchronisation): a core arrives when everything before is done,
+      // and nothing after starts before the release.
+      auto arrival = [&](const Instruction& b) {
+        if ((b.axes & 1u) == 0) return std::max(t.makespan_ns, floor_ns);
+        double at = floor_ns;
+        if (b.engine == Engine::kTensor) {
+          const TensorArray& pe = tensor_arrays[b.program];
+          at = std::max(at, pe.issued_ns);
+          for (double c : pe.cell_free_ns) at = std::max(at, c);
+        } else {
+          at = std::max(at, engine_free[{b.program, index_of(b.engine)}]);
+        }
+        if (b.a.valid()) {
+          for (const Access& a : accesses[static_cast<size_t>(b.a.buffer)]) {
+            if (a.lo < b.a.end() && b.a.lowest() < a.hi) at = std::max(at, a.ready_ns);
+          }
+        }
+        return at;
+      };
+      double release = 0;
+      for (size_t j = i; j < last; ++j) {
+        const double at = arrival(p.instructions[j]);
+        t.instructions[j].start_ns = at;
+        release = std::max(release, at);
+      }
+      release += dma.latency_ns;
+      for (size_t j = i; j < last; ++j) {
+        const Instruction& b = p.instructions[j];
+        t.instructions[j].end_ns = release;
+        if ((b.axes & 1u) == 0) {
+          floor_ns = release;
+        } else if (b.engine == Engine::kTensor) {
+          TensorArray& pe = tensor_arrays[b.program];
+          pe.issued_ns = std::max(pe.issued_ns, release);
+        } else {
+          engine_free[{b.program, index_of(b.engine)}] = release;
+        }
+        if ((b.axes & 1u) != 0 && b.a.valid()) {
+          // Later readers and writers of `data`, on any engine, wait for the release.
+          accesses[static_cast<size_t>(b.a.buffer)].push_back(
+              {b.a.lowest(), b.a.end(), release, true});
+        }
+      }
       t.makespan_ns = std::max(t.makespan_ns, release);
+      i = last - 1;
       continue;
     }
     if (in.op == Opcode::kTensorIndirect) {

@@ -264,6 +264,43 @@ TEST(NkiTimeline, CoreBarrierAlignsBothCores) {
   EXPECT_LT(schedule(p, spec).instructions[2].start_ns, done);
 }
 
+TEST(NkiTimeline, CoreBarrierHoldsItsEngineAndItsDataOnly) {
+  // nisa.core_barrier (axes bit 0, its data view a): AWS, "The barrier will block execution on
+  // this engine, other engines will not be blocked". Core 0's long activation writes the data;
+  // core 1 waits on the Vector engine. After the release: core 1's Vector copy waits for it, its
+  // GpSimd copy of other tiles does not, and a read of the data on GpSimd does.
+  set_default_dma_model_path(shipped_dma_model());
+  const CoreSpec spec = load_engine_model(NRTSIM_SHIPPED_ENGINE_MODEL).at("Trainium2");
+  Program p;
+  p.name = "engine barrier";
+  p.buffers = {buffer(Memory::kSbuf, DType::kFloat32, 128 * 4096), buffer(Memory::kSbuf, DType::kFloat32, 128 * 4096),
+               buffer(Memory::kSbuf, DType::kFloat32, 512), buffer(Memory::kSbuf, DType::kFloat32, 512),
+               buffer(Memory::kSbuf, DType::kFloat32, 512)};
+  Instruction slow = instruction(Opcode::kActivation, Engine::kScalar, view(1, {128, 4096}), view(0, {128, 4096}));
+  Instruction fast = instruction(Opcode::kTensorCopy, Engine::kVector, view(3, {1, 512}), view(2, {1, 512}));
+  fast.program = 1;
+  Instruction bar0 = instruction(Opcode::kBarrier, Engine::kVector, {}, view(1, {128, 4096}));
+  bar0.axes = 1;
+  Instruction bar1 = bar0;
+  bar1.program = 1;
+  Instruction same_engine = fast;
+  Instruction other_engine = instruction(Opcode::kTensorCopy, Engine::kGpSimd, view(4, {1, 512}), view(2, {1, 512}));
+  other_engine.program = 1;
+  Instruction reads_data = instruction(Opcode::kTensorCopy, Engine::kGpSimd, view(4, {1, 512}), view(1, {1, 512}));
+  reads_data.program = 1;
+  p.instructions = {slow, fast, bar0, bar1, same_engine, other_engine, reads_data};
+  const Timeline t = schedule(p, spec);
+  const double release = t.instructions[0].end_ns + dma_spec(spec.neuroncore).latency_ns;
+  EXPECT_DOUBLE_EQ(t.instructions[2].end_ns, release);
+  EXPECT_DOUBLE_EQ(t.instructions[3].end_ns, release);
+  EXPECT_DOUBLE_EQ(t.instructions[4].start_ns, release);
+  EXPECT_LT(t.instructions[5].start_ns, release);
+  EXPECT_GE(t.instructions[6].start_ns, release);
+  // Without the barriers the GpSimd copy starts at the same time.
+  p.instructions = {slow, fast, other_engine};
+  EXPECT_DOUBLE_EQ(schedule(p, spec).instructions[2].start_ns, t.instructions[5].start_ns);
+}
+
 TEST(NkiTimeline, EngineSpansAreFirstStartToLastEnd) {
   // The per-engine spans the profiler draws: each used engine's first instruction start and last
   // instruction end (for DMA, when its data is ready), over the instructions' own times.
