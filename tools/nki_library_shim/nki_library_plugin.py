@@ -35,8 +35,29 @@ def pytest_runtest_logreport(report):
     from nki import _jit
 
     mb = _memory_mb()
+    # A failure's cause on the same line, so that a run stopped by a wall-clock cap (before
+    # pytest's summary) still says why each failure failed.
+    why = ""
+    if report.failed:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        why = crash.message if crash is not None else str(report.longrepr)
+        why = " why=" + " ".join(why.split())[:400]
     with open(path, "a") as log:
         log.write(f"rss_mb={mb.get('VmRSS')} peak_mb={mb.get('VmHWM')} "
                   f"cached_specialisations={len(_jit._CACHED)} "
                   f"cached_instructions={_jit._cached_instructions} {report.outcome} "
-                  f"{report.duration:.1f}s {report.nodeid}\n")
+                  f"{report.duration:.1f}s {report.nodeid}{why}\n")
+
+
+# pytest keeps the last failure's exception in sys.last_value / sys.last_traceback (for a
+# post-mortem debugger); its frames hold the failed test's arrays (7 GB after a large case of
+# the library), so the next tests failed to allocate under the 10 GB cap for no fault of their
+# own. Dropping them after each test makes each test's memory its own.
+def pytest_runtest_logfinish(nodeid, location):
+    import gc
+    import sys
+
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        if hasattr(sys, name):
+            setattr(sys, name, None)
+    gc.collect()
