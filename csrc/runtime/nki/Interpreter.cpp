@@ -2182,6 +2182,25 @@ Executable::Executable(Program program) : program_(std::move(program)) {
   }
 }
 
+namespace {
+
+// An instruction record is large (seven views of eight dims, about 1.3 KB) and a kernel of many
+// small instructions walks megabytes of them a run, which other work takes out of the caches
+// between calls (depthwise_conv1d: 6 MB). The lines that the dispatch and the common operations
+// read (the opcode, dst / a / b, the scalars, the placed offsets) are requested a few
+// instructions ahead, so that they arrive while earlier ones run.
+inline void prefetch_instruction(const Instruction& in) {
+  const char* const base = reinterpret_cast<const char*>(&in);
+  const char* const views_end = reinterpret_cast<const char*>(&in.c);
+  for (const char* q = base; q < views_end; q += 64) __builtin_prefetch(q);
+  __builtin_prefetch(views_end - 1);
+  __builtin_prefetch(&in.alu0);
+  __builtin_prefetch(&in.reduce_cmd);
+  __builtin_prefetch(&in.offsets);
+}
+
+}  // namespace
+
 std::vector<std::string> Executable::run(const std::vector<External>& externals,
                                          const CollectiveHook* collectives,
                                          std::vector<int64_t>* loop_iterations) const {
@@ -2264,7 +2283,13 @@ std::vector<std::string> Executable::run(const std::vector<External>& externals,
   };
   std::vector<Running> running;
   std::vector<int64_t> iterations(nest_.begins.size(), 0);
+  constexpr size_t kPrefetchAhead = 4;
   for (size_t i = 0; i < p.instructions.size();) {
+    if (i + kPrefetchAhead < p.instructions.size()) {
+      prefetch_instruction(p.instructions[i + kPrefetchAhead]);
+      const std::vector<int32_t>& later = poison_before_[i + kPrefetchAhead];
+      if (!later.empty()) __builtin_prefetch(later.data());
+    }
     for (int32_t b : poison_before_[i]) {
       if (!poison_[static_cast<size_t>(b)]) continue;
       poison(mem.dtype[static_cast<size_t>(b)], mem.base[static_cast<size_t>(b)],
