@@ -288,11 +288,25 @@ void poison(DType dtype, uint8_t* dst, int64_t elements) {
     std::memset(dst, 0xcd, static_cast<size_t>(elements) * dtype_size(dtype));
     return;
   }
+  // One element's NaN in the dtype, stored over `dst` element by element: no allocation (a
+  // kernel of many small tiles poisons one at nearly every instruction).
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  std::vector<float> nans(static_cast<size_t>(std::min<int64_t>(elements, 4096)), nan);
-  for (int64_t i = 0; i < elements; i += static_cast<int64_t>(nans.size())) {
-    const int64_t n = std::min<int64_t>(elements - i, static_cast<int64_t>(nans.size()));
-    store_run(dtype, dst + i * static_cast<int64_t>(dtype_size(dtype)), 1, n, nans.data());
+  uint8_t one[4] = {};
+  store_run(dtype, one, 1, 1, &nan);
+  switch (dtype_size(dtype)) {
+    case 4: {
+      uint32_t w;
+      std::memcpy(&w, one, 4);
+      for (int64_t i = 0; i < elements; ++i) std::memcpy(dst + i * 4, &w, 4);
+      return;
+    }
+    case 2: {
+      uint16_t h;
+      std::memcpy(&h, one, 2);
+      for (int64_t i = 0; i < elements; ++i) std::memcpy(dst + i * 2, &h, 2);
+      return;
+    }
+    default: std::memset(dst, one[0], static_cast<size_t>(elements)); return;
   }
 }
 
