@@ -462,6 +462,16 @@ def _is_int(x):
     return isinstance(x, int) or (hasattr(x, "__index__") and not isinstance(x, float))
 
 
+def static_slice_indices(key, size, where):
+    """``key.indices(size)`` for a slice whose bounds must be known when the kernel specialises
+    (a register or tile as a bound is an error naming ``where``)."""
+    for v in (key.start, key.stop, key.step):
+        if v is not None and not _is_int(v):
+            raise error(f"{where}: slice bound {v!r} is not an integer known when the kernel "
+                        "specialises")
+    return key.indices(size)
+
+
 class RuntimeOffset:
     """The offset of an on-chip view placed at run time: ``base`` elements (known when the kernel
     specialises) plus ``stride`` elements per unit of an integer the kernel holds when the

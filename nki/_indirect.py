@@ -136,11 +136,7 @@ class IndirectAccess:
             r = self._rows_dim(j)
             st = rows.strides[r]
             if isinstance(k, slice):
-                for v in (k.start, k.stop, k.step):
-                    if v is not None and not _core._is_int(v):
-                        raise error(f"slice bound {v!r} of dim {j} is not an integer known when "
-                                    "the kernel specialises")
-                start, stop, step = k.indices(n)
+                start, stop, step = _core.static_slice_indices(k, n, f"dim {j}")
                 if step <= 0:
                     raise error("slices need a positive step")
                 offset += start * st

@@ -79,11 +79,7 @@ class BlockTensor:
     def _block_key(self, d, k):
         n = self.blocks[d]
         if isinstance(k, slice):
-            for v in (k.start, k.stop, k.step):
-                if v is not None and not _core._is_int(v):
-                    raise error(f"block dim {d}: slice bound {v!r} is not an integer known when "
-                                "the kernel specialises")
-            return range(*k.indices(n))
+            return range(*_core.static_slice_indices(k, n, f"block dim {d}"))
         if not _core._is_int(k):
             raise error(f"index block dim {d} of a par_dim tensor with an integer (a loop "
                         f"variable) or a slice, not {type(k).__name__}")
