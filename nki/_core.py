@@ -132,6 +132,10 @@ class DType:
 
                 return np.dtype(name)
             except (ImportError, TypeError):
+                if self.code in MX_PACKED:
+                    raise NkiError(f"NumPy has no {self.name}: no NumPy dtype holds four packed "
+                                   "MX values (ml_dtypes has none either); pass torch tensors "
+                                   "of this dtype") from None
                 raise NkiError(f"NumPy has no {self.name} (install ml_dtypes for bfloat16 / "
                                "float8)") from None
 

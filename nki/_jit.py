@@ -193,6 +193,8 @@ def _np_dtype(dt):
     try:
         return dt.dtype
     except _core.NkiError:
+        if dt.code in _core.MX_PACKED:
+            raise  # its own message: no NumPy dtype at all, torch tensors only
         raise _core.NkiError(f"NumPy has no {dt}: install ml_dtypes for bfloat16 / float8 "
                              "arrays, or pass torch tensors") from None
 

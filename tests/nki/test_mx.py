@@ -113,3 +113,12 @@ def test_mx_needs_neuroncore_v4_and_x4_operands():
 
     with pytest.raises(nki.NkiError, match="MX x4 tensors"):
         nki.simulate(k2)(torch.zeros(32, 32, dtype=torch.bfloat16))
+
+
+def test_packed_mx_dtypes_have_no_numpy_dtype_and_say_to_pass_torch_tensors():
+    # NumPy has no dtype of four packed values (ml_dtypes neither): the error must not send the
+    # user to install ml_dtypes, but to torch tensors, which carry these dtypes.
+    for dt in (nl.float8_e4m3fn_x4, nl.float8_e5m2_x4, nl.float4_e2m1fn_x4):
+        with pytest.raises(nki.NkiError, match="pass torch tensors") as info:
+            dt.dtype
+        assert "install ml_dtypes" not in str(info.value)
