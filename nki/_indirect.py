@@ -175,20 +175,9 @@ class IndirectAccess:
             raise error(f"select(dim={dim}, {index!r}): the index is an integer or a [1, 1] tile")
         return self[(slice(None),) * d + (int(index),)]
 
-    def slice(self, dim, start, end, step=1):
-        d = self._dim(dim, "slice")
-        if not (0 <= start < end <= self.shape[d]) or step < 1:
-            raise error(f"slice(dim={dim}, {start}, {end}, {step}): needs 0 <= start < end <= "
-                        f"{self.shape[d]} and step >= 1")
-        return self[(slice(None),) * d + (slice(start, end, step),)]
-
-    def _dim(self, dim, what):
-        if not _core._is_int(dim):
-            raise error(f"{what}: dim must be an integer, got {dim!r}")
-        d = int(dim) + (self.ndim if int(dim) < 0 else 0)
-        if not 0 <= d < self.ndim:
-            raise error(f"{what}: dim {dim} is out of range for a {self.ndim}-D access")
-        return d
+    # NkiTensor's own: they ask only ndim, shape and indexing, which this access has.
+    slice = Tensor.slice
+    _dim = Tensor._dim
 
     def narrowed(self, bounds):
         """The access restricted to [lo, hi) on each dim that `bounds` (one (lo, hi) or None per
@@ -301,7 +290,8 @@ def access_pattern(tensor, pairs, offset, dtype, vector_offset, scalar_offset, i
         per_partition = False
         moved = None
     # The rows an index may name: dim d whole, less those whose access would leave the tensor.
-    n = tensor.shape[d] if count is None else min(tensor.shape[d], int(count))
+    allowed = tensor.shape[d] if count is None else min(tensor.shape[d], int(count))
+    n = allowed
     reach = sum(max(st * (c - 1), 0) for st, c in free)
     low = sum(min(st * (c - 1), 0) for st, c in free)
     if offset + low < 0:
@@ -315,8 +305,7 @@ def access_pattern(tensor, pairs, offset, dtype, vector_offset, scalar_offset, i
     rows = Tensor(tensor._buffer, [n] + [c for _, c in free], [stride] + [st for st, _ in free],
                   offset, dtype)
     return IndirectAccess(rows, index, [None] * len(free), tensor, d, per_partition, moved,
-                          limit=tensor.shape[d] if count is None else min(tensor.shape[d],
-                                                                          int(count)))
+                          limit=allowed)
 
 
 def _columns_view(tile, d):
@@ -469,17 +458,10 @@ def dma_copy(dst, src, what="nisa.dma_copy", skip_oob=False, add=False):
                        axes=1 | axes, imm0=skip.get("imm0", 0.0))
 
 
-def _same_place(x, y):
-    """Whether two tensors are the same view (buffer, offset, shape and strides)."""
-    return (isinstance(x, Tensor) and isinstance(y, Tensor) and x._buffer is y._buffer
-            and x.offset == y.offset and tuple(x.shape) == tuple(y.shape)
-            and tuple(x.strides) == tuple(y.strides) and x.dtype == y.dtype)
-
-
 def _same_access(x, y):
     """Whether two indirect accesses name the same rows by the same index tile."""
     return (isinstance(x, IndirectAccess) and isinstance(y, IndirectAccess)
-            and _same_place(x.rows, y.rows) and _same_place(x.index, y.index)
+            and x.rows.same_view(y.rows) and x.index.same_view(y.index)
             and x.per_partition == y.per_partition)
 
 
@@ -521,7 +503,7 @@ def dma_compute(dst, srcs, what="nisa.dma_compute", skip_oob=False, unique_indic
     if not isinstance(dst, Tensor) or not dst._buffer.on_chip:
         raise error(f"{what}: a gather read-modify-write (a source placed by a vector_offset) "
                     "writes an SBUF dst (AWS: dst(SB) = dst(SB) + src(HBM)[indices])")
-    if not _same_place(other, dst):
+    if not (isinstance(other, Tensor) and other.same_view(dst)):
         raise error(f"{what}: in a gather read-modify-write the source beside the indirect one "
                     "must be dst itself (AWS: dst(SB) = dst(SB) + src(HBM)[indices]); got a "
                     "different tile: copy it into dst first")
