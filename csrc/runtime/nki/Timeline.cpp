@@ -59,6 +59,14 @@ struct TensorArray {
   std::array<double, 16> cell_free_ns{};
   double issued_ns = 0;
   double covered_ns = 0;
+  // When an instruction using `cells` may start: in program order, once those cells are free.
+  double ready_ns(uint16_t cells) const {
+    double at = issued_ns;
+    for (size_t c = 0; c < cell_free_ns.size(); ++c) {
+      if ((cells >> c) & 1u) at = std::max(at, cell_free_ns[c]);
+    }
+    return at;
+  }
 };
 
 // The cells a Tensor engine instruction uses: a tiled matmul's rows x columns (AWS's nc_matmul
@@ -229,9 +237,7 @@ Timeline schedule(const Program& p, const CoreSpec& spec, const CoreLinks* links
         if ((b.axes & 1u) == 0) return std::max(t.makespan_ns, floor_ns);
         double at = floor_ns;
         if (b.engine == Engine::kTensor) {
-          const TensorArray& pe = tensor_arrays[b.program];
-          at = std::max(at, pe.issued_ns);
-          for (double c : pe.cell_free_ns) at = std::max(at, c);
+          at = std::max(at, tensor_arrays[b.program].ready_ns(0xFFFFu));
         } else {
           at = std::max(at, engine_free[{b.program, index_of(b.engine)}]);
         }
@@ -300,13 +306,7 @@ Timeline schedule(const Program& p, const CoreSpec& spec, const CoreLinks* links
     // The Tensor engine issues in program order; an instruction starts once the PE cells it
     // uses are free (the whole array unless a tiled matmul names its part).
     const uint16_t cells = is_tensor ? pe_cells(in) : 0;
-    if (is_tensor) {
-      TensorArray& pe = tensor_arrays[in.program];
-      start = std::max(start, pe.issued_ns);
-      for (size_t c = 0; c < pe.cell_free_ns.size(); ++c) {
-        if ((cells >> c) & 1u) start = std::max(start, pe.cell_free_ns[c]);
-      }
-    }
+    if (is_tensor) start = std::max(start, tensor_arrays[in.program].ready_ns(cells));
     // The elements an operand may touch: for one placed at run time, every place it may take.
     auto reach = [&](const View& v, int64_t& lo, int64_t& hi) {
       lo = v.lowest();
